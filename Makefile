@@ -1,0 +1,39 @@
+# atwhois: one entry point. `make test` and `make run` set up everything they need.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: run test lint devnet bench setup clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+setup: $(STAMP)
+	./scripts/setup-system.sh
+
+## The main job: resolve and verify identities on the local test network.
+run: setup
+	$(PY) -m tests.devnet.demo
+
+## The tests: set-up, the test network (started by the suite), pytest.
+test: setup
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check resolver cache cli tests bench
+	$(VENV)/bin/ruff format --check resolver cache cli tests bench
+	$(VENV)/bin/mypy
+
+## The test network in the foreground; prints how to point atwhois at it.
+devnet: setup
+	$(PY) -m tests.devnet
+
+bench: setup
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) tests/devnet/plc/node_modules

@@ -1,0 +1,1 @@
+"""atwhois resolver: ATProto handle and DID resolution with bidirectional verification."""

@@ -1,0 +1,94 @@
+"""The errors atwhois raises, as a small hierarchy whose names say what happened.
+
+Every error that describes a resolution step carries the step's outcome, so the three
+outcomes the rest of the code keeps apart (confirmed absent, transient failure, invalid
+data) can be read off the exception class alone.
+"""
+
+from __future__ import annotations
+
+from .outcome import Outcome
+
+
+class AtwhoisError(Exception):
+    """Base class of every error atwhois raises on purpose."""
+
+
+# --- input (never reaches the network) -------------------------------------------------
+
+
+class InvalidInput(AtwhoisError):
+    """The text given to atwhois is not something it can look up; `rule` names why."""
+
+    def __init__(self, message: str, rule: str) -> None:
+        super().__init__(f"{message} [{rule}]")
+        self.rule = rule
+
+
+class InvalidHandle(InvalidInput):
+    """Not a syntactically valid handle."""
+
+
+class ReservedHandle(InvalidInput):
+    """A valid handle that must never be resolved (reserved TLD, `handle.invalid`)."""
+
+
+class InvalidDid(InvalidInput):
+    """Not a syntactically valid DID, or not a valid identifier for its method."""
+
+
+class UnsupportedDidMethod(InvalidInput):
+    """A valid DID of a method atproto does not bless (D-SYN-8, D-SYN-9)."""
+
+
+class InvalidIdentifier(InvalidInput):
+    """Neither a handle, a DID, nor an at:// URI."""
+
+
+# --- resolution steps ------------------------------------------------------------------
+
+
+class ResolutionError(AtwhoisError):
+    """A resolution step did not produce a usable answer."""
+
+    outcome: Outcome = Outcome.FAILED
+
+
+class NotFound(ResolutionError):
+    """Confirmed absent: NXDOMAIN, NODATA, HTTP 404, a DID never registered."""
+
+    outcome = Outcome.NOT_FOUND
+
+
+class DidDeactivated(ResolutionError):
+    """The DID existed and was deactivated (a PLC tombstone)."""
+
+    outcome = Outcome.NOT_FOUND
+
+
+class UpstreamFailure(ResolutionError):
+    """Transient: refused, SERVFAIL, TLS error, 5xx. Worth retrying; never absence."""
+
+    outcome = Outcome.FAILED
+
+
+class UpstreamTimeout(UpstreamFailure):
+    """The step ran out of time."""
+
+
+class InvalidData(ResolutionError):
+    """The other side answered, with something that is not acceptable."""
+
+    outcome = Outcome.INVALID
+
+
+class AmbiguousHandle(InvalidData):
+    """DNS holds `did=` records naming different DIDs (H-DNS-3)."""
+
+
+class ForbiddenAddress(InvalidData):
+    """A host resolved to an address outside what configuration allows (SSRF guard)."""
+
+
+class ResponseTooLarge(InvalidData):
+    """A body or a DNS answer exceeded its cap."""

@@ -1,0 +1,212 @@
+"""Syntax of the identifiers atwhois accepts: handles, DIDs, at-identifiers and at:// URIs.
+
+Pure functions over strings. Each check raises an `InvalidInput` subclass that names the
+rule of `spec-checklist.md` it enforces, so a user learns *which* rule failed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import InvalidDid, InvalidHandle, InvalidIdentifier, ReservedHandle
+
+# H-SYN-5: the reference regex (it does not bound the total length: H-SYN-1 does).
+_HANDLE_RE = re.compile(
+    r"([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?\.)+[a-zA-Z]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
+)
+_HANDLE_MAX = 253  # H-SYN-1
+# H-TLD-1: syntactically valid, never resolvable.
+RESERVED_TLDS = frozenset(
+    {"alt", "arpa", "example", "internal", "invalid", "local", "localhost", "onion"}
+)
+INVALID_HANDLE = "handle.invalid"  # H-INV-1
+
+# D-SYN-5 and D-SYN-6.
+_DID_RE = re.compile(r"did:[a-z]+:[a-zA-Z0-9._:%-]*[a-zA-Z0-9._-]")
+_DID_MAX = 2048
+_DID_PLC_RE = re.compile(r"did:plc:[a-z2-7]{24}")  # D-PLC-1
+SUPPORTED_DID_METHODS = ("plc", "web")  # D-SYN-9
+
+# at:// URI parts (U-1): NSID collection and record key.
+_NSID_RE = re.compile(
+    r"[a-zA-Z]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
+    r"(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)+"
+    r"(\.[a-zA-Z]([a-zA-Z0-9]{0,62})?)"
+)
+_NSID_MAX = 317
+_RKEY_RE = re.compile(r"[A-Za-z0-9._:~-]{1,512}")
+_AT_URI_MAX = 8 * 1024  # U-3
+
+
+def _ascii(text: str) -> bool:
+    return text.isascii()
+
+
+def is_valid_handle(text: str) -> bool:
+    """H-SYN-1..5: true if `text` is a syntactically valid handle (any case)."""
+    return len(text) <= _HANDLE_MAX and _ascii(text) and _HANDLE_RE.fullmatch(text) is not None
+
+
+def parse_handle(text: str) -> str:
+    """Validate a handle and return its normalized (lowercase) form (H-SYN-6)."""
+    if not _ascii(text):
+        raise InvalidHandle(f"handle {text!r} is not ASCII (use punycode)", "H-SYN-1")
+    if len(text) > _HANDLE_MAX:
+        raise InvalidHandle(f"handle is {len(text)} characters, over {_HANDLE_MAX}", "H-SYN-1")
+    if _HANDLE_RE.fullmatch(text) is None:
+        raise InvalidHandle(f"{text!r} is not a valid handle", _handle_rule(text))
+    return text.lower()
+
+
+def _handle_rule(text: str) -> str:
+    """Which handle rule an invalid (ASCII, short enough) handle breaks, for the message."""
+    labels = text.split(".")
+    if len(labels) < 2 or any(label == "" for label in labels):
+        return "H-SYN-2"
+    if labels[-1][:1].isdigit() or ":" in text:
+        return "H-SYN-4"
+    return "H-SYN-3"
+
+
+def check_resolvable_handle(handle: str, *, allow_test_tld: bool) -> None:
+    """Refuse, before any network traffic, handles that must never be resolved.
+
+    H-INV-1 (`handle.invalid`), H-TLD-1 (the eight reserved TLDs) and H-TLD-2 (`.test`
+    only when configuration allows it). `handle` must already be normalized.
+    """
+    if handle == INVALID_HANDLE:
+        raise ReservedHandle("handle.invalid is a marker, not a handle", "H-INV-1")
+    tld = handle.rsplit(".", 1)[-1]
+    if tld in RESERVED_TLDS:
+        raise ReservedHandle(f"the .{tld} TLD is reserved and never resolves", "H-TLD-1")
+    if tld == "test" and not allow_test_tld:
+        raise ReservedHandle(".test handles resolve only in development mode", "H-TLD-2")
+
+
+def is_valid_did(text: str) -> bool:
+    """D-SYN-1..6: true if `text` is a syntactically valid DID of any method."""
+    return len(text) <= _DID_MAX and _ascii(text) and _DID_RE.fullmatch(text) is not None
+
+
+def parse_did(text: str) -> str:
+    """Validate a DID (never re-cased: D-SYN-7) and return it."""
+    if len(text) > _DID_MAX:
+        raise InvalidDid(f"DID is {len(text)} characters, over {_DID_MAX}", "D-SYN-6")
+    if not is_valid_did(text):
+        raise InvalidDid(f"{text!r} is not a valid DID", "D-SYN-5")
+    return text
+
+
+def did_method(did: str) -> str:
+    """The method name of a syntactically valid DID."""
+    return did.split(":", 2)[1]
+
+
+def check_plc_did(did: str) -> None:
+    """D-PLC-1: `did:plc:` and 24 characters of lowercase base32."""
+    if _DID_PLC_RE.fullmatch(did) is None:
+        raise InvalidDid(f"{did!r} is not a did:plc identifier (24 base32 chars)", "D-PLC-1")
+
+
+@dataclass(frozen=True, slots=True)
+class WebHost:
+    """The host (and, for localhost in development only, the port) of a did:web."""
+
+    host: str
+    port: int | None = None
+
+
+def parse_did_web(did: str, *, dev: bool, allow_test_tld: bool) -> WebHost:
+    """D-WEB-1..3: a hostname-level did:web; `localhost%3APORT` only in development."""
+    ident = did.removeprefix("did:web:")
+    if ":" in ident:
+        raise InvalidDid("path-based did:web is not supported in atproto", "D-WEB-1")
+    if ident.lower().startswith("localhost"):
+        if not dev:
+            raise InvalidDid("did:web:localhost is allowed only in development", "D-WEB-3")
+        if ident == "localhost":
+            return WebHost("localhost")
+        match = re.fullmatch(r"localhost%3[aA](\d{1,5})", ident)
+        if match is None or not 0 < int(match.group(1)) < 65536:
+            raise InvalidDid(f"{did!r}: bad localhost port", "D-WEB-3")
+        return WebHost("localhost", int(match.group(1)))
+    if "%" in ident:
+        raise InvalidDid("a port is allowed in did:web only for localhost", "D-WEB-3")
+    if not is_valid_handle(ident):
+        raise InvalidDid(f"{did!r}: the did:web host is not a valid hostname", "D-WEB-2")
+    host = ident.lower()
+    try:
+        check_resolvable_handle(host, allow_test_tld=allow_test_tld)
+    except ReservedHandle as err:
+        raise InvalidDid(f"{did!r}: {err}", err.rule) from None
+    return WebHost(host)
+
+
+def is_valid_at_identifier(text: str) -> bool:
+    """A handle or a DID (the lexicon `at-identifier` format)."""
+    return is_valid_handle(text) or is_valid_did(text)
+
+
+@dataclass(frozen=True, slots=True)
+class AtUri:
+    """An at:// URI: the authority (handle or DID), optional collection and record key."""
+
+    authority: str
+    collection: str | None = None
+    rkey: str | None = None
+
+
+def parse_at_uri(text: str) -> AtUri:
+    """U-1..U-4: parse a Lexicon-form at:// URI (no query, no fragment)."""
+    rule = "U-2"
+    if len(text) > _AT_URI_MAX:
+        raise InvalidIdentifier("at:// URI longer than 8 KiB", "U-3")
+    if not text.startswith("at://") or not _ascii(text):
+        raise InvalidIdentifier(f"{text!r} is not an at:// URI", "U-1")
+    parts = text[len("at://") :].split("/")
+    if len(parts) > 3:
+        raise InvalidIdentifier(f"{text!r} has too many path segments", "U-1")
+    authority, rest = parts[0], parts[1:]
+    if is_valid_handle(authority):
+        authority = authority.lower()  # U-4
+    elif not is_valid_did(authority):
+        raise InvalidIdentifier(f"{text!r}: authority is neither a handle nor a DID", rule)
+    collection = rest[0] if rest else None
+    rkey = rest[1] if len(rest) > 1 else None
+    if collection is not None and (
+        len(collection) > _NSID_MAX or _NSID_RE.fullmatch(collection) is None
+    ):
+        raise InvalidIdentifier(f"{text!r}: collection is not an NSID", "U-1")
+    if rkey is not None and (_RKEY_RE.fullmatch(rkey) is None or rkey in {".", ".."}):
+        raise InvalidIdentifier(f"{text!r}: record key is not valid", "U-1")
+    return AtUri(authority, collection, rkey)
+
+
+QueryKind = Literal["handle", "did"]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """What a lookup asks about, after normalization of what the user typed."""
+
+    text: str  # what was typed
+    kind: QueryKind
+    value: str  # normalized handle, or DID
+
+
+def parse_query(text: str) -> Query:
+    """Classify user input: a handle (a leading `@` stripped, H-SYN-7), a DID or an at:// URI.
+
+    Handles come back lowercased (H-SYN-6); DIDs are never re-cased (D-SYN-7).
+    """
+    if text.startswith("at://"):
+        authority = parse_at_uri(text).authority
+    else:
+        authority = text.removeprefix("@")
+    if authority.startswith("did:"):
+        return Query(text, "did", parse_did(authority))
+    if authority.lower().startswith("did:"):
+        raise InvalidDid(f"{authority!r}: a DID starts with lowercase 'did:'", "D-SYN-1")
+    return Query(text, "handle", parse_handle(authority))

@@ -1,0 +1,26 @@
+"""`python -m tests.devnet [--state FILE] [--workdir DIR] [--delay-ms N]`: run the test network."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from pathlib import Path
+
+from .network import run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.devnet", description=__doc__)
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--state", type=Path, default=None, help="where to write the address book")
+    parser.add_argument("--delay-ms", type=float, default=0.0,
+                        help="latency added to every DNS answer and HTTPS response")
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="atwhois-devnet-"))
+    state = args.state or workdir / "state.json"
+    asyncio.run(run(workdir, state, args.delay_ms / 1000))
+
+
+if __name__ == "__main__":
+    main()

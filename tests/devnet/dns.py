@@ -1,0 +1,224 @@
+"""DNS for the test network: Knot (authoritative, by others) serving `test.`, behind a small
+proxy that makes chosen names slow, unanswered or SERVFAIL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
+
+import dns.message
+import dns.rcode
+
+from . import world
+from .process import Child
+
+LOOPBACK = "127.0.0.1"
+
+
+def _quote(chunk: str) -> str:
+    return '"' + chunk.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _txt_rdata(value: str, split: bool) -> str:
+    if split:  # H-DNS-4: one record, two character-strings
+        half = len(value) // 2
+        return f"{_quote(value[:half])} {_quote(value[half:])}"
+    # A character-string holds 255 bytes at most; longer values become several.
+    return " ".join(_quote(value[i : i + 255]) for i in range(0, max(len(value), 1), 255))
+
+
+def render_zone(fill: Callable[[str], str], serial: int = 1) -> str:
+    """The `test.` zone file: _atproto TXT records, A records for every web host."""
+    lines = [
+        "$ORIGIN test.",
+        "$TTL 60",
+        f"@ SOA ns.test. hostmaster.test. {serial} 3600 600 86400 60",
+        "@ NS ns.test.",
+        f"ns A {LOOPBACK}",
+    ]
+    for handle, name in sorted(world.ATPROTO_TXT.items()):
+        owner = f"_atproto.{handle}."
+        if name.cname:
+            lines.append(f"{owner} CNAME {name.cname}")
+        lines.extend(f"{owner} TXT {_txt_rdata(fill(v), name.split_strings)}" for v in name.txt)
+    lines.extend(f"{n} A {LOOPBACK}" for n in sorted(world.NODATA_NAMES))
+    lines.extend(f"{host}. A {LOOPBACK}" for host in world.HTTPS_HOSTS)
+    lines.extend(f"{host}. A {addr}" for host, addr in sorted(world.FORBIDDEN_HOSTS.items()))
+    return "\n".join(lines) + "\n"
+
+
+def _knot_config(workdir: Path, port: int) -> str:
+    return f"""server:
+    rundir: "{workdir}"
+    listen: {LOOPBACK}@{port}
+database:
+    storage: "{workdir}/db"
+control:
+    listen: "{workdir}/knot.sock"
+log:
+  - target: stderr
+    any: info
+template:
+  - id: default
+    storage: "{workdir}"
+    file: "%s.zone"
+    zonefile-sync: -1
+    zonefile-load: whole
+    journal-content: none
+zone:
+  - domain: test.
+"""
+
+
+class Knot:
+    """knotd serving the zone file in `workdir`; `reload()` picks up an edited zone."""
+
+    def __init__(self, workdir: Path, port: int) -> None:
+        self.workdir = workdir
+        self.port = port
+        self.config = workdir / "knot.conf"
+        self.zone_file = workdir / "test.zone"
+        self.child: Child | None = None
+
+    def start(self, zone: str) -> Child:
+        (self.workdir / "db").mkdir(parents=True, exist_ok=True)
+        self.config.write_text(_knot_config(self.workdir, self.port))
+        self.zone_file.write_text(zone)
+        self.child = Child.start(
+            ["knotd", "-c", str(self.config)], log=self.workdir / "knotd.log"
+        )
+        self._wait_until_answering()
+        return self.child
+
+    def _wait_until_answering(self, timeout: float = 20) -> None:
+        query = dns.message.make_query("ns.test.", "A").to_wire()
+        deadline = time.monotonic() + timeout
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(0.2)
+            while time.monotonic() < deadline:
+                assert self.child is not None
+                if self.child.process.poll() is not None:
+                    log = (self.workdir / "knotd.log").read_text(errors="replace")
+                    raise RuntimeError(f"knotd exited:\n{log}")
+                sock.sendto(query, (LOOPBACK, self.port))
+                with contextlib.suppress(TimeoutError):
+                    answer = dns.message.from_wire(sock.recv(4096))
+                    if answer.rcode() == dns.rcode.NOERROR and answer.answer:
+                        return
+                time.sleep(0.05)
+        raise TimeoutError("knotd did not answer")
+
+    def reload(self, zone: str) -> None:
+        """Replace the zone (the serial must grow) and have knotd load it now."""
+        self.zone_file.write_text(zone)
+        subprocess.run(
+            ["knotc", "-c", str(self.config), "zone-reload", "test."],
+            check=True, capture_output=True, timeout=20,
+        )
+
+
+class DnsProxy:
+    """UDP and TCP on one loopback port, forwarding raw messages to Knot, except for the
+    names the world marks as slow, never answered, or SERVFAIL. `delay` is added to every
+    answer (benchmarks use it to model network latency)."""
+
+    def __init__(self, upstream_port: int, delay: float = 0.0) -> None:
+        self.upstream = (LOOPBACK, upstream_port)
+        self.delay = delay
+        self.queries = 0
+
+    async def start(self, port: int = 0) -> int:
+        loop = asyncio.get_running_loop()
+        self._udp, _ = await loop.create_datagram_endpoint(
+            lambda: _UdpProtocol(self), local_addr=(LOOPBACK, port)
+        )
+        bound = self._udp.get_extra_info("sockname")[1]
+        self._tcp = await asyncio.start_server(self._serve_tcp, LOOPBACK, bound)
+        return int(bound)
+
+    def close(self) -> None:
+        self._udp.close()
+        self._tcp.close()
+
+    async def answer(self, wire: bytes, tcp: bool) -> bytes | None:
+        """The bytes to send back for one query, or None to stay silent."""
+        self.queries += 1
+        try:
+            query = dns.message.from_wire(wire)
+            name = query.question[0].name.to_text().lower()
+        except Exception:
+            return None
+        if name in world.DNS_NEVER:
+            return None
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if name in world.DNS_SERVFAIL:
+            response = dns.message.make_response(query)
+            response.set_rcode(dns.rcode.SERVFAIL)
+            return response.to_wire()
+        if name in world.DNS_SLOW:
+            await asyncio.sleep(world.DNS_SLOW_SECONDS)
+        return await (self._forward_tcp(wire) if tcp else self._forward_udp(wire))
+
+    async def _forward_udp(self, wire: bytes) -> bytes | None:
+        loop = asyncio.get_running_loop()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
+            await loop.sock_sendto(sock, wire, self.upstream)
+            try:
+                async with asyncio.timeout(2):
+                    return await loop.sock_recv(sock, 65535)
+            except TimeoutError:
+                return None
+
+    async def _forward_tcp(self, wire: bytes) -> bytes | None:
+        reader, writer = await asyncio.open_connection(*self.upstream)
+        try:
+            writer.write(struct.pack("!H", len(wire)) + wire)
+            await writer.drain()
+            (length,) = struct.unpack("!H", await reader.readexactly(2))
+            return await reader.readexactly(length)
+        finally:
+            writer.close()
+
+    async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                (length,) = struct.unpack("!H", await reader.readexactly(2))
+                reply = await self.answer(await reader.readexactly(length), tcp=True)
+                if reply is None:
+                    await asyncio.sleep(3600)  # never answered: the client must time out
+                    return
+                writer.write(struct.pack("!H", len(reply)) + reply)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+class _UdpProtocol(asyncio.DatagramProtocol):
+    def __init__(self, proxy: DnsProxy) -> None:
+        self.proxy = proxy
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        task = asyncio.ensure_future(self._reply(data, addr))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _reply(self, data: bytes, addr: tuple[str, int]) -> None:
+        reply = await self.proxy.answer(data, tcp=False)
+        if reply is not None:
+            self.transport.sendto(reply, addr)

@@ -1,0 +1,136 @@
+"""HTTPS hosts of the test network: real TLS with a CA made at start-up, many host names on
+one loopback port chosen by SNI, each serving files from disk or a scripted misbehaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ssl
+from pathlib import Path
+
+import trustme
+
+from . import world
+
+LOOPBACK = "127.0.0.1"
+_MAX_REQUEST_HEAD = 16 * 1024
+
+
+class Certificates:
+    """A test CA, a leaf per host, and the three broken certificates of the world."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.ca = trustme.CA(organization_name="atwhois devnet CA")
+        self.ca_file = directory / "ca.pem"
+        self.ca.cert_pem.write_to_path(str(self.ca_file))
+        self._contexts: dict[str, ssl.SSLContext] = {}
+        stranger = trustme.CA(organization_name="a CA nobody trusts")
+        past = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
+        for host in world.HTTPS_HOSTS:
+            if host == world.TLS_EXPIRED:
+                leaf = self.ca.issue_cert(host, not_before=past, not_after=past + datetime.timedelta(days=30))
+            elif host == world.TLS_UNKNOWN_CA:
+                leaf = stranger.issue_cert(host)
+            elif host == world.TLS_WRONG_NAME:
+                leaf = self.ca.issue_cert("someone-else.test")
+            else:
+                leaf = self.ca.issue_cert(host)
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            leaf.configure_cert(context)
+            self._contexts[host] = context
+        self.default = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ca.issue_cert("default.test").configure_cert(self.default)
+        self.default.sni_callback = self._choose
+
+    def _choose(self, sock: ssl.SSLObject, name: str | None, _: ssl.SSLContext) -> None:
+        if name is not None and name.lower() in self._contexts:
+            sock.context = self._contexts[name.lower()]
+
+
+class HttpsHosts:
+    """One TLS listener. Files live in `root/<host><path>`, so tests can change a body
+    between two requests; the hosts of `world.HTTPS_BEHAVIOURS` are scripted here."""
+
+    def __init__(self, root: Path, certificates: Certificates, delay: float = 0.0) -> None:
+        self.root = root
+        self.certificates = certificates
+        self.delay = delay
+        self.requests = 0
+
+    async def start(self, port: int = 0) -> int:
+        self._server = await asyncio.start_server(
+            self._serve, LOOPBACK, port, ssl=self.certificates.default,
+            ssl_handshake_timeout=10,
+        )
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def close(self) -> None:
+        self._server.close()
+
+    def file_for(self, host: str, path: str) -> Path:
+        return self.root / host / path.lstrip("/")
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if len(head) > _MAX_REQUEST_HEAD:
+                return
+            self.requests += 1
+            lines = head.decode("latin-1").split("\r\n")
+            method, target, _ = lines[0].split(" ", 2)
+            headers = dict(
+                (k.strip().lower(), v.strip()) for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
+            )
+            host = headers.get("host", "").split(":")[0].lower()
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            await self._respond(writer, host, target.split("?")[0], method)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError,
+                ssl.SSLError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    async def _respond(
+        self, writer: asyncio.StreamWriter, host: str, path: str, method: str
+    ) -> None:
+        if host == "redirect.test":
+            return await _send(writer, 302, b"", [("Location", "https://files.test/nina")])
+        if host == "loop.test":
+            return await _send(writer, 301, b"", [("Location", f"https://loop.test/{path}x")])
+        if host == "error.test":
+            return await _send(writer, 503, b"try later")
+        if host == "huge.test":
+            return await _send(writer, 200, b"did:plc:" + b"a" * (4 * 1024 * 1024))
+        if host == "slow-headers.test":
+            await asyncio.sleep(30)
+            return await _send(writer, 200, b"too late")
+        if host == "trickle.test":
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 64\r\nConnection: close\r\n\r\n")
+            for byte in b"did:plc:" + b"a" * 56:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(1)
+            return None
+        file = self.file_for(host, path)
+        if method != "GET" or not file.is_file():
+            return await _send(writer, 404, b"not found")
+        content_type = "application/json" if path.endswith(".json") else "text/plain"
+        return await _send(writer, 200, file.read_bytes(), [("Content-Type", content_type)])
+
+
+_REASONS = {200: "OK", 301: "Moved Permanently", 302: "Found", 404: "Not Found",
+            503: "Service Unavailable"}
+
+
+async def _send(
+    writer: asyncio.StreamWriter, status: int, body: bytes,
+    headers: list[tuple[str, str]] | None = None,
+) -> None:
+    head = [f"HTTP/1.1 {status} {_REASONS[status]}", f"Content-Length: {len(body)}",
+            "Connection: close"]
+    head += [f"{k}: {v}" for k, v in headers or []]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+    await writer.drain()

@@ -1,0 +1,150 @@
+"""Start the whole test network, write its address book, stop everything on SIGTERM.
+
+Run as `python -m tests.devnet` (what `make devnet` and the pytest session fixture do).
+Every server binds 127.0.0.1; every child process is stopped by the PID it recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import world
+from .dns import DnsProxy, Knot, render_zone
+from .https import Certificates, HttpsHosts
+from .plc import seed_world, start_plc
+from .process import Child
+
+
+@dataclass(frozen=True)
+class DevnetState:
+    """The address book the tests read: where each server is and who lives there."""
+
+    plc_url: str
+    dns_server: str  # host:port of the proxy in front of Knot
+    knot_port: int
+    https_port: int
+    ca_file: str
+    www_root: str
+    workdir: str
+    dids: dict[str, str]
+    pids: dict[str, int]
+    startup_seconds: float
+
+    @classmethod
+    def load(cls, path: Path) -> DevnetState:
+        return cls(**json.loads(path.read_text()))
+
+    def did(self, name: str) -> str:
+        return self.dids[name]
+
+
+def fill_placeholders(text: str, dids: dict[str, str]) -> str:
+    """Replace `{did:NAME}` and `{doc:HOST}` with a seeded DID or a did:web document."""
+
+    def replace(match: re.Match[str]) -> str:
+        kind, name = match.group(1), match.group(2)
+        if kind == "doc":
+            return json.dumps(world.did_web_document(name), indent=1)
+        return world.NEVER_REGISTERED_DID if name == "never" else dids[name]
+
+    return re.sub(r"\{(did|doc):([a-z0-9.-]+)\}", replace, text)
+
+
+def write_files(root: Path, dids: dict[str, str]) -> None:
+    for (host, path), body in world.STATIC_FILES.items():
+        file = root / host / path.lstrip("/")
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(fill_placeholders(body, dids))
+
+
+async def run(workdir: Path, state_file: Path, delay: float) -> None:
+    started = time.monotonic()
+    workdir.mkdir(parents=True, exist_ok=True)
+    children: list[Child] = []
+    proxy: DnsProxy | None = None
+    hosts: HttpsHosts | None = None
+    try:
+        # The server allows only [A-Za-z_] in a schema name: spell the PID in letters.
+        schema = "atwhois_devnet_" + str(os.getpid()).translate(str.maketrans("0123456789", "abcdefghij"))
+        plc, plc_port = start_plc(0, schema, workdir / "plc.log")
+        children.append(plc)
+        plc_url = f"http://127.0.0.1:{plc_port}"
+        dids = seed_world(plc_url)
+
+        knot = Knot(workdir / "knot", _free_udp_and_tcp_port())
+        children.append(knot.start(render_zone(lambda v: fill_placeholders(v, dids))))
+        proxy = DnsProxy(knot.port, delay=delay)
+        dns_port = await proxy.start()
+
+        write_files(workdir / "www", dids)
+        hosts = HttpsHosts(workdir / "www", Certificates(workdir / "tls"), delay=delay)
+        https_port = await hosts.start()
+
+        state = DevnetState(
+            plc_url=plc_url,
+            dns_server=f"127.0.0.1:{dns_port}",
+            knot_port=knot.port,
+            https_port=https_port,
+            ca_file=str(workdir / "tls" / "ca.pem"),
+            www_root=str(workdir / "www"),
+            workdir=str(workdir),
+            dids=dids,
+            pids={"devnet": os.getpid(), "plc": plc.pid, "knotd": children[-1].pid},
+            startup_seconds=round(time.monotonic() - started, 2),
+        )
+        tmp = state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2))
+        tmp.rename(state_file)
+        print(_banner(state), flush=True)
+        await _wait_for_signal()
+    finally:
+        if proxy:
+            proxy.close()
+        if hosts:
+            hosts.close()
+        for child in reversed(children):
+            child.stop()
+
+
+def _free_udp_and_tcp_port() -> int:
+    import socket
+
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.bind(("127.0.0.1", 0))
+            port = int(udp.getsockname()[1])
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+                try:
+                    tcp.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port")
+
+
+async def _wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def _banner(state: DevnetState) -> str:
+    return f"""atwhois test network is up in {state.startup_seconds}s (Ctrl-C stops it)
+  PLC directory  {state.plc_url}
+  DNS (test.)    {state.dns_server}   (Knot on 127.0.0.1:{state.knot_port})
+  HTTPS hosts    127.0.0.1:{state.https_port}   CA {state.ca_file}
+
+Point atwhois at it:
+  export ATWHOIS_DEV=1 ATWHOIS_PLC_URL={state.plc_url} ATWHOIS_DNS_SERVERS={state.dns_server}
+  export ATWHOIS_CA_BUNDLE={state.ca_file} ATWHOIS_ALLOW_NETS=127.0.0.0/8
+  export ATWHOIS_HTTPS_PORT={state.https_port}
+  atwhois lookup alice.test"""

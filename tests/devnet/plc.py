@@ -1,0 +1,49 @@
+"""The reference PLC directory (`@did-plc/server`, by others) on loopback, seeded from the world."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from . import world
+from .process import Child, wait_for_line
+
+HERE = Path(__file__).parent / "plc"
+DEFAULT_DB_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+
+
+def start_plc(port: int, schema: str, log: Path) -> tuple[Child, int]:
+    """Start the server on 127.0.0.1 (0 = any free port); return it and its port."""
+    env = {
+        **os.environ,
+        "PLC_DB_URL": os.environ.get("ATWHOIS_DEVNET_DB_URL", DEFAULT_DB_URL),
+        "PLC_DB_SCHEMA": schema,
+        "PLC_PORT": str(port),
+    }
+    child = Child.start(["node", str(HERE / "plc.js"), "serve"], log=log, env=env, cwd=HERE)
+    line = wait_for_line(child, log, "listening ", timeout=60)
+    return child, int(line.split()[1])
+
+
+def seed(url: str, plan: dict[str, Any]) -> dict[str, Any]:
+    """Submit the plan's signed operations; return {name: {did, cids}}."""
+    result = subprocess.run(
+        ["node", str(HERE / "plc.js"), "seed", url],
+        input=json.dumps(plan).encode(),
+        capture_output=True,
+        cwd=HERE,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"PLC seeding failed: {result.stderr.decode(errors='replace')}")
+    seeded: dict[str, Any] = json.loads(result.stdout)
+    return seeded
+
+
+def seed_world(url: str) -> dict[str, str]:
+    """Seed every identity of the world; return {name: DID}."""
+    return {name: entry["did"] for name, entry in seed(url, world.plc_plan()).items()}

@@ -1,0 +1,56 @@
+"""Child processes of the test network, each stopped by the PID it recorded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Child:
+    argv: list[str]
+    process: subprocess.Popen[bytes]
+
+    @classmethod
+    def start(
+        cls, argv: list[str], *, log: Path, env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> Child:
+        with log.open("ab") as out:
+            process = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, cwd=cwd,
+            )
+        return cls(argv, process)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self, timeout: float = 10) -> None:
+        """SIGTERM the recorded PID, then SIGKILL if it lingers."""
+        if self.process.poll() is not None:
+            return
+        os.kill(self.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(self.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def wait_for_line(child: Child, log: Path, prefix: str, *, timeout: float) -> str:
+    """Wait until the child's log has a line starting with `prefix`; fail if it dies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith(prefix):
+                return line
+        if child.process.poll() is not None:
+            raise RuntimeError(f"{child.argv[0]} exited early; see {log}:\n{log.read_text()}")
+        time.sleep(0.05)
+    raise TimeoutError(f"{child.argv[0]} did not print {prefix!r} in {timeout}s; see {log}")

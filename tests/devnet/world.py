@@ -1,0 +1,282 @@
+"""The test network's world: identities on the PLC directory, the DNS zone, the HTTPS hosts.
+
+One description, read by the orchestrator (to build the servers) and by the tests (to know
+what each case should produce). Every name here lives under the reserved `test.` TLD.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+PDS = "https://pds.test"
+# A P-256 did:key (from the crypto spec's examples): a signing key on the other curve.
+P256_SIGNING_KEY = "did:key:zDnaembgSGUhZULN2Caob4HLJPaxBh92N7rtH21TErzqf8HQo"
+NEVER_REGISTERED_DID = "did:plc:neverregisteredaaaaaaaaa"
+
+
+def private_key_hex(name: str) -> str:
+    """A fixed secp256k1 private key per name, so DIDs are the same on every run."""
+    return hashlib.sha256(f"atwhois devnet key {name}".encode()).hexdigest()
+
+
+def _create(handle: str, *, signer: str, aliases: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "op": "create",
+        "signer": signer,
+        "rotationKeys": [signer],
+        "signingKey": f"{signer}-signing",
+        "alsoKnownAs": aliases if aliases is not None else [f"at://{handle}"],
+        "pds": PDS,
+    }
+
+
+@dataclass(frozen=True)
+class PlcIdentity:
+    name: str
+    steps: list[dict[str, Any]]
+    what: str
+
+
+def _plain(name: str, handle: str, what: str) -> PlcIdentity:
+    return PlcIdentity(name, [_create(handle, signer=name)], what)
+
+
+PLC_IDENTITIES: list[PlcIdentity] = [
+    _plain("alice", "alice.test", "plain account; DNS and HTTPS agree"),
+    PlcIdentity(
+        "bob",
+        [
+            _create("bob-old.test", signer="bob"),
+            {"op": "update", "signer": "bob", "alsoKnownAs": ["at://bob.test"]},
+        ],
+        "handle change: bob-old.test -> bob.test (bob-old.test still points here in DNS)",
+    ),
+    PlcIdentity(
+        "carol",
+        [
+            _create("carol.test", signer="carol"),
+            {"op": "update", "signer": "carol", "signingKey": "carol-signing-2"},
+        ],
+        "signing-key rotation; handle served over HTTPS only",
+    ),
+    PlcIdentity(
+        "dave",
+        [
+            {**_create("dave.test", signer="dave"), "rotationKeys": ["dave", "dave-backup"]},
+            {"op": "update", "signer": "dave", "rotationKeys": ["dave-new", "dave-backup"]},
+            {"op": "update", "signer": "dave-new", "pds": "https://pds2.test"},
+        ],
+        "rotation-key rotation, then an op signed by the new rotation key (PDS move)",
+    ),
+    PlcIdentity(
+        "erin",
+        [_create("erin.test", signer="erin"), {"op": "tombstone", "signer": "erin"}],
+        "tombstoned",
+    ),
+    PlcIdentity(
+        "frank",
+        [
+            {**_create("frank.test", signer="frank"), "rotationKeys": ["frank", "frank-hot"]},
+            {"op": "update", "signer": "frank-hot", "alsoKnownAs": ["at://evil.test"]},
+            {"op": "update", "signer": "frank", "fork": 0, "alsoKnownAs": ["at://frank.test"]},
+        ],
+        "recovery: the hot key (index 1) hijacks the handle; key 0 nullifies that op",
+    ),
+    PlcIdentity(
+        "grace",
+        [
+            _create(
+                "grace.test",
+                signer="grace",
+                aliases=[
+                    "https://grace.example.com",
+                    "at://under_score.test",
+                    "at://grace.test",
+                    "at://grace-alt.test",
+                ],
+            )
+        ],
+        "several aliases: the first *valid* at:// one (grace.test) is the handle",
+    ),
+    PlcIdentity(
+        "henry",
+        [_create("henry.test", signer="henry", aliases=["at://Henry.TEST"])],
+        "mixed-case alias, lowercased before comparison",
+    ),
+    _plain("ivan", "conflict.test", "DNS says ivan, HTTPS says alice: DNS wins, conflict reported"),
+    _plain("judy", "dupe.test", "two identical TXT records, collapsed"),
+    _plain("kate", "split.test", "TXT record split into two character-strings"),
+    _plain("leo", "cname.test", "_atproto name is a CNAME to a valid record"),
+    _plain("mallory", "big.test", "TXT answer too large for plain UDP (TCP fallback)"),
+    _plain("nina", "redirect.test", "well-known redirects to another host"),
+    _plain("olivia", "spaces.test", "well-known body has whitespace around the DID"),
+    _plain("peggy", "slow.test", "DNS answer is slow; HTTPS answers fast"),
+    PlcIdentity(
+        "quinn",
+        [{**_create("quinn.test", signer="quinn"), "signingKey": P256_SIGNING_KEY}],
+        "P-256 signing key",
+    ),
+]
+
+# Rotation/signing key names used by the steps, each with its fixed private key.
+KEY_NAMES = sorted(
+    {
+        key
+        for identity in PLC_IDENTITIES
+        for step in identity.steps
+        for key in [
+            step["signer"],
+            *step.get("rotationKeys", []),
+            *([step["signingKey"]] if "signingKey" in step else []),
+        ]
+        if not key.startswith("did:key:")
+    }
+)
+
+
+def plc_plan() -> dict[str, Any]:
+    """The seeding plan handed to `plc.js seed`."""
+    return {
+        "keys": {name: private_key_hex(name) for name in KEY_NAMES},
+        "identities": [{"name": i.name, "steps": i.steps} for i in PLC_IDENTITIES],
+    }
+
+
+# --- DNS ------------------------------------------------------------------------------
+# TXT values may name an identity as "{did:NAME}"; the orchestrator fills in the DID.
+
+
+@dataclass(frozen=True)
+class DnsName:
+    txt: list[str] = field(default_factory=list)
+    cname: str | None = None
+    split_strings: bool = False  # each record as two character-strings (H-DNS-4)
+
+
+ATPROTO_TXT: dict[str, DnsName] = {
+    "alice.test": DnsName(["did={did:alice}"]),
+    "bob.test": DnsName(["did={did:bob}"]),
+    "bob-old.test": DnsName(["did={did:bob}"]),
+    "dave.test": DnsName(["did={did:dave}"]),
+    "erin.test": DnsName(["did={did:erin}"]),
+    "frank.test": DnsName(["did={did:frank}"]),
+    "grace.test": DnsName(["did={did:grace}"]),
+    "henry.test": DnsName(["did={did:henry}"]),
+    "quinn.test": DnsName(["did={did:quinn}"]),
+    "conflict.test": DnsName(["did={did:ivan}"]),
+    "dupe.test": DnsName(["did={did:judy}", "did={did:judy}", "v=spf1 -all"]),
+    "split.test": DnsName(["did={did:kate}"], split_strings=True),
+    "cname.test": DnsName(cname="_atproto.target.test."),
+    "target.test": DnsName(["did={did:leo}"]),
+    "big.test": DnsName(
+        ["did={did:mallory}"] + [f"filler-{i:02d}-" + "x" * 200 for i in range(12)]
+    ),
+    "slow.test": DnsName(["did={did:peggy}"]),
+    "two-dids.test": DnsName(["did={did:alice}", "did={did:bob}"]),
+    "no-did.test": DnsName(["hello world", "v=spf1 -all"]),
+    "bad-did.test": DnsName(["did=not-a-did"]),
+    "web.test": DnsName(["did=did:web:web.test"]),
+    "legacyweb.test": DnsName(["did=did:web:legacyweb.test"]),
+    "ghost.test": DnsName(["did={did:never}"]),
+    "imposter.test": DnsName(["did=did:web:imposter.test"]),
+    "wrong.test": DnsName(),
+    "servfail.test": DnsName(["did={did:alice}"]),
+    "blackhole.test": DnsName(["did={did:alice}"]),
+}
+
+# Names whose `_atproto` TXT the DNS proxy mistreats, whatever the zone says.
+DNS_SLOW = {"_atproto.slow.test."}
+DNS_NEVER = {"_atproto.blackhole.test."}
+DNS_SERVFAIL = {"_atproto.servfail.test."}
+DNS_SLOW_SECONDS = 1.5
+
+# Names that exist with some record but no TXT: a TXT query gets NODATA.
+NODATA_NAMES = {"_atproto.nodata.test."}
+
+# Hosts with an A record to a forbidden address (the SSRF guard must refuse, never connect).
+FORBIDDEN_HOSTS = {"forbidden.test": "0.0.0.0"}
+
+# --- HTTPS hosts ----------------------------------------------------------------------
+# Every host below has `A 127.0.0.1` and is served by one TLS server, chosen by SNI.
+
+# Hosts served with a broken certificate.
+TLS_EXPIRED = "expired.test"
+TLS_UNKNOWN_CA = "unknown-ca.test"
+TLS_WRONG_NAME = "wrong-name.test"
+
+WELL_KNOWN = "/.well-known/atproto-did"
+DID_JSON = "/.well-known/did.json"
+
+# (host, path) -> body; "{did:NAME}" placeholders filled in. Absent paths are 404.
+STATIC_FILES: dict[tuple[str, str], str] = {
+    ("alice.test", WELL_KNOWN): "{did:alice}",
+    ("carol.test", WELL_KNOWN): "{did:carol}",
+    ("conflict.test", WELL_KNOWN): "{did:alice}",
+    ("wrong.test", WELL_KNOWN): "{did:alice}",
+    ("spaces.test", WELL_KNOWN): "  \n\t{did:olivia}\r\n  \n",
+    ("slow.test", WELL_KNOWN): "{did:peggy}",
+    ("files.test", "/nina"): "{did:nina}",
+    ("html.test", WELL_KNOWN): "<!doctype html><html><body>This domain is parked</body></html>",
+    ("empty.test", WELL_KNOWN): "",
+    ("servfail.test", WELL_KNOWN): "{did:alice}",
+    ("web.test", DID_JSON): "{doc:web.test}",
+    ("legacyweb.test", DID_JSON): "{doc:legacyweb.test}",
+    ("imposter.test", DID_JSON): "{doc:web.test}",
+    (TLS_EXPIRED, WELL_KNOWN): "{did:alice}",
+    (TLS_UNKNOWN_CA, WELL_KNOWN): "{did:alice}",
+    (TLS_WRONG_NAME, WELL_KNOWN): "{did:alice}",
+}
+
+# One K-256 key in both encodings (spec checklist DOC-KEY-3): the same signing key.
+K256_MULTIKEY = "zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF"
+K256_LEGACY = (
+    "zQYEBzXeuTM9UR3rfvNag6L3RNAs5pQZyYPsomTsgQhsxLdEgCrPTLgFna8yqCnxPpNT7DBk6Ym3dgPKNu86vt9GR"
+)
+
+
+def did_web_document(host: str) -> dict[str, Any]:
+    """did:web documents: web.test in the current format, legacyweb.test in the legacy one."""
+    did = f"did:web:{host}"
+    if host == "legacyweb.test":
+        key = {
+            "id": "#atproto",
+            "type": "EcdsaSecp256k1VerificationKey2019",
+            "controller": did,
+            "publicKeyMultibase": K256_LEGACY,
+        }
+    else:
+        key = {
+            "id": f"{did}#atproto",
+            "type": "Multikey",
+            "controller": did,
+            "publicKeyMultibase": K256_MULTIKEY,
+        }
+    return {
+        "@context": ["https://www.w3.org/ns/did/v1", "https://w3id.org/security/multikey/v1"],
+        "id": did,
+        "alsoKnownAs": [f"at://{host}"],
+        "verificationMethod": [key],
+        "service": [
+            {"id": "#atproto_pds", "type": "AtprotoPersonalDataServer", "serviceEndpoint": PDS}
+        ],
+    }
+
+# Hosts whose behaviour is code in the TLS server, not a file.
+HTTPS_BEHAVIOURS = {
+    "redirect.test": "redirect to https://files.test/nina",
+    "loop.test": "redirects to itself forever",
+    "huge.test": "a body of 4 MiB",
+    "slow-headers.test": "headers only after 30 s",
+    "trickle.test": "headers at once, then one byte a second",
+    "error.test": "503 Service Unavailable",
+}
+
+
+HTTPS_HOSTS = sorted(
+    {host for host, _ in STATIC_FILES}
+    | set(HTTPS_BEHAVIOURS)
+    | {"web.test", "legacyweb.test", "imposter.test", "pds.test", "pds2.test", "nodata.test"}
+    | {TLS_EXPIRED, TLS_UNKNOWN_CA, TLS_WRONG_NAME}
+)

@@ -1,0 +1,37 @@
+"""Loaders for the third-party test vectors in `../shared/vectors` (read, never copied)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+VECTORS = Path(
+    os.environ.get("ATWHOIS_VECTORS", Path(__file__).resolve().parents[2] / "shared" / "vectors")
+)
+SYNTAX = VECTORS / "atproto-interop-tests" / "syntax"
+CRYPTO = VECTORS / "atproto-interop-tests" / "crypto"
+PLC_LOGS = VECTORS / "go-didplc" / "testdata"
+INDIGO = VECTORS / "indigo"
+
+
+def syntax_cases(name: str) -> list[str]:
+    """One case per line; `#` comments and blank lines skipped; lines never trimmed."""
+    text = (SYNTAX / name).read_text(encoding="utf-8")
+    lines = text.split("\n")
+    return [line.removesuffix("\r") for line in lines if line and not line.startswith("#")]
+
+
+def load_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def did_documents() -> dict[str, Any]:
+    """Every DID-document fixture from indigo, by file name."""
+    return {p.name: load_json(p) for p in sorted(INDIGO.rglob("*.json"))}
+
+
+def plc_logs() -> dict[str, Any]:
+    """Every go-didplc audit log, by file name (without `.json`)."""
+    return {p.stem: load_json(p) for p in sorted(PLC_LOGS.glob("log_*.json"))}

@@ -201,10 +201,8 @@ def parse_query(text: str) -> Query:
 
     Handles come back lowercased (H-SYN-6); DIDs are never re-cased (D-SYN-7).
     """
-    if text.startswith("at://"):
-        authority = parse_at_uri(text).authority
-    else:
-        authority = text.removeprefix("@")
+    at_uri = text.startswith("at://")
+    authority = parse_at_uri(text).authority if at_uri else text.removeprefix("@")
     if authority.startswith("did:"):
         return Query(text, "did", parse_did(authority))
     if authority.lower().startswith("did:"):

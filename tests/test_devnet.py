@@ -44,7 +44,10 @@ async def test_dns_cases_that_break_resolvers(devnet: DevnetState) -> None:
     # Too large for UDP: the answer is truncated, and dnspython retries over TCP.
     host, port = devnet.dns_server.split(":")
     udp = await dns.asyncquery.udp(
-        dns.message.make_query("_atproto.big.test", "TXT"), host, port=int(port), timeout=2,
+        dns.message.make_query("_atproto.big.test", "TXT"),
+        host,
+        port=int(port),
+        timeout=2,
         raise_on_truncation=False,
     )
     assert udp.flags & dns.flags.TC
@@ -59,7 +62,9 @@ async def test_dns_cases_that_break_resolvers(devnet: DevnetState) -> None:
     assert reply.rcode() == dns.rcode.SERVFAIL
     with pytest.raises(dns.exception.Timeout):
         await dns.asyncquery.udp(
-            dns.message.make_query("_atproto.blackhole.test", "TXT"), host, port=int(port),
+            dns.message.make_query("_atproto.blackhole.test", "TXT"),
+            host,
+            port=int(port),
             timeout=0.5,
         )
 
@@ -86,7 +91,9 @@ async def test_tls_hosts_serve_well_known_files_with_verified_certificates(
         response = await client.get("/.well-known/atproto-did")
         assert response.text == devnet.did("alice")
     async with _https_via_loopback(devnet, "web.test") as client:
-        assert json.loads((await client.get("/.well-known/did.json")).text)["id"] == "did:web:web.test"
+        assert (
+            json.loads((await client.get("/.well-known/did.json")).text)["id"] == "did:web:web.test"
+        )
     for broken in (world.TLS_EXPIRED, world.TLS_UNKNOWN_CA, world.TLS_WRONG_NAME):
         async with _https_via_loopback(devnet, broken) as client:
             with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):

@@ -155,7 +155,10 @@ def test_did_web_refusals(did: str, rule: str) -> None:
 
 def test_plc_identifier() -> None:
     syntax.check_plc_did("did:plc:ewvi7nxzyoun6zhxrhs64oiz")
-    for bad in ("did:plc:ewvi7nxzyoun6zhxrhs64oi", "did:plc:EWVI7NXZYOUN6ZHXRHS64OIZ",
-                "did:plc:ewvi7nxzyoun6zhxrhs64oi1"):
+    for bad in (
+        "did:plc:ewvi7nxzyoun6zhxrhs64oi",
+        "did:plc:EWVI7NXZYOUN6ZHXRHS64OIZ",
+        "did:plc:ewvi7nxzyoun6zhxrhs64oi1",
+    ):
         with pytest.raises(errors.InvalidDid, match="D-PLC-1"):
             syntax.check_plc_did(bad)

@@ -14,8 +14,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.devnet", description=__doc__)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--state", type=Path, default=None, help="where to write the address book")
-    parser.add_argument("--delay-ms", type=float, default=0.0,
-                        help="latency added to every DNS answer and HTTPS response")
+    parser.add_argument(
+        "--delay-ms",
+        type=float,
+        default=0.0,
+        help="latency added to every DNS answer and HTTPS response",
+    )
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="atwhois-devnet-"))
     state = args.state or workdir / "state.json"

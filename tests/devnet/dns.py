@@ -92,9 +92,7 @@ class Knot:
         (self.workdir / "db").mkdir(parents=True, exist_ok=True)
         self.config.write_text(_knot_config(self.workdir, self.port))
         self.zone_file.write_text(zone)
-        self.child = Child.start(
-            ["knotd", "-c", str(self.config)], log=self.workdir / "knotd.log"
-        )
+        self.child = Child.start(["knotd", "-c", str(self.config)], log=self.workdir / "knotd.log")
         self._wait_until_answering()
         return self.child
 
@@ -121,7 +119,9 @@ class Knot:
         self.zone_file.write_text(zone)
         subprocess.run(
             ["knotc", "-c", str(self.config), "zone-reload", "test."],
-            check=True, capture_output=True, timeout=20,
+            check=True,
+            capture_output=True,
+            timeout=20,
         )
 
 

@@ -30,7 +30,9 @@ class Certificates:
         past = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
         for host in world.HTTPS_HOSTS:
             if host == world.TLS_EXPIRED:
-                leaf = self.ca.issue_cert(host, not_before=past, not_after=past + datetime.timedelta(days=30))
+                leaf = self.ca.issue_cert(
+                    host, not_before=past, not_after=past + datetime.timedelta(days=30)
+                )
             elif host == world.TLS_UNKNOWN_CA:
                 leaf = stranger.issue_cert(host)
             elif host == world.TLS_WRONG_NAME:
@@ -61,7 +63,10 @@ class HttpsHosts:
 
     async def start(self, port: int = 0) -> int:
         self._server = await asyncio.start_server(
-            self._serve, LOOPBACK, port, ssl=self.certificates.default,
+            self._serve,
+            LOOPBACK,
+            port,
+            ssl=self.certificates.default,
             ssl_handshake_timeout=10,
         )
         return int(self._server.sockets[0].getsockname()[1])
@@ -81,14 +86,20 @@ class HttpsHosts:
             lines = head.decode("latin-1").split("\r\n")
             method, target, _ = lines[0].split(" ", 2)
             headers = dict(
-                (k.strip().lower(), v.strip()) for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
+                (k.strip().lower(), v.strip())
+                for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
             )
             host = headers.get("host", "").split(":")[0].lower()
             if self.delay:
                 await asyncio.sleep(self.delay)
             await self._respond(writer, host, target.split("?")[0], method)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError,
-                ssl.SSLError, ValueError):
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            ssl.SSLError,
+            ValueError,
+        ):
             pass
         finally:
             writer.close()
@@ -121,16 +132,26 @@ class HttpsHosts:
         return await _send(writer, 200, file.read_bytes(), [("Content-Type", content_type)])
 
 
-_REASONS = {200: "OK", 301: "Moved Permanently", 302: "Found", 404: "Not Found",
-            503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    301: "Moved Permanently",
+    302: "Found",
+    404: "Not Found",
+    503: "Service Unavailable",
+}
 
 
 async def _send(
-    writer: asyncio.StreamWriter, status: int, body: bytes,
+    writer: asyncio.StreamWriter,
+    status: int,
+    body: bytes,
     headers: list[tuple[str, str]] | None = None,
 ) -> None:
-    head = [f"HTTP/1.1 {status} {_REASONS[status]}", f"Content-Length: {len(body)}",
-            "Connection: close"]
+    head = [
+        f"HTTP/1.1 {status} {_REASONS[status]}",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+    ]
     head += [f"{k}: {v}" for k, v in headers or []]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
     await writer.drain()

@@ -72,7 +72,9 @@ async def run(workdir: Path, state_file: Path, delay: float) -> None:
     hosts: HttpsHosts | None = None
     try:
         # The server allows only [A-Za-z_] in a schema name: spell the PID in letters.
-        schema = "atwhois_devnet_" + str(os.getpid()).translate(str.maketrans("0123456789", "abcdefghij"))
+        schema = "atwhois_devnet_" + str(os.getpid()).translate(
+            str.maketrans("0123456789", "abcdefghij")
+        )
         plc, plc_port = start_plc(0, schema, workdir / "plc.log")
         children.append(plc)
         plc_url = f"http://127.0.0.1:{plc_port}"

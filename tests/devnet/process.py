@@ -17,13 +17,21 @@ class Child:
 
     @classmethod
     def start(
-        cls, argv: list[str], *, log: Path, env: dict[str, str] | None = None,
+        cls,
+        argv: list[str],
+        *,
+        log: Path,
+        env: dict[str, str] | None = None,
         cwd: Path | None = None,
     ) -> Child:
         with log.open("ab") as out:
             process = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, cwd=cwd,
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=cwd,
             )
         return cls(argv, process)
 

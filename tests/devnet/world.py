@@ -114,6 +114,16 @@ PLC_IDENTITIES: list[PlcIdentity] = [
     _plain("olivia", "spaces.test", "well-known body has whitespace around the DID"),
     _plain("peggy", "slow.test", "DNS answer is slow; HTTPS answers fast"),
     PlcIdentity(
+        "trent",
+        [_create("alice.test", signer="trent")],
+        "impersonator: declares alice.test, which resolves to alice (DID-first mismatch)",
+    ),
+    PlcIdentity(
+        "uma",
+        [_create("uma.local", signer="uma")],
+        "declares a handle under a reserved TLD (never resolved, H-TLD-1)",
+    ),
+    PlcIdentity(
         "quinn",
         [{**_create("quinn.test", signer="quinn"), "signingKey": P256_SIGNING_KEY}],
         "P-256 signing key",
@@ -224,6 +234,7 @@ STATIC_FILES: dict[tuple[str, str], str] = {
     ("web.test", DID_JSON): "{doc:web.test}",
     ("legacyweb.test", DID_JSON): "{doc:legacyweb.test}",
     ("imposter.test", DID_JSON): "{doc:web.test}",
+    ("feedgen.test", DID_JSON): "{doc:feedgen.test}",
     (TLS_EXPIRED, WELL_KNOWN): "{did:alice}",
     (TLS_UNKNOWN_CA, WELL_KNOWN): "{did:alice}",
     (TLS_WRONG_NAME, WELL_KNOWN): "{did:alice}",
@@ -237,8 +248,23 @@ K256_LEGACY = (
 
 
 def did_web_document(host: str) -> dict[str, Any]:
-    """did:web documents: web.test in the current format, legacyweb.test in the legacy one."""
+    """did:web documents: web.test in the current format, legacyweb.test in the legacy one,
+    feedgen.test a service with no handle and no key."""
     did = f"did:web:{host}"
+    if host == "feedgen.test":
+        return {
+            "@context": ["https://www.w3.org/ns/did/v1"],
+            "id": did,
+            "alsoKnownAs": [],
+            "authentication": None,
+            "service": [
+                {
+                    "id": "#bsky_fg",
+                    "type": "BskyFeedGenerator",
+                    "serviceEndpoint": "https://feedgen.test",
+                }
+            ],
+        }
     if host == "legacyweb.test":
         key = {
             "id": "#atproto",
@@ -262,6 +288,7 @@ def did_web_document(host: str) -> dict[str, Any]:
             {"id": "#atproto_pds", "type": "AtprotoPersonalDataServer", "serviceEndpoint": PDS}
         ],
     }
+
 
 # Hosts whose behaviour is code in the TLS server, not a file.
 HTTPS_BEHAVIOURS = {

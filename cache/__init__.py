@@ -1,0 +1,1 @@
+"""Cache of verified bindings and the local HTTP cache service (filled in by their issues)."""

@@ -1,0 +1,1 @@
+"""atwhois command line."""

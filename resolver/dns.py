@@ -1,0 +1,79 @@
+"""The DNS edge: TXT lookups for handles and address lookups for the fetcher, through the
+configured nameservers (never the system's stub when some are configured), with every
+failure classified as absent, transient or invalid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import dns.asyncresolver
+import dns.exception
+import dns.nameserver
+import dns.rdatatype
+import dns.resolver
+
+from .config import Config
+from .errors import NotFound, UpstreamFailure, UpstreamTimeout
+
+_PER_SERVER_TIMEOUT = 2.0
+
+
+class DnsClient:
+    """Asks the primary nameservers, then the fallbacks when the primaries fail."""
+
+    def __init__(self, config: Config) -> None:
+        self.timeout = config.dns_timeout
+        servers = config.dns_servers + config.dns_fallback_servers
+        resolver = dns.asyncresolver.Resolver(configure=not servers)
+        if servers:
+            resolver.nameservers = [dns.nameserver.Do53Nameserver(s.host, s.port) for s in servers]
+        resolver.rotate = False  # fallbacks are asked in order, after the primaries
+        # Leave every server a share of the deadline, so a dead primary cannot use it all.
+        share = config.dns_timeout / max(1, len(resolver.nameservers))
+        resolver.timeout = min(_PER_SERVER_TIMEOUT, share)
+        resolver.lifetime = config.dns_timeout
+        resolver.cache = None
+        self._resolver = resolver
+
+    @property
+    def servers(self) -> list[str]:
+        return [str(ns) for ns in self._resolver.nameservers]
+
+    async def txt(self, name: str) -> list[list[bytes]]:
+        """Every TXT record at `name`, each as its list of character-strings."""
+        answer = await self._query(name, dns.rdatatype.TXT)
+        return [list(rdata.strings) for rdata in answer]
+
+    async def addresses(self, host: str) -> list[str]:
+        """A and AAAA records of `host` (A first). NotFound only if both are absent."""
+        results = await asyncio.gather(
+            self._query(host, dns.rdatatype.A),
+            self._query(host, dns.rdatatype.AAAA),
+            return_exceptions=True,
+        )
+        found = [rdata.address for r in results if not isinstance(r, BaseException) for rdata in r]
+        if found:
+            return found
+        errors = [r for r in results if isinstance(r, BaseException)]
+        transient = [e for e in errors if not isinstance(e, NotFound)]
+        raise transient[0] if transient else errors[0]
+
+    async def _query(self, name: str, rdtype: dns.rdatatype.RdataType) -> dns.resolver.Answer:
+        try:
+            return await self._resolver.resolve(name, rdtype, search=False)
+        except dns.resolver.NXDOMAIN:
+            raise NotFound(f"{name}: NXDOMAIN") from None
+        except dns.resolver.NoAnswer:
+            raise NotFound(f"{name}: no {rdtype.name} record (NODATA)") from None
+        except dns.resolver.LifetimeTimeout:
+            raise UpstreamTimeout(f"{name}: no DNS answer within {self.timeout}s") from None
+        except dns.resolver.NoNameservers as err:
+            raise UpstreamFailure(f"{name}: every nameserver failed ({_reasons(err)})") from None
+        except dns.exception.DNSException as err:
+            raise UpstreamFailure(f"{name}: DNS error: {err}") from None
+
+
+def _reasons(err: dns.resolver.NoNameservers) -> str:
+    errors = err.kwargs.get("errors") or []
+    return "; ".join(f"{e[0]}: {e[3]}" for e in errors[:3]) or "no answer"

@@ -1,0 +1,109 @@
+"""The `Identity` report: one immutable value carrying the verdict, the data and the evidence.
+
+Its JSON form (`to_json()`) is the contract shared by `atwhois lookup --json`, the HTTP
+service, audits and tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ResolutionError
+from .outcome import Outcome, Status
+from .syntax import INVALID_HANDLE
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What one method (dns, https, did_doc) did: its outcome, the DIDs it saw, why it
+    failed, how long it took, and where it asked."""
+
+    outcome: Outcome
+    dids: tuple[str, ...] = ()
+    error: str | None = None
+    error_kind: str | None = None  # the error class, e.g. "UpstreamTimeout"
+    ms: float | None = None
+    source: str | None = None  # the name queried or the URL fetched
+
+    @classmethod
+    def skipped(cls, why: str) -> Evidence:
+        return cls(Outcome.SKIPPED, error=why)
+
+    @classmethod
+    def failure(cls, err: ResolutionError, ms: float, source: str | None) -> Evidence:
+        return cls(err.outcome, (), str(err), type(err).__name__, round(ms, 2), source)
+
+    @property
+    def did(self) -> str | None:
+        return self.dids[0] if self.outcome is Outcome.OK and self.dids else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": str(self.outcome),
+            "dids": list(self.dids),
+            "error": self.error,
+            "error_kind": self.error_kind,
+            "ms": self.ms,
+            "source": self.source,
+        }
+
+
+SKIPPED = Evidence(Outcome.SKIPPED)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who an identifier is, whether the handle <-> DID binding is verified, and why."""
+
+    query: str
+    status: Status
+    did: str | None = None
+    declared_handle: str | None = None
+    pds: str | None = None
+    signing_key: str | None = None  # did:key
+    also_known_as: tuple[str, ...] = ()
+    dns: Evidence = SKIPPED
+    https: Evidence = SKIPPED
+    did_doc: Evidence = SKIPPED
+    warnings: tuple[str, ...] = ()
+    error: str | None = None  # the reason, when not verified
+    checked_at: str = ""
+    handle_queried: str | None = None  # the handle whose resolution the evidence shows
+    did_document: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def verified(self) -> bool:
+        return self.status is Status.VERIFIED
+
+    @property
+    def handle(self) -> str:
+        """The verified handle, or `handle.invalid` (H-INV-2)."""
+        if self.verified and self.declared_handle:
+            return self.declared_handle
+        return INVALID_HANDLE
+
+    def to_json(self, *, include_document: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "query": self.query,
+            "did": self.did,
+            "handle": self.handle,
+            "declared_handle": self.declared_handle,
+            "status": str(self.status),
+            "verified": self.verified,
+            "pds": self.pds,
+            "signing_key": self.signing_key,
+            "also_known_as": list(self.also_known_as),
+            "evidence": {
+                "handle": self.handle_queried,
+                "dns": self.dns.to_json(),
+                "https": self.https.to_json(),
+                "did_doc": self.did_doc.to_json(),
+            },
+            "warnings": list(self.warnings),
+            "error": self.error,
+            "checked_at": self.checked_at,
+        }
+        if include_document:
+            out["did_document"] = self.did_document
+        return out

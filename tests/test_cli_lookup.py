@@ -1,0 +1,127 @@
+"""The `atwhois lookup` contract, through the real executable against the test network."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.devnet.network import DevnetState
+
+ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
+CONTRACT_KEYS = {
+    "query",
+    "did",
+    "handle",
+    "declared_handle",
+    "status",
+    "pds",
+    "signing_key",
+    "also_known_as",
+    "evidence",
+    "warnings",
+}
+
+
+def run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    done = subprocess.run(
+        [ATWHOIS, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def report(args: list[str], env: dict[str, str], code: int) -> dict[str, Any]:
+    got, out, err = run(args, env)
+    assert got == code, (out, err)
+    assert err == ""
+    data: dict[str, Any] = json.loads(out)
+    assert data.keys() >= CONTRACT_KEYS
+    for method in ("dns", "https", "did_doc"):
+        assert {"outcome", "dids", "error", "ms"} <= data["evidence"][method].keys()
+    return data
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "status"),
+    [
+        (["lookup", "alice.test", "--json"], 0, "verified"),
+        (["@Alice.Test", "--json"], 0, "verified"),  # the short form
+        (["lookup", "bob-old.test", "--json"], 1, "handle_mismatch"),
+        (["lookup", "nobody.test", "--json"], 1, "handle_not_found"),
+        (["lookup", "ghost.test", "--json"], 1, "did_not_found"),
+        (["lookup", "erin.test", "--json"], 1, "did_deactivated"),
+        (["lookup", "two-dids.test", "--json"], 1, "ambiguous"),
+        (["lookup", "imposter.test", "--json"], 1, "invalid_document"),
+        (["lookup", "john..test", "--json"], 2, "invalid_input"),
+        (["lookup", "blackhole.test", "--json"], 3, "unavailable"),
+    ],
+)
+def test_exit_codes_and_status(
+    args: list[str], code: int, status: str, devnet_env: dict[str, str]
+) -> None:
+    assert report(args, devnet_env, code)["status"] == status
+
+
+def test_json_report_of_a_verified_handle(devnet_env: dict[str, str], devnet: DevnetState) -> None:
+    data = report(["alice.test", "--json"], devnet_env, 0)
+    assert data["did"] == devnet.did("alice") and data["handle"] == "alice.test"
+    assert data["evidence"]["dns"]["outcome"] == "ok"
+    assert data["evidence"]["dns"]["dids"] == [devnet.did("alice")]
+    assert data["pds"] == "https://pds.test"
+    assert "did_document" not in data
+    with_doc = report(["alice.test", "--json", "--document"], devnet_env, 0)
+    assert with_doc["did_document"]["id"] == devnet.did("alice")
+
+
+def test_a_did_and_an_at_uri(devnet_env: dict[str, str], devnet: DevnetState) -> None:
+    assert report([devnet.did("alice"), "--json"], devnet_env, 0)["handle"] == "alice.test"
+    uri = f"at://{devnet.did('bob')}/app.bsky.feed.post/3k2a"
+    assert report([uri, "--json"], devnet_env, 0)["handle"] == "bob.test"
+
+
+def test_flags_override_the_environment(devnet_env: dict[str, str], devnet: DevnetState) -> None:
+    env = {
+        k: v
+        for k, v in devnet_env.items()
+        if k not in {"ATWHOIS_DNS_SERVERS", "ATWHOIS_PLC_URL", "ATWHOIS_DEV"}
+    }
+    args = [
+        "alice.test",
+        "--json",
+        "--dev",
+        "--dns-server",
+        devnet.dns_server,
+        "--plc-url",
+        devnet.plc_url,
+    ]
+    assert report(args, env, 0)["status"] == "verified"
+
+
+def test_human_output(devnet_env: dict[str, str], devnet: DevnetState) -> None:
+    code, out, _ = run(["conflict.test"], devnet_env)
+    assert code == 0
+    assert out.splitlines()[0] == "conflict.test: verified [verified]"
+    assert devnet.did("ivan") in out and devnet.did("alice") in out
+    assert "dns_https_conflict" in out
+    code, out, _ = run(["laptop.local"], devnet_env)
+    assert code == 2 and "H-TLD-1" in out
+
+
+def test_bad_configuration_is_exit_2(devnet_env: dict[str, str]) -> None:
+    code, out, err = run(["alice.test", "--dns-server", "not-an-ip"], devnet_env)
+    assert code == 2 and out == "" and "bad configuration" in err
+    env = {**devnet_env, "ATWHOIS_ALLOW_NETS": "300.1.1.1/8"}
+    code, _, err = run(["alice.test"], env)
+    assert code == 2 and "bad configuration" in err
+
+
+def test_unset_environment_uses_production_defaults() -> None:
+    # Without dev mode a .test handle is refused before any network traffic (H-TLD-2).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATWHOIS_")}
+    code, out, _ = run(["alice.test", "--json"], env)
+    assert code == 2 and json.loads(out)["error"].endswith("[H-TLD-2]")

@@ -1,0 +1,342 @@
+"""The resolver against the real test network: every case of the world, with the exact
+status and evidence each must produce."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from typing import NamedTuple
+
+import pytest
+
+from resolver import Config, Nameserver, Outcome, Resolver, Status
+from resolver.dns import DnsClient
+from resolver.fetch import Fetcher
+from tests.devnet import world
+from tests.devnet.network import DevnetState
+
+OK, NF, FAIL, BAD, SKIP = (
+    Outcome.OK,
+    Outcome.NOT_FOUND,
+    Outcome.FAILED,
+    Outcome.INVALID,
+    Outcome.SKIPPED,
+)
+
+
+class Case(NamedTuple):
+    query: str
+    status: Status
+    did: str | None  # identity name in the world, "never", or a literal DID
+    dns: Outcome
+    https: Outcome
+    doc: Outcome
+    error_kinds: tuple[str | None, str | None, str | None] = (None, None, None)
+    warnings: frozenset[str] = frozenset()
+
+
+L = frozenset({"legacy_key_format"})  # the reference PLC server serves legacy keys
+CASES = [
+    # verified, by each way and with each quirk of the world
+    Case("alice.test", Status.VERIFIED, "alice", OK, OK, OK, warnings=L),
+    Case("@Alice.TEST", Status.VERIFIED, "alice", OK, OK, OK, warnings=L),  # H-SYN-6/7
+    Case("bob.test", Status.VERIFIED, "bob", OK, NF, OK, warnings=L),  # after a handle change
+    Case("carol.test", Status.VERIFIED, "carol", NF, OK, OK, warnings=L),  # HTTPS only
+    Case("dave.test", Status.VERIFIED, "dave", OK, NF, OK, warnings=L),  # rotation keys rotated
+    Case("frank.test", Status.VERIFIED, "frank", OK, NF, OK, warnings=L),  # hostile op nullified
+    Case("grace.test", Status.VERIFIED, "grace", OK, NF, OK, warnings=L),  # DOC-AKA-1
+    Case("henry.test", Status.VERIFIED, "henry", OK, NF, OK, warnings=L),  # mixed-case alias
+    Case("quinn.test", Status.VERIFIED, "quinn", OK, NF, OK, warnings=L),  # P-256 signing key
+    Case("dupe.test", Status.VERIFIED, "judy", OK, NF, OK, warnings=L),  # H-DNS-3 duplicates
+    Case("split.test", Status.VERIFIED, "kate", OK, NF, OK, warnings=L),  # H-DNS-4
+    Case("cname.test", Status.VERIFIED, "leo", OK, NF, OK, warnings=L),  # CNAME
+    Case("big.test", Status.VERIFIED, "mallory", OK, NF, OK, warnings=L),  # TC -> TCP
+    Case("redirect.test", Status.VERIFIED, "nina", NF, OK, OK, warnings=L),  # H-WK-6
+    Case("spaces.test", Status.VERIFIED, "olivia", NF, OK, OK, warnings=L),  # H-WK-4
+    Case("web.test", Status.VERIFIED, "did:web:web.test", OK, NF, OK),  # Multikey did:web
+    Case("legacyweb.test", Status.VERIFIED, "did:web:legacyweb.test", OK, NF, OK, warnings=L),
+    # H-RES-2: both answer, they disagree, DNS wins and the conflict is reported
+    Case("conflict.test", Status.VERIFIED, "ivan", OK, OK, OK, warnings=L | {"dns_https_conflict"}),
+    # DNS is slower than its deadline; HTTPS carries the lookup, with a warning
+    Case(
+        "slow.test",
+        Status.VERIFIED,
+        "peggy",
+        FAIL,
+        OK,
+        OK,
+        ("UpstreamTimeout", None, None),
+        L | {"dns_unavailable"},
+    ),
+    # not verified
+    Case("bob-old.test", Status.HANDLE_MISMATCH, "bob", OK, NF, OK, warnings=L),
+    Case("wrong.test", Status.HANDLE_MISMATCH, "alice", NF, OK, OK, warnings=L),
+    Case("erin.test", Status.DID_DEACTIVATED, "erin", OK, NF, NF, (None, None, "DidDeactivated")),
+    Case("ghost.test", Status.DID_NOT_FOUND, "never", OK, NF, NF, (None, None, "NotFound")),
+    Case(
+        "imposter.test",
+        Status.INVALID_DOCUMENT,
+        "did:web:imposter.test",
+        OK,
+        NF,
+        BAD,
+        (None, None, "InvalidData"),
+    ),
+    Case("two-dids.test", Status.AMBIGUOUS, None, BAD, NF, SKIP, ("AmbiguousHandle", None, None)),
+    Case(
+        "no-did.test", Status.HANDLE_NOT_FOUND, None, NF, NF, SKIP, ("NotFound", "NotFound", None)
+    ),
+    Case("bad-did.test", Status.HANDLE_NOT_FOUND, None, BAD, NF, SKIP, ("InvalidData", None, None)),
+    Case(
+        "nobody.test", Status.HANDLE_NOT_FOUND, None, NF, NF, SKIP, ("NotFound", "NotFound", None)
+    ),
+    Case(
+        "nodata.test", Status.HANDLE_NOT_FOUND, None, NF, NF, SKIP, ("NotFound", "NotFound", None)
+    ),
+    Case(
+        "html.test", Status.HANDLE_NOT_FOUND, None, NF, BAD, SKIP, ("NotFound", "InvalidData", None)
+    ),
+    Case("empty.test", Status.HANDLE_NOT_FOUND, None, NF, BAD, SKIP, (None, "InvalidData", None)),
+    Case(
+        "huge.test", Status.HANDLE_NOT_FOUND, None, NF, BAD, SKIP, (None, "ResponseTooLarge", None)
+    ),
+    Case("loop.test", Status.HANDLE_NOT_FOUND, None, NF, BAD, SKIP, (None, "InvalidData", None)),
+    Case(
+        "forbidden.test",
+        Status.HANDLE_NOT_FOUND,
+        None,
+        NF,
+        BAD,
+        SKIP,
+        (None, "ForbiddenAddress", None),
+    ),
+    # transient failures are never reported as absence
+    Case(
+        "servfail.test",
+        Status.HANDLE_MISMATCH,
+        "alice",
+        FAIL,
+        OK,
+        OK,
+        ("UpstreamFailure", None, None),
+        L | {"dns_unavailable"},
+    ),
+    Case(
+        "blackhole.test",
+        Status.UNAVAILABLE,
+        None,
+        FAIL,
+        NF,
+        SKIP,
+        ("UpstreamTimeout", "NotFound", None),
+    ),
+    Case("error.test", Status.UNAVAILABLE, None, NF, FAIL, SKIP, (None, "UpstreamFailure", None)),
+    Case(
+        "slow-headers.test",
+        Status.UNAVAILABLE,
+        None,
+        NF,
+        FAIL,
+        SKIP,
+        (None, "UpstreamTimeout", None),
+    ),
+    Case("trickle.test", Status.UNAVAILABLE, None, NF, FAIL, SKIP, (None, "UpstreamTimeout", None)),
+    Case(
+        world.TLS_EXPIRED, Status.UNAVAILABLE, None, NF, FAIL, SKIP, (None, "UpstreamFailure", None)
+    ),
+    Case(
+        world.TLS_UNKNOWN_CA,
+        Status.UNAVAILABLE,
+        None,
+        NF,
+        FAIL,
+        SKIP,
+        (None, "UpstreamFailure", None),
+    ),
+    Case(
+        world.TLS_WRONG_NAME,
+        Status.UNAVAILABLE,
+        None,
+        NF,
+        FAIL,
+        SKIP,
+        (None, "UpstreamFailure", None),
+    ),
+]
+
+
+def _did(devnet: DevnetState, ref: str | None) -> str | None:
+    if ref is None or ref.startswith("did:"):
+        return ref
+    return world.NEVER_REGISTERED_DID if ref == "never" else devnet.did(ref)
+
+
+@pytest.fixture
+async def resolver(devnet_config: Config) -> AsyncIterator[Resolver]:
+    async with Resolver(devnet_config) as resolver:
+        yield resolver
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.query)
+async def test_handle_lookups(case: Case, resolver: Resolver, devnet: DevnetState) -> None:
+    identity = await resolver.lookup(case.query)
+    evidence = (identity.dns, identity.https, identity.did_doc)
+    assert identity.status is case.status, identity.error
+    assert identity.did == _did(devnet, case.did)
+    assert tuple(e.outcome for e in evidence) == (case.dns, case.https, case.doc)
+    for expected, got in zip(case.error_kinds, evidence, strict=True):
+        if expected is not None:
+            assert got.error_kind == expected, got.error
+    assert set(identity.warnings) == case.warnings
+    verified = case.status is Status.VERIFIED
+    handle = case.query.removeprefix("@").lower()
+    assert identity.handle == (handle if verified else "handle.invalid")  # H-INV-2
+    assert (identity.error is None) is verified
+    for e in evidence:  # every step that ran says how long it took and where it asked
+        assert (e.ms is not None) is (e.outcome is not SKIP)
+        assert (e.source is not None) is (e.outcome is not SKIP)
+
+
+async def test_evidence_carries_what_each_method_saw(
+    resolver: Resolver, devnet: DevnetState
+) -> None:
+    conflict = await resolver.lookup("conflict.test")
+    assert conflict.dns.dids == (devnet.did("ivan"),)
+    assert conflict.https.dids == (devnet.did("alice"),)
+    ambiguous = await resolver.lookup("two-dids.test")
+    assert set(ambiguous.dns.dids) == {devnet.did("alice"), devnet.did("bob")}
+    redirect = await resolver.lookup("redirect.test")
+    assert redirect.https.source == "https://redirect.test/.well-known/atproto-did"
+
+
+async def test_document_data(resolver: Resolver, devnet: DevnetState) -> None:
+    grace = await resolver.lookup("grace.test")
+    assert grace.also_known_as[0] == "https://grace.example.com"
+    assert grace.declared_handle == "grace.test"  # not under_score.test, not grace-alt.test
+    assert grace.pds == world.PDS and grace.signing_key and grace.signing_key.startswith("did:key:")
+    dave = await resolver.lookup("dave.test")
+    assert dave.pds == "https://pds2.test"  # the op signed by the rotated-in key applied
+    quinn = await resolver.lookup("quinn.test")
+    assert quinn.signing_key == world.P256_SIGNING_KEY
+    web, legacy = await resolver.lookup("web.test"), await resolver.lookup("legacyweb.test")
+    assert web.signing_key == legacy.signing_key == "did:key:" + world.K256_MULTIKEY
+    frank = await resolver.lookup("frank.test")
+    assert frank.also_known_as == ("at://frank.test",)  # not the nullified at://evil.test
+    assert frank.did_document is not None and frank.did_document["id"] == devnet.did("frank")
+
+
+@pytest.mark.parametrize(
+    ("ref", "status", "handle_outcomes"),
+    [
+        ("alice", Status.VERIFIED, (OK, OK)),
+        ("bob", Status.VERIFIED, (OK, NF)),
+        ("erin", Status.DID_DEACTIVATED, (SKIP, SKIP)),
+        ("never", Status.DID_NOT_FOUND, (SKIP, SKIP)),
+        ("did:web:web.test", Status.VERIFIED, (OK, NF)),
+        ("did:web:imposter.test", Status.INVALID_DOCUMENT, (SKIP, SKIP)),
+        ("did:web:nobody.test", Status.DID_NOT_FOUND, (SKIP, SKIP)),  # NXDOMAIN (D-WEB-4)
+        ("did:web:error.test", Status.UNAVAILABLE, (SKIP, SKIP)),  # 503
+        ("did:web:feedgen.test", Status.HANDLE_NOT_FOUND, (SKIP, SKIP)),  # declares no handle
+        ("uma", Status.HANDLE_NOT_FOUND, (SKIP, SKIP)),  # declares uma.local: H-TLD-1
+        ("trent", Status.HANDLE_MISMATCH, (OK, OK)),  # declares alice.test: impersonation
+    ],
+)
+async def test_did_lookups(
+    ref: str,
+    status: Status,
+    handle_outcomes: tuple[Outcome, Outcome],
+    resolver: Resolver,
+    devnet: DevnetState,
+) -> None:
+    did = _did(devnet, ref)
+    assert did is not None
+    identity = await resolver.lookup(did)
+    assert identity.status is status, identity.error
+    assert identity.did == did
+    assert (identity.dns.outcome, identity.https.outcome) == handle_outcomes
+
+
+async def test_did_first_reports_why(resolver: Resolver, devnet: DevnetState) -> None:
+    # H-RES-5: trent declares alice.test, which resolves to alice: an impersonation.
+    trent = await resolver.lookup(devnet.did("trent"))
+    assert trent.declared_handle == "alice.test" and trent.handle == "handle.invalid"
+    assert trent.dns.dids == (devnet.did("alice"),)
+    assert trent.error == f"alice.test resolves to {devnet.did('alice')}, not {devnet.did('trent')}"
+    uma = await resolver.lookup(devnet.did("uma"))
+    assert uma.dns.error is not None and "H-TLD-1" in uma.dns.error
+    feedgen = await resolver.lookup("did:web:feedgen.test")
+    assert feedgen.error == "the DID document declares no at:// handle"
+    assert set(feedgen.warnings) == {"no_signing_key", "no_pds"}
+
+
+async def test_invalid_input_never_touches_the_network(devnet_config: Config) -> None:
+    class NoNetwork(DnsClient):
+        async def txt(self, name: str) -> list[list[bytes]]:
+            raise AssertionError("DNS asked for invalid input")
+
+        async def addresses(self, host: str) -> list[str]:
+            raise AssertionError("HTTP attempted for invalid input")
+
+    dns = NoNetwork(devnet_config)
+    async with Resolver(devnet_config, dns=dns, web=Fetcher(devnet_config, dns)) as resolver:
+        for text, rule in [
+            ("john..test", "H-SYN-2"),
+            ("laptop.local", "H-TLD-1"),
+            ("handle.invalid", "H-INV-1"),
+            ("did:key:zQ3sh", "D-SYN-9"),
+            ("did:plc:short", "D-PLC-1"),
+            ("did:web:a.com:path", "D-WEB-1"),
+            ("DID:plc:ewvi7nxzyoun6zhxrhs64oiz", "D-SYN-1"),
+            ("at://a.test/", "U-1"),
+        ]:
+            identity = await resolver.lookup(text)
+            assert identity.status is Status.INVALID_INPUT
+            assert identity.error is not None and f"[{rule}]" in identity.error
+            assert identity.status.exit_code == 2
+
+
+async def test_test_tld_needs_dev_mode(devnet_config: Config) -> None:
+    async with Resolver(dataclasses.replace(devnet_config, dev=False)) as resolver:
+        identity = await resolver.lookup("alice.test")
+    assert identity.status is Status.INVALID_INPUT and "H-TLD-2" in (identity.error or "")
+
+
+async def test_methods_run_concurrently(devnet_config: Config) -> None:
+    # slow.test: DNS answers after 1.5 s. With a 3 s DNS deadline both methods succeed and
+    # the lookup takes about max(DNS, HTTPS) + document, not the sum of everything.
+    config = dataclasses.replace(devnet_config, dns_timeout=3.0)
+    async with Resolver(config) as resolver:
+        started = time.perf_counter()
+        identity = await resolver.lookup("slow.test")
+        elapsed = time.perf_counter() - started
+    assert identity.status is Status.VERIFIED and identity.warnings == ("legacy_key_format",)
+    assert identity.dns.ms is not None and identity.dns.ms >= world.DNS_SLOW_SECONDS * 1000
+    assert elapsed < world.DNS_SLOW_SECONDS + 1.0
+
+
+async def test_fallback_nameserver_is_asked_when_the_primary_fails(
+    devnet_config: Config, devnet: DevnetState
+) -> None:
+    # A primary nothing answers on (the discard port), then the real one.
+    config = dataclasses.replace(
+        devnet_config,
+        dns_servers=(Nameserver("127.0.0.1", 9),),
+        dns_fallback_servers=devnet_config.dns_servers,
+        dns_timeout=2.0,
+    )
+    async with Resolver(config) as resolver:
+        identity = await resolver.lookup("alice.test")
+    assert identity.status is Status.VERIFIED and identity.dns.outcome is OK
+
+
+async def test_cancellation_leaves_no_task_behind(resolver: Resolver) -> None:
+    before = len(asyncio.all_tasks())
+    task = asyncio.create_task(resolver.lookup("slow-headers.test"))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.05)
+    assert len(asyncio.all_tasks()) <= before

@@ -8,9 +8,9 @@
 - has one overall deadline (a body trickled byte by byte cannot outlive it), a size cap
   enforced while streaming, and a redirect cap with every hop checked again.
 
-httpx's public API has no hook for the connection step, so this module drives httpcore
-(the engine under httpx) with a network backend of its own. Connections are pooled by
-host name, so a connection opened with one host's SNI never serves another host.
+It is built on aiohttp's client, whose connector takes a resolver of our own (its public
+hook for the connection step). Connections are pooled by host name, so a connection
+opened with one host's SNI never serves another host.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import re
+import socket
 import ssl
-from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
-import httpcore
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from .config import Config
 from .dns import DnsClient
@@ -85,49 +86,33 @@ def _ip_literal(host: str) -> IpAddress | None:
         return None
 
 
-class _GuardedBackend(httpcore.AsyncNetworkBackend):
-    """Connects to the guard's checked addresses; maps :443 to a test port if configured."""
+class GuardedResolver(AbstractResolver):
+    """aiohttp's resolver hook: only the guard's checked addresses, and :443 mapped to the
+    test network's port when configured."""
 
     def __init__(self, guard: AddressGuard, https_port: int | None) -> None:
         self._guard = guard
         self._https_port = https_port
-        self._inner = httpcore.AnyIOBackend()
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
         if port == 443 and self._https_port is not None:
             port = self._https_port
-        failure: Exception | None = None
-        for address in await self._guard.addresses(host):
-            try:
-                return await self._inner.connect_tcp(
-                    address,
-                    port,
-                    timeout=timeout,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as err:
-                failure = err
-        assert failure is not None
-        raise failure
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+            for address in await self._guard.addresses(host)
+        ]
 
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise ForbiddenAddress("unix sockets are never fetched")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+    async def close(self) -> None:
+        return None
 
 
 class Fetcher:
@@ -136,23 +121,36 @@ class Fetcher:
 
     def __init__(self, config: Config, dns: DnsClient, *, guarded: bool = True) -> None:
         self._config = config
-        self._guarded = guarded
-        context = ssl.create_default_context(cafile=config.ca_bundle)
-        backend = _GuardedBackend(AddressGuard(config, dns), config.https_port) if guarded else None
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=context,
-            max_connections=256,
-            max_keepalive_connections=64,
-            keepalive_expiry=5.0,
-            network_backend=backend,
-        )
-        self._headers = [
-            (b"User-Agent", config.user_agent.encode()),
-            *((k.encode(), v.encode()) for k, v in config.extra_headers),
-        ]
+        self._guard = AddressGuard(config, dns) if guarded else None
+        self._ssl = ssl.create_default_context(cafile=config.ca_bundle)
+        self._session: aiohttp.ClientSession | None = None
+        self._headers = {"User-Agent": config.user_agent, **dict(config.extra_headers)}
+
+    def _client(self) -> aiohttp.ClientSession:
+        """The session, made on first use (aiohttp binds it to the running loop)."""
+        if self._session is None:
+            resolver = (
+                GuardedResolver(self._guard, self._config.https_port) if self._guard else None
+            )
+            connector = aiohttp.TCPConnector(
+                resolver=resolver,
+                use_dns_cache=False,
+                ssl=self._ssl,
+                limit=256,
+                keepalive_timeout=5.0,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers=self._headers,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                timeout=aiohttp.ClientTimeout(total=None),
+                auto_decompress=True,
+            )
+        return self._session
 
     async def aclose(self) -> None:
-        await self._pool.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     async def get(
         self,
@@ -166,17 +164,14 @@ class Fetcher:
         """Fetch `url`; any status comes back, transport trouble raises a classified error."""
         try:
             async with asyncio.timeout(timeout):
-                return await self._follow(url, max_bytes, max_redirects, accept, timeout)
+                return await self._follow(url, max_bytes, max_redirects, accept)
         except TimeoutError:
             raise UpstreamTimeout(f"{_origin(url)}: no complete answer within {timeout}s") from None
 
-    async def _follow(
-        self, url: str, max_bytes: int, max_redirects: int, accept: str, timeout: float
-    ) -> Response:
+    async def _follow(self, url: str, max_bytes: int, max_redirects: int, accept: str) -> Response:
         for hop in range(max_redirects + 1):
             self._check_url(url)
-            status, headers, body = await self._get_once(url, max_bytes, accept, timeout)
-            location = headers.get("location")
+            status, location, body = await self._get_once(url, max_bytes, accept)
             if status not in _REDIRECTS or location is None:
                 return Response(url, status, body, hop)
             if hop == max_redirects:
@@ -185,56 +180,48 @@ class Fetcher:
         limit = (
             "redirects are not followed here"
             if max_redirects == 0
-            else (f"more than {max_redirects} redirects")
+            else f"more than {max_redirects} redirects"
         )
         raise InvalidData(f"{_origin(url)}: {limit} [H-WK-6]")
 
     def _check_url(self, url: str) -> None:
-        parts = urlsplit(url)
-        if not self._guarded:
+        """Scheme and, for an address written in the URL (a redirect may carry one), the
+        guard: aiohttp does not ask the resolver about IP literals."""
+        if self._guard is None:
             return
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        literal = _ip_literal(host)
+        if literal is not None and not self._guard.permits(literal):
+            raise ForbiddenAddress(f"{url[:80]}: address {literal} is forbidden")
         if parts.scheme == "https":
             return
-        loopback = parts.hostname == "localhost" or (
-            (ip := _ip_literal(parts.hostname or "")) is not None and ip.is_loopback
-        )
+        loopback = host == "localhost" or (literal is not None and literal.is_loopback)
         if parts.scheme == "http" and self._config.dev and loopback:
             return
         raise InvalidData(f"{url[:80]}: only https:// URLs are fetched [H-WK-5]")
 
     async def _get_once(
-        self, url: str, max_bytes: int, accept: str, timeout: float
-    ) -> tuple[int, dict[str, str], bytes]:
-        headers = [*self._headers, (b"Accept", accept.encode())]
-        extensions = {
-            "timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
-        }
+        self, url: str, max_bytes: int, accept: str
+    ) -> tuple[int, str | None, bytes]:
         try:
-            async with self._pool.stream("GET", url, headers=headers, extensions=extensions) as r:
-                response_headers = {
-                    k.decode("latin-1").lower(): v.decode("latin-1") for k, v in r.headers
-                }
-                declared = response_headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > max_bytes:
+            async with self._client().get(
+                url, headers={"Accept": accept}, allow_redirects=False
+            ) as response:
+                if response.content_length is not None and response.content_length > max_bytes:
                     raise ResponseTooLarge(
-                        f"{_origin(url)}: body of {declared} bytes, cap {max_bytes}"
+                        f"{_origin(url)}: body of {response.content_length} bytes, cap {max_bytes}"
                     )
                 body = bytearray()
-                async for chunk in r.aiter_stream():
+                async for chunk in response.content.iter_any():
                     body += chunk
                     if len(body) > max_bytes:
-                        raise ResponseTooLarge(
-                            f"{_origin(url)}: body over the {max_bytes}-byte cap"
-                        )
-                return r.status, response_headers, bytes(body)
-        except httpcore.TimeoutException:
-            raise UpstreamTimeout(f"{_origin(url)}: timed out") from None
-        except httpcore.ConnectError as err:
+                        raise ResponseTooLarge(f"{_origin(url)}: body over {max_bytes} bytes")
+                return response.status, response.headers.get("Location"), bytes(body)
+        except aiohttp.InvalidURL:
+            raise InvalidData(f"{url[:80]}: not a valid URL") from None
+        except aiohttp.ClientError as err:
             raise UpstreamFailure(f"{_origin(url)}: {_describe(err)}") from None
-        except (httpcore.NetworkError, httpcore.ProtocolError) as err:
-            raise UpstreamFailure(f"{_origin(url)}: {_describe(err)}") from None
-        except httpcore.UnsupportedProtocol:
-            raise InvalidData(f"{url[:80]}: unsupported URL") from None
 
 
 def _origin(url: str) -> str:
@@ -243,11 +230,12 @@ def _origin(url: str) -> str:
 
 
 def _describe(err: Exception) -> str:
-    text = re.sub(r"\s*\(_ssl\.c:\d+\)", "", str(err)) or type(err).__name__
-    if "CERTIFICATE_VERIFY_FAILED" in text:
-        return "TLS certificate not trusted: " + text.split("certificate verify failed:")[-1].strip(
-            " ()"
-        )
-    if "Connection refused" in text or "Errno 111" in text:
-        return "connection refused"
-    return text
+    if isinstance(err, aiohttp.ClientConnectorCertificateError):
+        reason = getattr(err.certificate_error, "verify_message", None) or err.certificate_error
+        return f"TLS certificate not trusted: {reason}"
+    if isinstance(err, aiohttp.ClientConnectorError):
+        cause = err.os_error
+        text = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
+        return f"cannot connect: {text}"
+    text = re.sub(r"\s*\(_ssl\.c:\d+\)", "", str(err))
+    return text or type(err).__name__

@@ -111,6 +111,21 @@ class HttpsHosts:
             return await _send(writer, 302, b"", [("Location", "https://files.test/nina")])
         if host == "loop.test":
             return await _send(writer, 301, b"", [("Location", f"https://loop.test/{path}x")])
+        if host == "redirect-private.test":
+            return await _send(writer, 302, b"", [("Location", f"https://0.0.0.0{path}")])
+        if host == "redirect-http.test":
+            return await _send(writer, 302, b"", [("Location", f"http://alice.test{path}")])
+        if host == "chunked.test":
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+            chunk = b"a" * (1024 * 1024)
+            for _ in range(4):
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            return None
+        if host == "bigdoc.test":
+            body = b'{"id": "did:web:bigdoc.test", "padding": "' + b"x" * 256 * 1024 + b'"}'
+            return await _send(writer, 200, body, [("Content-Type", "application/json")])
         if host == "error.test":
             return await _send(writer, 503, b"try later")
         if host == "huge.test":

@@ -7,13 +7,21 @@ Every server binds 127.0.0.1; every child process is stopped by the PID it recor
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+from resolver import Config
 
 from . import world
 from .dns import DnsProxy, Knot, render_zone
@@ -43,6 +51,63 @@ class DevnetState:
 
     def did(self, name: str) -> str:
         return self.dids[name]
+
+    def config(self, **changes: Any) -> Config:
+        """A resolver configuration pointed at this network (never at /etc/hosts)."""
+        quick = {"dns_timeout": 1.0, "https_timeout": 2.0, "document_timeout": 2.0}
+        return dataclasses.replace(Config.from_env(self.env()), **{**quick, **changes})
+
+    def env(self) -> dict[str, str]:
+        """The same configuration as `ATWHOIS_*` environment variables."""
+        return {
+            "ATWHOIS_DEV": "1",
+            "ATWHOIS_PLC_URL": self.plc_url,
+            "ATWHOIS_DNS_SERVERS": self.dns_server,
+            "ATWHOIS_CA_BUNDLE": self.ca_file,
+            "ATWHOIS_ALLOW_NETS": "127.0.0.0/8",
+            "ATWHOIS_HTTPS_PORT": str(self.https_port),
+        }
+
+
+@contextlib.contextmanager
+def running_devnet(workdir: Path, *, delay_ms: float = 0) -> Iterator[DevnetState]:
+    """Run `python -m tests.devnet` in its own session while the block runs; stop it by the
+    PID it recorded (and its process group, if it does not stop in time)."""
+    state_file = workdir / "state.json"
+    with (workdir / "devnet.log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.devnet",
+                "--workdir",
+                str(workdir),
+                "--state",
+                str(state_file),
+                "--delay-ms",
+                str(delay_ms),
+            ],
+            cwd=Path(__file__).resolve().parents[2],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while not state_file.exists():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"test network did not start:\n{(workdir / 'devnet.log').read_text()}"
+                    )
+                time.sleep(0.05)
+            yield DevnetState.load(state_file)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
 
 
 def fill_placeholders(text: str, dids: dict[str, str]) -> str:

@@ -298,6 +298,10 @@ HTTPS_BEHAVIOURS = {
     "slow-headers.test": "headers only after 30 s",
     "trickle.test": "headers at once, then one byte a second",
     "error.test": "503 Service Unavailable",
+    "redirect-private.test": "redirect to https://0.0.0.0/ (a forbidden address literal)",
+    "redirect-http.test": "redirect to plain http://alice.test/",
+    "chunked.test": "a chunked body of 4 MiB with no Content-Length",
+    "bigdoc.test": "a did.json of 256 KiB",
 }
 
 

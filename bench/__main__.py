@@ -1,0 +1,23 @@
+"""`python -m bench [NAME] [options]`: run one benchmark, or all of them."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import cold_resolution
+
+BENCHMARKS = {"cold": cold_resolution.main}
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args and args[0] in BENCHMARKS:
+        BENCHMARKS[args[0]](args[1:])
+        return
+    for name, run in BENCHMARKS.items():
+        print(f"=== {name} ===")
+        run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Cold resolution on the test network, with latency added to every DNS answer and HTTPS
+response: atwhois (both methods at once, bidirectional check) against the Python SDK's
+`AsyncIdResolver` (DNS, then HTTPS; handle -> DID -> document, no check), in one run.
+
+    python -m bench cold [--delay-ms 50] [--lookups 600] [--concurrency 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ssl
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpcore
+import httpx
+from atproto_identity.resolver import AsyncIdResolver
+
+from resolver import Resolver
+from resolver.dns import DnsClient
+from resolver.fetch import AddressGuard
+from tests.devnet.network import DevnetState, running_devnet
+
+# Verified identities of the world, by the method that resolves them.
+DNS_HANDLES = [
+    "alice.test",
+    "bob.test",
+    "dave.test",
+    "frank.test",
+    "grace.test",
+    "henry.test",
+    "quinn.test",
+    "dupe.test",
+    "split.test",
+    "cname.test",
+]
+HTTPS_HANDLES = ["carol.test", "spaces.test", "redirect.test"]
+
+
+@dataclass
+class Result:
+    name: str
+    lookups: int
+    ok: int
+    seconds: float
+    cpu_seconds: float
+    latencies: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.lookups / self.seconds
+
+    def line(self) -> str:
+        lat = sorted(self.latencies)
+        p50 = statistics.median(lat) * 1000
+        p95 = lat[int(len(lat) * 0.95) - 1] * 1000
+        cpu = self.cpu_seconds / self.lookups * 1000
+        return (
+            f"{self.name:<28} {self.rate:8.1f}/s   p50 {p50:7.1f} ms   p95 {p95:7.1f} ms"
+            f"   cpu {cpu:5.2f} ms/lookup   ok {self.ok}/{self.lookups}"
+        )
+
+
+async def measure(
+    name: str,
+    lookup: Callable[[str], Awaitable[bool]],
+    handles: list[str],
+    lookups: int,
+    concurrency: int,
+) -> Result:
+    gate = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+
+    async def one(handle: str) -> bool:
+        async with gate:
+            started = time.perf_counter()
+            ok = await lookup(handle)
+            latencies.append(time.perf_counter() - started)
+            return ok
+
+    work = [handles[i % len(handles)] for i in range(lookups)]
+    cpu, wall = time.process_time(), time.perf_counter()
+    results = await asyncio.gather(*(one(h) for h in work))
+    return Result(
+        name,
+        lookups,
+        sum(results),
+        time.perf_counter() - wall,
+        time.process_time() - cpu,
+        latencies,
+    )
+
+
+class _DevnetBackend(httpcore.AsyncNetworkBackend):
+    """Lets the SDK's httpx client reach the test network's hosts the way atwhois does:
+    addresses from the test DNS server, :443 mapped to the TLS port."""
+
+    def __init__(self, guard: AddressGuard, https_port: int) -> None:
+        self._guard, self._https_port = guard, https_port
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        address = (await self._guard.addresses(host))[0]
+        port = self._https_port if port == 443 else port
+        return await self._inner.connect_tcp(address, port, timeout=timeout)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def sdk_resolver(devnet: DevnetState) -> AsyncIdResolver:
+    """The SDK pointed at the same network: its DNS through the test nameserver, its HTTP
+    through the same loopback mapping atwhois uses (the SDK has no hooks for either, so
+    its two private attributes are replaced; benchmark code only)."""
+    config = devnet.config(https_timeout=5.0, document_timeout=5.0, dns_timeout=5.0)
+    sdk = AsyncIdResolver(plc_url=devnet.plc_url, timeout=5.0)
+    dns = DnsClient(config)
+    sdk.handle._dns_resolver = dns._resolver  # type: ignore[assignment]
+    context = ssl.create_default_context(cafile=devnet.ca_file)
+    transport = httpx.AsyncHTTPTransport(verify=context)
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=context,
+        network_backend=_DevnetBackend(AddressGuard(config, dns), devnet.https_port),
+    )
+    sdk.handle._http_client = httpx.AsyncClient(transport=transport)
+    return sdk
+
+
+async def run(devnet: DevnetState, lookups: int, concurrency: int, delay_ms: float) -> None:
+    config = devnet.config(https_timeout=5.0, document_timeout=5.0, dns_timeout=5.0)
+    sdk = sdk_resolver(devnet)
+
+    async with Resolver(config) as atwhois:
+
+        async def atwhois_lookup(handle: str) -> bool:
+            return (await atwhois.lookup(handle)).verified
+
+        async def sdk_lookup(handle: str) -> bool:
+            did = await sdk.handle.resolve(handle)
+            return did is not None and await sdk.did.resolve(did) is not None
+
+        print(
+            f"cold resolution, {delay_ms:.0f} ms added to every DNS answer and HTTPS "
+            f"response; {lookups} lookups at concurrency {concurrency}"
+        )
+        print("\nsingle lookup latency (sequential, median of 15):")
+        for handles, label in ((DNS_HANDLES, "DNS-resolved"), (HTTPS_HANDLES, "HTTPS-resolved")):
+            for name, fn in (("atwhois", atwhois_lookup), ("python sdk", sdk_lookup)):
+                single = await measure(name, fn, handles, 15, 1)
+                print(
+                    f"  {label:<15} {name:<11} {statistics.median(single.latencies) * 1000:7.1f} ms"
+                )
+        mixes = {
+            "DNS-resolved": DNS_HANDLES,
+            "HTTPS-resolved": HTTPS_HANDLES,
+            "mixed 1:3 (bsky-like)": DNS_HANDLES[:1] + HTTPS_HANDLES,
+        }
+        for label, handles in mixes.items():
+            print(f"\n{label} handles:")
+            ours = await measure(
+                "atwhois (verified)", atwhois_lookup, handles, lookups, concurrency
+            )
+            theirs = await measure(
+                "python sdk (unverified)", sdk_lookup, handles, lookups, concurrency
+            )
+            print("  " + ours.line())
+            print("  " + theirs.line())
+            print(f"  throughput ratio atwhois / sdk: {ours.rate / theirs.rate:.2f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench cold", description=__doc__)
+    parser.add_argument("--delay-ms", type=float, default=50)
+    parser.add_argument("--lookups", type=int, default=600)
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args(argv)
+    with (
+        tempfile.TemporaryDirectory(prefix="atwhois-bench-") as workdir,
+        running_devnet(Path(workdir), delay_ms=args.delay_ms) as devnet,
+    ):
+        asyncio.run(run(devnet, args.lookups, args.concurrency, args.delay_ms))

@@ -1,0 +1,110 @@
+"""The hardened fetcher: SSRF guard, rebinding, caps, redirects (real TLS on the test network)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from resolver import Config
+from resolver.config import parse_networks
+from resolver.dns import DnsClient
+from resolver.errors import ForbiddenAddress, InvalidData, ResponseTooLarge
+from resolver.fetch import AddressGuard, Fetcher
+
+WELL_KNOWN = "/.well-known/atproto-did"
+
+
+@pytest.mark.parametrize(
+    ("address", "allowed"),
+    [
+        ("8.8.8.8", True),
+        ("2606:4700:4700::1111", True),
+        ("10.1.2.3", False),
+        ("172.16.0.1", False),
+        ("192.168.1.1", False),
+        ("127.0.0.1", False),
+        ("169.254.169.254", False),  # cloud metadata
+        ("100.64.0.1", False),  # carrier-grade NAT
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),
+        ("255.255.255.255", False),
+        ("192.0.2.1", False),  # documentation
+        ("::1", False),
+        ("fe80::1", False),
+        ("fc00::1", False),
+        ("ff02::1", False),
+        ("::ffff:10.0.0.1", False),  # IPv4-mapped private address
+        ("::ffff:8.8.8.8", True),
+    ],
+)
+def test_guard_refuses_non_public_addresses(address: str, allowed: bool) -> None:
+    guard = AddressGuard(Config(), DnsClient(Config()))
+    assert guard.permits(ipaddress.ip_address(address)) is allowed
+
+
+def test_allow_list_opens_only_its_ranges() -> None:
+    config = Config(allow_nets=parse_networks(["127.0.0.0/8", "fd00::/8"]))
+    guard = AddressGuard(config, DnsClient(config))
+    assert guard.permits(ipaddress.ip_address("127.0.0.53"))
+    assert guard.permits(ipaddress.ip_address("fd12::1"))
+    assert not guard.permits(ipaddress.ip_address("10.0.0.1"))
+
+
+class RebindingDns(DnsClient):
+    """Answers the first address lookup with loopback, every later one with 0.0.0.0."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.lookups: list[str] = []
+
+    async def addresses(self, host: str) -> list[str]:
+        self.lookups.append(host)
+        return ["127.0.0.1"] if len(self.lookups) == 1 else ["0.0.0.0"]
+
+
+async def test_each_fetch_connects_to_the_address_it_checked(devnet_config: Config) -> None:
+    dns = RebindingDns(devnet_config)
+    fetcher = Fetcher(devnet_config, dns)
+    try:
+        response = await fetcher.get(f"https://alice.test{WELL_KNOWN}", max_bytes=2048, timeout=3)
+        assert response.status == 200 and dns.lookups == ["alice.test"]  # one lookup, used
+        # The next fetch gets the rebinding answer and is refused, never connected.
+        with pytest.raises(ForbiddenAddress, match="0.0.0.0"):
+            await fetcher.get(f"https://carol.test{WELL_KNOWN}", max_bytes=2048, timeout=3)
+    finally:
+        await fetcher.aclose()
+
+
+@pytest.fixture
+async def fetcher(devnet_config: Config):  # type: ignore[no-untyped-def]
+    fetcher = Fetcher(devnet_config, DnsClient(devnet_config))
+    yield fetcher
+    await fetcher.aclose()
+
+
+async def test_redirect_hops_are_checked_again(fetcher: Fetcher) -> None:
+    with pytest.raises(ForbiddenAddress, match="0.0.0.0"):
+        await fetcher.get(f"https://redirect-private.test{WELL_KNOWN}", max_bytes=2048,
+                          timeout=3, max_redirects=5)
+    with pytest.raises(InvalidData, match="H-WK-5"):  # no downgrade to plain http
+        await fetcher.get(f"https://redirect-http.test{WELL_KNOWN}", max_bytes=2048,
+                          timeout=3, max_redirects=5)
+    with pytest.raises(InvalidData, match="not followed"):  # DID documents: no redirects
+        await fetcher.get("https://redirect.test/.well-known/did.json", max_bytes=2048, timeout=3)
+
+
+async def test_size_cap_while_streaming(fetcher: Fetcher) -> None:
+    with pytest.raises(ResponseTooLarge, match="over 2048 bytes"):  # no Content-Length
+        await fetcher.get(f"https://chunked.test{WELL_KNOWN}", max_bytes=2048, timeout=5)
+    with pytest.raises(ResponseTooLarge, match="body of"):  # refused from Content-Length
+        await fetcher.get(f"https://huge.test{WELL_KNOWN}", max_bytes=2048, timeout=5)
+
+
+async def test_plain_http_only_for_localhost_in_dev(devnet_config: Config) -> None:
+    fetcher = Fetcher(devnet_config, DnsClient(devnet_config))
+    try:
+        with pytest.raises(InvalidData, match="H-WK-5"):
+            await fetcher.get(f"http://alice.test{WELL_KNOWN}", max_bytes=2048, timeout=3)
+    finally:
+        await fetcher.aclose()

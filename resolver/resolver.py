@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,18 +16,11 @@ from typing import Any
 
 from . import verdict
 from .config import Config
+from .did import check_http_response, check_plc_response, document_url
 from .dns import DnsClient
 from .document import AtprotoData, parse_json_document
-from .errors import (
-    DidDeactivated,
-    InvalidData,
-    InvalidInput,
-    NotFound,
-    ResolutionError,
-    UnsupportedDidMethod,
-    UpstreamFailure,
-)
-from .fetch import Fetcher, Response
+from .errors import InvalidInput, ResolutionError, UnsupportedDidMethod
+from .fetch import Fetcher
 from .handle import (
     WELL_KNOWN_MAX_BYTES,
     WELL_KNOWN_PATH,
@@ -210,7 +202,7 @@ class Resolver:
                 max_redirects=self.config.max_redirects,
                 accept="text/plain",
             )
-            _check_status(response, "well-known")
+            check_http_response(response, "well-known")
             did = did_from_well_known(response.body)
             seen.append(did)
             return did
@@ -219,7 +211,7 @@ class Resolver:
 
     async def _document(self, did: str) -> _Document:
         started = time.perf_counter()
-        url = self._document_url(did)
+        url = document_url(did, self.config)
         try:
             if did_method(did) == "plc":
                 response = await self.plc.get(
@@ -228,7 +220,7 @@ class Resolver:
                     timeout=self.config.document_timeout,
                     accept=_DOC_ACCEPT,
                 )
-                _check_plc_status(response, did)
+                check_plc_response(response, did)
             else:
                 response = await self.web.get(
                     url,
@@ -236,21 +228,12 @@ class Resolver:
                     timeout=self.config.document_timeout,
                     accept=_DOC_ACCEPT,
                 )
-                _check_status(response, "did.json")
+                check_http_response(response, "did.json")
             raw, data = parse_json_document(did, response.body, dev=self.config.dev)
         except ResolutionError as err:
             return _Document(Evidence.failure(err, _ms(started), url))
         evidence = Evidence(Outcome.OK, (did,), ms=round(_ms(started), 2), source=url)
         return _Document(evidence, data, raw)
-
-    def _document_url(self, did: str) -> str:
-        if did_method(did) == "plc":
-            return f"{self.config.plc_url.rstrip('/')}/{did}"  # D-PLC-2
-        web = parse_did_web(did, dev=self.config.dev, allow_test_tld=self.config.allow_test_tld)
-        if web.host == "localhost":
-            port = f":{web.port}" if web.port else ""
-            return f"http://localhost{port}/.well-known/did.json"  # D-WEB-3
-        return f"https://{web.host}/.well-known/did.json"  # D-WEB-4
 
     # --- the report -----------------------------------------------------------------
 
@@ -302,36 +285,6 @@ async def _timed(run: Callable[[], Awaitable[str]], *, source: str, seen: list[s
 
 def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
-
-
-def _check_status(response: Response, what: str) -> None:
-    """H-WK-2 / D-WEB-4: any 2xx is an answer; 404 and 410 are absence; the rest is a
-    failure (never absence: a 5xx, a 403 from a firewall, a 429 may pass)."""
-    if 200 <= response.status < 300:
-        return
-    if response.status in (404, 410):
-        raise NotFound(f"{what}: HTTP {response.status}")
-    raise UpstreamFailure(f"{what}: HTTP {response.status}")
-
-
-def _check_plc_status(response: Response, did: str) -> None:
-    """Spec checklist section 12: 404 "not registered" is absence; "DID not available"
-    (404 from the reference server, 410 per the API spec) is a tombstone."""
-    if 200 <= response.status < 300:
-        return
-    message = ""
-    try:
-        body = json.loads(response.body)
-        message = str(body.get("message", "")) if isinstance(body, dict) else ""
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        pass
-    if response.status == 410 or (response.status == 404 and "not available" in message):
-        raise DidDeactivated(f"{did} is deactivated (tombstoned): HTTP {response.status}")
-    if response.status == 404:
-        raise NotFound(f"{did} is not registered in the PLC directory")
-    if 400 <= response.status < 500 and response.status not in (408, 429):
-        raise InvalidData(f"PLC directory refused the request: HTTP {response.status}")
-    raise UpstreamFailure(f"PLC directory: HTTP {response.status}")
 
 
 def _reason(

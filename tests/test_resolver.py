@@ -10,10 +10,13 @@ from collections.abc import AsyncIterator
 from typing import NamedTuple
 
 import pytest
+from aiohttp import web
 
 from resolver import Config, Nameserver, Outcome, Resolver, Status
+from resolver.did import check_plc_response
 from resolver.dns import DnsClient
-from resolver.fetch import Fetcher
+from resolver.errors import ResolutionError
+from resolver.fetch import Fetcher, Response
 from tests.devnet import world
 from tests.devnet.network import DevnetState
 
@@ -343,3 +346,51 @@ async def test_cancellation_leaves_no_task_behind(resolver: Resolver) -> None:
         await task
     await asyncio.sleep(0.05)
     assert len(asyncio.all_tasks()) <= before
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error"),
+    [
+        (410, b'{"message": "DID not available: did:plc:x"}', "DidDeactivated"),  # API spec
+        (404, b'{"message": "DID not available: did:plc:x"}', "DidDeactivated"),  # reference
+        (404, b'{"message": "DID not registered: did:plc:x"}', "NotFound"),
+        (404, b"<html>not json</html>", "NotFound"),
+        (500, b"", "UpstreamFailure"),
+        (429, b"", "UpstreamFailure"),
+        (400, b'{"message": "bad"}', "InvalidData"),
+    ],
+)
+def test_plc_directory_statuses(status: int, body: bytes, error: str) -> None:
+    with pytest.raises(ResolutionError) as info:
+        check_plc_response(Response("http://plc", status, body, 0), "did:plc:x")
+    assert type(info.value).__name__ == error
+
+
+async def test_did_web_localhost_with_a_port_in_dev_mode(devnet_config: Config) -> None:
+    # D-WEB-3: did:web:localhost%3APORT over plain http, only in development.
+    app = web.Application()
+    port_box: list[int] = []
+
+    async def did_json(_: web.Request) -> web.Response:
+        did = f"did:web:localhost%3A{port_box[0]}"
+        return web.json_response({"id": did, "alsoKnownAs": ["at://alice.test"]})
+
+    app.router.add_get("/.well-known/did.json", did_json)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port_box.append(runner.addresses[0][1])
+    did = f"did:web:localhost%3A{port_box[0]}"
+    try:
+        async with Resolver(devnet_config) as resolver:
+            identity = await resolver.lookup(did)
+        # The document is fetched; alice.test points at alice, not at this DID.
+        assert identity.did_doc.outcome is OK and identity.did_doc.source == (
+            f"http://localhost:{port_box[0]}/.well-known/did.json"
+        )
+        assert identity.status is Status.HANDLE_MISMATCH
+        async with Resolver(dataclasses.replace(devnet_config, dev=False)) as resolver:
+            refused = await resolver.lookup(did)
+        assert refused.status is Status.INVALID_INPUT and "D-WEB-3" in (refused.error or "")
+    finally:
+        await runner.cleanup()

@@ -25,9 +25,10 @@ SHOWCASE = [
 
 def main() -> None:
     atwhois = str(Path(sys.executable).with_name("atwhois"))
-    with tempfile.TemporaryDirectory(prefix="atwhois-run-") as workdir, running_devnet(
-        Path(workdir)
-    ) as devnet:
+    with (
+        tempfile.TemporaryDirectory(prefix="atwhois-run-") as workdir,
+        running_devnet(Path(workdir)) as devnet,
+    ):
         env = {**os.environ, **devnet.env()}
         print(f"test network up in {devnet.startup_seconds}s; configuration:")
         print("  " + " ".join(f"{k}={v}" for k, v in devnet.env().items()) + "\n")

@@ -116,7 +116,9 @@ class HttpsHosts:
         if host == "redirect-http.test":
             return await _send(writer, 302, b"", [("Location", f"http://alice.test{path}")])
         if host == "chunked.test":
-            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            )
             chunk = b"a" * (1024 * 1024)
             for _ in range(4):
                 writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))

@@ -1,0 +1,52 @@
+"""DID -> document rules: where a DID's document lives and what an HTTP answer means.
+Pure functions over the config and a fetched `Response` (the fetch itself is the caller's).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .config import Config
+from .errors import DidDeactivated, InvalidData, NotFound, UpstreamFailure
+from .fetch import Response
+from .syntax import did_method, parse_did_web
+
+
+def document_url(did: str, config: Config) -> str:
+    if did_method(did) == "plc":
+        return f"{config.plc_url.rstrip('/')}/{did}"  # D-PLC-2
+    web = parse_did_web(did, dev=config.dev, allow_test_tld=config.allow_test_tld)
+    if web.host == "localhost":
+        port = f":{web.port}" if web.port else ""
+        return f"http://localhost{port}/.well-known/did.json"  # D-WEB-3
+    return f"https://{web.host}/.well-known/did.json"  # D-WEB-4
+
+
+def check_http_response(response: Response, what: str) -> None:
+    """H-WK-2 / D-WEB-4: any 2xx is an answer; 404 and 410 are absence; the rest is a
+    failure (never absence: a 5xx, a 403 from a firewall, a 429 may pass)."""
+    if 200 <= response.status < 300:
+        return
+    if response.status in (404, 410):
+        raise NotFound(f"{what}: HTTP {response.status}")
+    raise UpstreamFailure(f"{what}: HTTP {response.status}")
+
+
+def check_plc_response(response: Response, did: str) -> None:
+    """Spec checklist section 12: 404 "not registered" is absence; "DID not available"
+    (404 from the reference server, 410 per the API spec) is a tombstone."""
+    if 200 <= response.status < 300:
+        return
+    message = ""
+    try:
+        body = json.loads(response.body)
+        message = str(body.get("message", "")) if isinstance(body, dict) else ""
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        pass
+    if response.status == 410 or (response.status == 404 and "not available" in message):
+        raise DidDeactivated(f"{did} is deactivated (tombstoned): HTTP {response.status}")
+    if response.status == 404:
+        raise NotFound(f"{did} is not registered in the PLC directory")
+    if 400 <= response.status < 500 and response.status not in (408, 429):
+        raise InvalidData(f"PLC directory refused the request: HTTP {response.status}")
+    raise UpstreamFailure(f"PLC directory: HTTP {response.status}")

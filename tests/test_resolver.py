@@ -146,26 +146,9 @@ CASES = [
         (None, "UpstreamTimeout", None),
     ),
     Case("trickle.test", Status.UNAVAILABLE, None, NF, FAIL, SKIP, (None, "UpstreamTimeout", None)),
-    Case(
-        world.TLS_EXPIRED, Status.UNAVAILABLE, None, NF, FAIL, SKIP, (None, "UpstreamFailure", None)
-    ),
-    Case(
-        world.TLS_UNKNOWN_CA,
-        Status.UNAVAILABLE,
-        None,
-        NF,
-        FAIL,
-        SKIP,
-        (None, "UpstreamFailure", None),
-    ),
-    Case(
-        world.TLS_WRONG_NAME,
-        Status.UNAVAILABLE,
-        None,
-        NF,
-        FAIL,
-        SKIP,
-        (None, "UpstreamFailure", None),
+    *(
+        Case(host, Status.UNAVAILABLE, None, NF, FAIL, SKIP, (None, "UpstreamFailure", None))
+        for host in (world.TLS_EXPIRED, world.TLS_UNKNOWN_CA, world.TLS_WRONG_NAME)
     ),
 ]
 

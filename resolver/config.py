@@ -55,8 +55,10 @@ class Config:
     dns_timeout: float = 3.0
     https_timeout: float = 5.0  # handle well-known, whole fetch including redirects
     document_timeout: float = 5.0  # DID document, whole fetch
+    verify_plc: bool = False  # replay the did:plc audit log instead of trusting the directory
     max_redirects: int = 5  # H-WK-6
     document_max_bytes: int = 64 * 1024
+    audit_log_max_bytes: int = 4 * 1024 * 1024
     user_agent: str = "atwhois/0.1 (+identity resolver)"
     extra_headers: tuple[tuple[str, str], ...] = field(default=())
 
@@ -83,6 +85,8 @@ class Config:
             values["allow_nets"] = parse_networks(env["ATWHOIS_ALLOW_NETS"].split(","))
         if env.get("ATWHOIS_DEV", "") not in ("", "0", "false", "no"):
             values["dev"] = True
+        if env.get("ATWHOIS_VERIFY_PLC", "") not in ("", "0", "false", "no"):
+            values["verify_plc"] = True
         if env.get("ATWHOIS_HTTPS_PORT"):
             values["https_port"] = int(env["ATWHOIS_HTTPS_PORT"])
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -66,6 +66,8 @@ class Identity:
     dns: Evidence = SKIPPED
     https: Evidence = SKIPPED
     did_doc: Evidence = SKIPPED
+    plc_log: Evidence = SKIPPED  # with --verify-plc: the audit log replayed
+    plc_findings: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     error: str | None = None  # the reason, when not verified
     checked_at: str = ""
@@ -99,6 +101,7 @@ class Identity:
                 "dns": self.dns.to_json(),
                 "https": self.https.to_json(),
                 "did_doc": self.did_doc.to_json(),
+                "plc_log": {**self.plc_log.to_json(), "findings": list(self.plc_findings)},
             },
             "warnings": list(self.warnings),
             "error": self.error,

@@ -25,6 +25,7 @@ class Status(StrEnum):
     DID_DEACTIVATED = "did_deactivated"
     AMBIGUOUS = "ambiguous"
     INVALID_DOCUMENT = "invalid_document"
+    PLC_LOG_INVALID = "plc_log_invalid"  # the directory serves what its owners did not sign
     INVALID_INPUT = "invalid_input"
     UNAVAILABLE = "unavailable"
 

@@ -8,7 +8,9 @@ document) -> the verdict tables -> an `Identity`. The network edges (`DnsClient`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from .config import Config
 from .did import check_http_response, check_plc_response, document_url
 from .dns import DnsClient
 from .document import AtprotoData, parse_json_document
-from .errors import InvalidInput, ResolutionError, UnsupportedDidMethod
+from .errors import InvalidData, InvalidInput, ResolutionError, UnsupportedDidMethod
 from .fetch import Fetcher
 from .handle import (
     WELL_KNOWN_MAX_BYTES,
@@ -31,6 +33,7 @@ from .handle import (
 )
 from .identity import SKIPPED, Evidence, Identity
 from .outcome import Outcome, Status
+from .plc import Audit, compare, replay
 from .syntax import (
     SUPPORTED_DID_METHODS,
     Query,
@@ -50,6 +53,8 @@ class _Document:
     evidence: Evidence
     data: AtprotoData | None = None
     raw: dict[str, Any] | None = None
+    plc: Evidence = SKIPPED
+    plc_findings: tuple[str, ...] = ()
 
 
 class Resolver:
@@ -210,30 +215,71 @@ class Resolver:
         return await _timed(run, source=url, seen=seen)
 
     async def _document(self, did: str) -> _Document:
+        if did_method(did) != "plc" or not self.config.verify_plc:
+            return await self._fetch_document(did)
+        fetched, (evidence, audit) = await asyncio.gather(
+            self._fetch_document(did), self._replayed_audit_log(did)
+        )
+        if audit is None:
+            return dataclasses.replace(fetched, plc=evidence)
+        findings = list(audit.findings)
+        if fetched.evidence.outcome in (Outcome.OK, Outcome.NOT_FOUND):
+            findings += compare(audit, fetched.raw)
+        if findings:
+            evidence = dataclasses.replace(
+                evidence, outcome=Outcome.INVALID, error_kind="PlcLogInvalid",
+                error=f"{len(findings)} finding(s); first: {findings[0]}",
+            )
+        return dataclasses.replace(
+            fetched, plc=evidence, plc_findings=tuple(str(f) for f in findings)
+        )
+
+    async def _fetch_document(self, did: str) -> _Document:
         started = time.perf_counter()
         url = document_url(did, self.config)
+        fetcher = self.plc if did_method(did) == "plc" else self.web
         try:
+            response = await fetcher.get(
+                url,
+                max_bytes=self.config.document_max_bytes,
+                timeout=self.config.document_timeout,
+                accept=_DOC_ACCEPT,
+            )
             if did_method(did) == "plc":
-                response = await self.plc.get(
-                    url,
-                    max_bytes=self.config.document_max_bytes,
-                    timeout=self.config.document_timeout,
-                    accept=_DOC_ACCEPT,
-                )
                 check_plc_response(response, did)
             else:
-                response = await self.web.get(
-                    url,
-                    max_bytes=self.config.document_max_bytes,
-                    timeout=self.config.document_timeout,
-                    accept=_DOC_ACCEPT,
-                )
                 check_http_response(response, "did.json")
             raw, data = parse_json_document(did, response.body, dev=self.config.dev)
         except ResolutionError as err:
             return _Document(Evidence.failure(err, _ms(started), url))
         evidence = Evidence(Outcome.OK, (did,), ms=round(_ms(started), 2), source=url)
         return _Document(evidence, data, raw)
+
+    async def _replayed_audit_log(self, did: str) -> tuple[Evidence, Audit | None]:
+        started = time.perf_counter()
+        url = f"{self.config.plc_url.rstrip('/')}/{did}/log/audit"
+        try:
+            audit = await self.audit_log(did)
+        except ResolutionError as err:
+            return Evidence.failure(err, _ms(started), url), None
+        return Evidence(Outcome.OK, (did,), ms=round(_ms(started), 2), source=url), audit
+
+    async def audit_log(self, did: str) -> Audit:
+        """Fetch a did:plc's `/log/audit` and replay it (spec checklist 10.6). Raises a
+        `ResolutionError` when the log cannot be had; a bad log is an `Audit` with findings."""
+        check_plc_did(did)
+        response = await self.plc.get(
+            f"{self.config.plc_url.rstrip('/')}/{did}/log/audit",
+            max_bytes=self.config.audit_log_max_bytes,
+            timeout=self.config.document_timeout,
+            accept="application/json",
+        )
+        check_plc_response(response, did)
+        try:
+            log = json.loads(response.body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise InvalidData("the audit log is not JSON") from None
+        return replay(did, log)
 
     # --- the report -----------------------------------------------------------------
 
@@ -252,6 +298,7 @@ class Resolver:
     ) -> Identity:
         data = document.data
         warnings = (*answer.warnings, *(data.warnings if data else ()))
+        status = verdict.with_plc_log(status, verdict.step_of(document.plc))
         return Identity(
             query=query.text,
             status=status,
@@ -263,8 +310,10 @@ class Resolver:
             dns=dns,
             https=https,
             did_doc=document.evidence,
+            plc_log=document.plc,
+            plc_findings=document.plc_findings,
             warnings=warnings,
-            error=_reason(status, handle, data, dns, https, document.evidence),
+            error=_reason(status, handle, data, dns, https, document.evidence, document.plc),
             checked_at=checked_at,
             handle_queried=handle,
             did_document=document.raw,
@@ -294,11 +343,14 @@ def _reason(
     dns: Evidence,
     https: Evidence,
     document: Evidence,
+    plc_log: Evidence,
 ) -> str | None:
     """One sentence saying why the binding is not verified."""
     match status:
         case Status.VERIFIED:
             return None
+        case Status.PLC_LOG_INVALID:
+            return plc_log.error
         case Status.HANDLE_MISMATCH if data is not None and data.declared_handle is None:
             return "the DID document declares no valid at:// handle"
         case Status.HANDLE_MISMATCH if data is not None and handle == data.declared_handle:
@@ -309,5 +361,5 @@ def _reason(
         case Status.DID_NOT_FOUND | Status.DID_DEACTIVATED | Status.INVALID_DOCUMENT:
             return document.error
         case _:
-            errors = [e.error for e in (dns, https, document) if e.error]
+            errors = [e.error for e in (dns, https, document, plc_log) if e.error]
             return "; ".join(dict.fromkeys(errors)) or None

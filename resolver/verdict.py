@@ -123,3 +123,17 @@ def did_first(document: Step, handle: Step, binding: Binding) -> Status:
         case Step.OK, Step.OK, Binding.MISMATCH:
             return Status.HANDLE_MISMATCH
     raise AssertionError(f"no row for document={document}, handle={handle}, binding={binding}")
+
+
+def with_plc_log(status: Status, plc_log: Step) -> Status:
+    """With --verify-plc: the directory's answer stands only if its signed log agrees."""
+    match plc_log, status:
+        case Step.SKIPPED | Step.OK, _:
+            return status
+        case Step.NOT_FOUND, Status.DID_NOT_FOUND:
+            return status  # no document and no log: absent either way
+        case Step.NOT_FOUND | Step.INVALID, _:
+            return Status.PLC_LOG_INVALID
+        case Step.FAILED, _:
+            return Status.UNAVAILABLE  # asked to verify, could not
+    raise AssertionError(f"no row for plc_log={plc_log}, status={status}")

@@ -1,0 +1,119 @@
+"""PLC signatures: strict decoding and ECDSA verification on K-256 and P-256 (P-SIG-*, C-SIG-*).
+
+K-256 goes through libsecp256k1 (coincurve), about ten times faster than `cryptography` for
+that curve; P-256 through `cryptography`.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from functools import lru_cache
+
+import coincurve
+from coincurve.ecdsa import cdata_to_der, deserialize_compact
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import (
+    decode_dss_signature,
+    encode_dss_signature,
+)
+
+from ..keys import Curve, InvalidKey, PublicKey, parse_did_key
+
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+_ORDER = {
+    Curve.K256: 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141,
+    Curve.P256: 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551,
+}
+
+
+class BadSignature(ValueError):
+    """A `sig` that is not a well-formed signature; `rule` names the broken rule."""
+
+    def __init__(self, message: str, rule: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+def decode_signature(text: str) -> bytes:
+    """P-SIG-3/4: base64url, no `=` padding, zero padding bits, nothing else, 64 bytes."""
+    if "\r" in text or "\n" in text:
+        raise BadSignature("signature contains CR or LF", "P-SIG-4")
+    if "=" in text:
+        raise BadSignature("signature has '=' padding", "P-SIG-3")
+    if _B64URL.fullmatch(text) is None:
+        raise BadSignature("signature is not base64url", "P-SIG-4")
+    if len(text) % 4 == 1:
+        raise BadSignature("signature length is impossible for base64", "P-SIG-4")
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if base64.urlsafe_b64encode(raw).decode().rstrip("=") != text:
+        raise BadSignature("signature has non-zero padding bits", "P-SIG-3")
+    if len(raw) != 64:
+        kind = " (DER?)" if raw[:1] == b"\x30" else ""
+        raise BadSignature(f"signature is {len(raw)} bytes{kind}, not r||s 64", "C-SIG-4")
+    return raw
+
+
+@lru_cache(maxsize=65536)
+def _key(did_key: str) -> PublicKey:
+    return parse_did_key(did_key)
+
+
+@lru_cache(maxsize=65536)
+def _k256(compressed: bytes) -> coincurve.PublicKey:
+    return coincurve.PublicKey(compressed)
+
+
+@lru_cache(maxsize=4096)
+def _p256(compressed: bytes) -> ec.EllipticCurvePublicKey:
+    return ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), compressed)
+
+
+def is_low_s(signature: bytes, curve: Curve) -> bool:
+    """C-SIG-2: s must be at most n/2."""
+    return int.from_bytes(signature[32:], "big") <= _ORDER[curve] // 2
+
+
+def verify(did_key: str, message: bytes, signature: bytes) -> bool:
+    """ECDSA-SHA256 over `message` (C-SIG-1) with a 64-byte, low-S signature (C-SIG-2/4).
+    An unparseable key verifies nothing."""
+    try:
+        key = _key(did_key)
+    except InvalidKey:
+        return False
+    if not is_low_s(signature, key.curve):
+        return False
+    if key.curve is Curve.K256:
+        der = cdata_to_der(deserialize_compact(signature))
+        return bool(_k256(key.compressed).verify(der, message))
+    r, s = int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")
+    try:
+        _p256(key.compressed).verify(encode_dss_signature(r, s), message, ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        return False
+    return True
+
+
+def why_unverified(keys: tuple[str, ...], message: bytes, signature: bytes) -> tuple[str, str]:
+    """When no key verifies: would one, had the signature been encoded right? Names the
+    broken rule (DER instead of r||s, high-S) rather than a bare "invalid signature"."""
+    try:
+        r, s = decode_dss_signature(signature)
+        compact = r.to_bytes(32, "big") + s.to_bytes(32, "big")
+    except (ValueError, OverflowError):
+        compact = b""
+    for key in keys:
+        if compact and verify(key, message, compact):
+            return "C-SIG-4", "the signature is DER-encoded, not r||s"
+        try:
+            curve = _key(key).curve
+        except InvalidKey:
+            continue
+        high_s = int.from_bytes(signature[32:], "big")
+        if high_s > _ORDER[curve] // 2:
+            flipped = signature[:32] + (_ORDER[curve] - high_s).to_bytes(32, "big")
+            if verify(key, message, flipped):
+                return "C-SIG-2", "the signature is high-S (s > n/2)"
+    return "P-SIG-5", "no allowed rotation key verifies the signature"

@@ -1,0 +1,197 @@
+"""did:plc verification, pure: every go-didplc audit log, the interop crypto and data-model
+vectors, tampered logs and malformed input."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import libipld
+import pytest
+
+from resolver.plc import build_document, compare, replay
+from resolver.plc.encoding import cid_of, dag_cbor
+from resolver.plc.signature import BadSignature, decode_signature, verify
+from tests.vectors import CRYPTO, VECTORS, load_json, plc_logs
+
+LOGS = plc_logs()
+VALID = [
+    "log_bskyapp", "log_bnewbold_robocracy", "log_legacy_dholms", "log_empty_rotation_keys",
+    "log_duplicate_rotation_keys", "log_nullification", "log_nullification_nontrivial",
+    "log_nullification_at_exactly_72h", "log_nullified_tombstone", "log_tombstone",
+]
+# go-didplc/testdata/README.md: each invalid log and the reason it must fail for.
+INVALID = {
+    "log_invalid_sig_b64_padding_chars": ("P-SIG-3", "padding"),
+    "log_invalid_sig_b64_padding_bits": ("P-SIG-3", "padding bits"),
+    "log_invalid_sig_b64_newline": ("P-SIG-4", "CR or LF"),
+    "log_invalid_sig_der": ("C-SIG-4", "DER"),
+    "log_invalid_sig_p256_high_s": ("C-SIG-2", "high-S"),
+    "log_invalid_sig_k256_high_s": ("C-SIG-2", "high-S"),
+    "log_invalid_nullification_reused_key": ("P-NULL-2", "does not outrank"),
+    "log_invalid_nullification_too_slow": ("P-NULL-2", "after 72h"),
+    "log_invalid_update_nullified": ("P-NULL-3", "is nullified"),
+    "log_invalid_update_tombstoned": ("P-SIG-5", "tombstone"),
+}
+
+
+def test_all_twenty_logs_are_classified() -> None:
+    assert sorted(LOGS) == sorted([*VALID, *INVALID])
+
+
+@pytest.mark.parametrize("name", VALID)
+def test_valid_logs_verify(name: str) -> None:
+    log = LOGS[name]
+    audit = replay(log[0]["did"], log)
+    assert audit.valid, [str(f) for f in audit.findings]
+    # every recorded nullified flag matches the replay's (checked inside; asserted here too)
+    assert [op.nullified for op in audit.ops] == [entry["nullified"] for entry in log]
+    assert all(op.accepted for op in audit.ops)
+    assert audit.deactivated is (name == "log_tombstone")
+
+
+@pytest.mark.parametrize("name", sorted(INVALID))
+def test_invalid_logs_fail_for_their_reason(name: str) -> None:
+    log = LOGS[name]
+    audit = replay(log[0]["did"], log)
+    rule, words = INVALID[name]
+    assert not audit.valid
+    assert audit.findings[0].rule == rule, [str(f) for f in audit.findings]
+    assert words in audit.findings[0].message
+
+
+def test_nullification_details() -> None:
+    audit = replay(LOGS["log_nullification"][0]["did"], LOGS["log_nullification"])
+    first, hostile, recovery = audit.ops
+    assert hostile.nullified and hostile.nullified_by == recovery.cid
+    assert recovery.signer_index is not None and hostile.signer_index is not None
+    assert recovery.signer_index < hostile.signer_index  # P-NULL-2: a higher-priority key
+    assert recovery.changes[0] == "recovery: nullifies 1 op(s)"
+    nontrivial = replay(LOGS["log_nullification_nontrivial"][0]["did"],
+                        LOGS["log_nullification_nontrivial"])
+    assert [op.index for op in nontrivial.ops if op.nullified] == [2, 3, 4, 5, 6]
+
+
+def test_legacy_genesis_keys_and_warnings() -> None:
+    audit = replay(LOGS["log_legacy_dholms"][0]["did"], LOGS["log_legacy_dholms"])
+    assert audit.ops[0].type == "create" and audit.valid
+    empty = replay(LOGS["log_empty_rotation_keys"][0]["did"], LOGS["log_empty_rotation_keys"])
+    assert "empty rotationKeys [P-LIM-1]" in empty.warnings  # P-LIM-3: warn, do not fail
+
+
+def test_every_cid_recomputes() -> None:
+    for log in LOGS.values():
+        for entry in log:
+            assert cid_of(dag_cbor(entry["operation"])) == entry["cid"]
+
+
+def test_data_model_fixtures_round_trip() -> None:
+    # General DAG-CBOR through libipld: decode the fixture bytes, re-encode, same bytes and CID.
+    for case in load_json(VECTORS / "atproto-interop-tests/data-model/data-model-fixtures.json"):
+        raw = base64.b64decode(case["cbor_base64"] + "=" * (-len(case["cbor_base64"]) % 4))
+        assert dag_cbor(libipld.decode_dag_cbor(raw)) == raw
+        assert cid_of(raw) == case["cid"]
+    assert dag_cbor({"aa": 1, "b": 2, "c": None})[1:5] == b"ab\x02a"  # length-first keys
+
+
+@pytest.mark.parametrize(
+    "case", load_json(CRYPTO / "signature-fixtures.json"), ids=lambda c: c["comment"]
+)
+def test_signature_fixtures(case: dict[str, Any]) -> None:
+    message = base64.b64decode(case["messageBase64"] + "==")
+    raw = base64.b64decode(case["signatureBase64"] + "=" * (-len(case["signatureBase64"]) % 4))
+    if len(raw) != 64:  # DER-encoded cases
+        assert not case["validSignature"]
+        with pytest.raises(BadSignature, match="bytes"):
+            decode_signature(base64.urlsafe_b64encode(raw).decode().rstrip("="))
+        return
+    assert verify(case["publicKeyDid"], message, raw) is case["validSignature"]
+
+
+@pytest.mark.parametrize(
+    ("sig", "rule"),
+    [("", "C-SIG-4"), ("a", "P-SIG-4"), ("abc=", "P-SIG-3"), ("ab\ncd", "P-SIG-4"),
+     ("ab+/", "P-SIG-4"), ("AB", "P-SIG-3"), ("A" * 88, "C-SIG-4")],
+)
+def test_strict_signature_decoding(sig: str, rule: str) -> None:
+    with pytest.raises(BadSignature) as info:
+        decode_signature(sig)
+    assert info.value.rule == rule
+
+
+def _tampered(name: str, change: Any) -> list[dict[str, Any]]:
+    log = copy.deepcopy(LOGS[name])
+    change(log)
+    return log
+
+
+def test_tampered_logs_fail_with_the_right_finding() -> None:
+    did = LOGS["log_bskyapp"][0]["did"]
+
+    def changed_field(log: list[dict[str, Any]]) -> None:
+        log[1]["operation"]["alsoKnownAs"] = ["at://attacker.example.com"]
+
+    audit = replay(did, _tampered("log_bskyapp", changed_field))
+    assert audit.findings[0].rule == "P-CID-1"  # the entry's cid no longer matches
+
+    def changed_field_and_cid(log: list[dict[str, Any]]) -> None:
+        changed_field(log)
+        log[1]["cid"] = cid_of(dag_cbor(log[1]["operation"]))
+
+    audit = replay(did, _tampered("log_bskyapp", changed_field_and_cid))
+    assert audit.findings[0].rule == "P-SIG-5"  # and now the signature does not cover it
+
+    def swapped_signatures(log: list[dict[str, Any]]) -> None:
+        log[0]["operation"]["sig"], log[1]["operation"]["sig"] = (
+            log[1]["operation"]["sig"], log[0]["operation"]["sig"])
+        for entry in log:
+            entry["cid"] = cid_of(dag_cbor(entry["operation"]))
+
+    audit = replay(did, _tampered("log_bskyapp", swapped_signatures))
+    assert {f.rule for f in audit.findings} & {"P-DID-1", "P-SIG-5"}
+
+    def flipped_flag(log: list[dict[str, Any]]) -> None:
+        log[1]["nullified"] = True
+
+    audit = replay(did, _tampered("log_bskyapp", flipped_flag))
+    assert [f.rule for f in audit.findings] == ["§10.6"] and "nullified" in audit.findings[0].message
+
+
+@pytest.mark.parametrize(
+    "log",
+    [None, {}, [], "[]", [1], [{"did": "x"}], [{"did": "did:plc:y", "operation": {}}],
+     [{"did": "DID", "operation": {"type": "plc_operation"}, "cid": "x", "createdAt": "now"}],
+     [{"did": "DID", "operation": {"type": "mystery", "sig": "", "prev": None}, "cid": "c",
+       "createdAt": "2024-01-01T00:00:00Z", "nullified": False}],
+     [{"did": "DID", "operation": [1, 2], "cid": 5, "createdAt": 7, "nullified": "no"}]],
+)
+def test_malformed_logs_give_findings_not_exceptions(log: Any) -> None:
+    did = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
+    if isinstance(log, list):
+        log = json.loads(json.dumps(log).replace("DID", did))
+    audit = replay(did, log)
+    assert not audit.valid and audit.findings
+    assert all(f.rule for f in audit.findings)
+
+
+def test_entries_of_another_did_are_refused() -> None:
+    log = LOGS["log_bskyapp"]
+    audit = replay("did:plc:ewvi7nxzyoun6zhxrhs64oiz", log)
+    assert not audit.valid and "belongs to" in audit.findings[0].message
+
+
+def test_document_from_state_compares_semantically() -> None:
+    log = LOGS["log_bskyapp"]
+    audit = replay(log[0]["did"], log)
+    assert audit.state is not None
+    built = build_document(audit.did, audit.state)
+    assert compare(audit, built) == []
+    reordered = {**built, "verificationMethod": [
+        {**m, "id": "#" + m["id"].split("#")[1]} for m in built["verificationMethod"]]}
+    assert compare(audit, reordered) == []  # relative ids are the same entries (DOC-KEY-2)
+    moved = copy.deepcopy(built)
+    moved["service"][0]["serviceEndpoint"] = "https://elsewhere.example.com"
+    assert [f.rule for f in compare(audit, moved)] == ["§11"]
+    assert compare(audit, None)[0].message.startswith("the log is live")

@@ -1,0 +1,132 @@
+"""--verify-plc against the reference PLC directory, and against a lying mirror of it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from resolver import Config, Outcome, Resolver, Status
+from tests.devnet.network import DevnetState
+
+NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "henry", "ivan", "judy",
+         "kate", "leo", "mallory", "nina", "olivia", "peggy", "quinn", "trent", "uma"]
+
+
+@pytest.fixture
+async def verifying(devnet: DevnetState) -> AsyncIterator[Resolver]:
+    async with Resolver(devnet.config(verify_plc=True)) as resolver:
+        yield resolver
+
+
+async def test_every_seeded_log_verifies(verifying: Resolver, devnet: DevnetState) -> None:
+    assert sorted(devnet.dids) == sorted(NAMES)
+    for name in NAMES:
+        audit = await verifying.audit_log(devnet.did(name))
+        assert audit.valid, (name, [str(f) for f in audit.findings])
+        assert audit.deactivated is (name == "erin")
+
+
+async def test_recovery_shows_the_nullified_op_and_the_key_that_won(
+    verifying: Resolver, devnet: DevnetState
+) -> None:
+    audit = await verifying.audit_log(devnet.did("frank"))
+    genesis, hijack, recovery = audit.ops
+    assert hijack.nullified and hijack.nullified_by == recovery.cid
+    assert hijack.changes == ("handle frank.test -> evil.test",)
+    assert (hijack.signer_index, recovery.signer_index) == (1, 0)  # hot key vs recovery key
+    assert recovery.prev == genesis.cid
+    assert audit.state is not None and audit.state.also_known_as == ("at://frank.test",)
+
+
+async def test_verified_lookups(verifying: Resolver, devnet: DevnetState) -> None:
+    for query, status in [("alice.test", Status.VERIFIED), ("frank.test", Status.VERIFIED),
+                          ("dave.test", Status.VERIFIED), ("erin.test", Status.DID_DEACTIVATED),
+                          ("ghost.test", Status.DID_NOT_FOUND),
+                          (devnet.did("quinn"), Status.VERIFIED)]:
+        identity = await verifying.lookup(query)
+        assert identity.status is status, (query, identity.error)
+        expected = Outcome.NOT_FOUND if query == "ghost.test" else Outcome.OK
+        assert identity.plc_log.outcome is expected and identity.plc_findings == ()
+    plain = await verifying.lookup("web.test")  # did:web: nothing to replay
+    assert plain.plc_log.outcome is Outcome.SKIPPED
+
+
+Tamper = Callable[[str, Any], Any]
+
+
+async def _lying_mirror(devnet: DevnetState, lies: dict[str, Tamper]) -> web.AppRunner:
+    """A PLC 'mirror' that forwards to the real directory and edits chosen answers."""
+    session = aiohttp.ClientSession()
+
+    async def forward(request: web.Request) -> web.Response:
+        async with session.get(devnet.plc_url + request.path) as upstream:
+            body = await upstream.read()
+            if upstream.status == 200:
+                for path, tamper in lies.items():
+                    if request.path == path:
+                        body = json.dumps(tamper(path, json.loads(body))).encode()
+            return web.Response(status=upstream.status, body=body,
+                                content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", forward)
+    app.on_cleanup.append(lambda _: session.close())
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner
+
+
+def _edit(change: Callable[[Any], None]) -> Tamper:
+    def tamper(_: str, value: Any) -> Any:
+        edited = copy.deepcopy(value)
+        change(edited)
+        return edited
+
+    return tamper
+
+
+async def test_a_lying_directory_is_caught(devnet: DevnetState) -> None:
+    bob, frank, alice = devnet.did("bob"), devnet.did("frank"), devnet.did("alice")
+
+    def changed_field(log: Any) -> None:  # a changed field in a logged op
+        log[1]["operation"]["alsoKnownAs"] = ["at://mallory.test"]
+
+    def dropped_recovery(log: Any) -> None:  # hides the recovery: the hijack looks current
+        del log[2]
+
+    def doc_lie(doc: Any) -> None:  # the document says something nobody signed
+        doc["alsoKnownAs"] = ["at://evil.test"]
+
+    runner = await _lying_mirror(devnet, {
+        f"/{bob}/log/audit": _edit(changed_field),
+        f"/{frank}/log/audit": _edit(dropped_recovery),
+        f"/{alice}": _edit(doc_lie),
+    })
+    mirror = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    config: Config = devnet.config(verify_plc=True, plc_url=mirror)
+    try:
+        async with Resolver(config) as resolver:
+            bob_identity = await resolver.lookup("bob.test")
+            frank_identity = await resolver.lookup("frank.test")
+            alice_identity = await resolver.lookup(alice)
+        async with Resolver(devnet.config(plc_url=mirror)) as trusting_resolver:
+            trusting = await trusting_resolver.lookup(alice)
+    finally:
+        await runner.cleanup()
+    assert bob_identity.status is Status.PLC_LOG_INVALID
+    assert bob_identity.plc_log.outcome is Outcome.INVALID
+    assert any("[P-CID-1]" in f for f in bob_identity.plc_findings)
+    assert frank_identity.status is Status.PLC_LOG_INVALID
+    assert any("nullified=True, the replay says False" in f for f in frank_identity.plc_findings)
+    assert any("alsoKnownAs" in f for f in frank_identity.plc_findings)
+    assert alice_identity.status is Status.PLC_LOG_INVALID
+    assert alice_identity.error is not None and "[§11]" in alice_identity.error
+    # Without --verify-plc the lie goes through: the directory is trusted.
+    assert trusting.status is Status.HANDLE_NOT_FOUND and trusting.declared_handle == "evil.test"

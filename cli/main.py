@@ -9,69 +9,120 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
 
-from resolver import Config, Identity, Resolver
+from resolver import Config, Resolver
 from resolver.config import parse_nameservers, parse_networks
-from resolver.errors import InvalidInput
+from resolver.errors import InvalidInput, ResolutionError
+from resolver.plc import Audit
+from resolver.plc.export import ExportSummary, verify_export
+from resolver.syntax import check_plc_did, parse_did
 
-from .render import render_text
+from .render import render_history, render_text
 
-COMMANDS = ("lookup",)
 EXAMPLES = """examples:
   atwhois alice.example.com
   atwhois lookup @alice.example.com --json
-  atwhois did:plc:ewvi7nxzyoun6zhxrhs64oiz
+  atwhois did:plc:ewvi7nxzyoun6zhxrhs64oiz --verify-plc
   atwhois at://alice.example.com/app.bsky.feed.post/3k2a
+  atwhois history did:plc:ewvi7nxzyoun6zhxrhs64oiz
+  atwhois plc verify-export export.jsonl --known-bad known_bad_cids.json
 
+commands: lookup (the default), history, plc verify-export
 exit codes: 0 verified, 1 not verified, 2 invalid input, 3 transient failure
 """
 
 
-def _parser() -> argparse.ArgumentParser:
+def _config_flags() -> argparse.ArgumentParser:
+    flags = argparse.ArgumentParser(add_help=False)
+    group = flags.add_argument_group("resolution (flags win over ATWHOIS_* variables)")
+    group.add_argument("--plc-url", help="PLC directory base URL (env ATWHOIS_PLC_URL)")
+    group.add_argument(
+        "--dns-server",
+        action="append",
+        metavar="HOST:PORT",
+        help="nameserver to ask, repeatable (env ATWHOIS_DNS_SERVERS)",
+    )
+    group.add_argument(
+        "--dns-fallback",
+        action="append",
+        metavar="HOST:PORT",
+        help="nameserver asked when the others fail, repeatable",
+    )
+    group.add_argument("--ca-bundle", help="PEM file of trusted CAs (env ATWHOIS_CA_BUNDLE)")
+    group.add_argument(
+        "--allow-net",
+        action="append",
+        metavar="CIDR",
+        help="let fetches reach this private/loopback range (ATWHOIS_ALLOW_NETS)",
+    )
+    group.add_argument(
+        "--dev",
+        action="store_true",
+        default=None,
+        help="development: .test handles, did:web:localhost, http for localhost",
+    )
+    group.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="per-step deadline for DNS, HTTPS and the DID document",
+    )
+    group.add_argument(
+        "--verify-plc",
+        action="store_true",
+        default=None,
+        help="replay the did:plc audit log (env ATWHOIS_VERIFY_PLC=1)",
+    )
+    return flags
+
+
+def _lookup_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="atwhois",
         description="Resolve an ATProto handle, DID or at:// URI and verify the binding both ways.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_config_flags()],
     )
     parser.add_argument("identifier", help="a handle (with or without @), a DID, or an at:// URI")
     parser.add_argument("--json", action="store_true", help="print the Identity report as JSON")
     parser.add_argument(
         "--document", action="store_true", help="with --json, include the DID document as served"
     )
-    parser.add_argument("--plc-url", help="PLC directory base URL (env ATWHOIS_PLC_URL)")
+    parser.add_argument("--version", action="version", version="atwhois 0.1.0")
+    return parser
+
+
+def _history_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="atwhois history",
+        description="Replay a did:plc's operation log: who signed what, what it changed, and "
+        "whether the log verifies. Exit 0 if it does, 1 if not.",
+        parents=[_config_flags()],
+    )
+    parser.add_argument("did", help="a did:plc")
+    parser.add_argument("--json", action="store_true")
+    return parser
+
+
+def _export_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="atwhois plc verify-export",
+        description="Verify a PLC directory export (JSON Lines, legacy or seq format) op by op, "
+        "in bounded memory. Exit 0 if every op verifies (allow-listed ones aside), 1 if not.",
+    )
+    parser.add_argument("file", help="the export file, or - for standard input")
     parser.add_argument(
-        "--dns-server",
+        "--known-bad",
         action="append",
-        metavar="HOST:PORT",
-        help="nameserver to ask, repeatable (env ATWHOIS_DNS_SERVERS)",
+        default=[],
+        metavar="JSON",
+        help="JSON array of CIDs or DIDs known to be bad (allow-list), repeatable",
     )
-    parser.add_argument(
-        "--dns-fallback",
-        action="append",
-        metavar="HOST:PORT",
-        help="nameserver asked when the others fail, repeatable",
-    )
-    parser.add_argument("--ca-bundle", help="PEM file of trusted CAs (env ATWHOIS_CA_BUNDLE)")
-    parser.add_argument(
-        "--allow-net",
-        action="append",
-        metavar="CIDR",
-        help="let fetches reach this private/loopback range (env ATWHOIS_ALLOW_NETS)",
-    )
-    parser.add_argument(
-        "--dev",
-        action="store_true",
-        default=None,
-        help="development: .test handles, did:web:localhost, http for localhost",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        metavar="SECONDS",
-        help="per-step deadline for DNS, HTTPS and the DID document",
-    )
+    parser.add_argument("--json", action="store_true")
     return parser
 
 
@@ -80,6 +131,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "plc_url": args.plc_url,
         "ca_bundle": args.ca_bundle,
         "dev": args.dev,
+        "verify_plc": args.verify_plc,
         "dns_servers": parse_nameservers(args.dns_server) if args.dns_server else None,
         "dns_fallback_servers": parse_nameservers(args.dns_fallback) if args.dns_fallback else None,
         "allow_nets": parse_networks(args.allow_net) if args.allow_net else None,
@@ -91,24 +143,116 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return Config.from_env(**overrides)
 
 
-async def _lookup(config: Config, identifier: str) -> Identity:
-    async with Resolver(config) as resolver:
-        return await resolver.lookup(identifier)
+def _configured(args: argparse.Namespace) -> Config | None:
+    try:
+        return config_from_args(args)
+    except (InvalidInput, ValueError) as err:
+        print(f"atwhois: bad configuration: {err}", file=sys.stderr)
+        return None
+
+
+def _with_resolver(config: Config, work: Callable[[Resolver], Any]) -> Any:
+    async def run() -> Any:
+        async with Resolver(config) as resolver:
+            return await work(resolver)
+
+    return asyncio.run(run())
+
+
+def lookup(argv: list[str]) -> int:
+    args = _lookup_parser().parse_args(argv)
+    config = _configured(args)
+    if config is None:
+        return 2
+    identity = _with_resolver(config, lambda r: r.lookup(args.identifier))
+    if args.json:
+        _print(json.dumps(identity.to_json(include_document=args.document), indent=2))
+    else:
+        _print(render_text(identity))
+    return int(identity.status.exit_code)
+
+
+def history(argv: list[str]) -> int:
+    args = _history_parser().parse_args(argv)
+    config = _configured(args)
+    if config is None:
+        return 2
+    try:
+        check_plc_did(parse_did(args.did))
+    except InvalidInput as err:
+        print(f"atwhois history: {err}", file=sys.stderr)
+        return 2
+    try:
+        audit: Audit = _with_resolver(config, lambda r: r.audit_log(args.did))
+    except ResolutionError as err:
+        print(f"atwhois history: {err}", file=sys.stderr)
+        return 1 if err.outcome.value in ("not_found", "invalid") else 3
+    _print(json.dumps(audit.to_json(), indent=2) if args.json else render_history(audit))
+    return 0 if audit.valid else 1
+
+
+def _known_bad(paths: list[str]) -> frozenset[str]:
+    items: set[str] = set()
+    for path in paths:
+        items.update(str(x) for x in json.loads(Path(path).read_text()))
+    return frozenset(items)
+
+
+def _lines(file: IO[bytes]) -> Iterator[bytes]:
+    yield from file
+
+
+def verify_export_command(argv: list[str]) -> int:
+    args = _export_parser().parse_args(argv)
+    try:
+        known_bad = _known_bad(args.known_bad)
+    except (OSError, ValueError, TypeError) as err:
+        print(f"atwhois plc verify-export: bad --known-bad file: {err}", file=sys.stderr)
+        return 2
+
+    def progress(summary: ExportSummary) -> None:
+        print(
+            f"  {summary.ops:,} ops, {summary.dids:,} DIDs, {summary.invalid_ops:,} invalid",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        source = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    except OSError as err:
+        print(f"atwhois plc verify-export: {err}", file=sys.stderr)
+        return 2
+    with source:
+        summary = verify_export(_lines(source), known_bad=known_bad, progress=progress)
+    if args.json:
+        _print(json.dumps(summary.to_json(), indent=2))
+    else:
+        rules = ", ".join(f"{rule} {n}" for rule, n in summary.by_rule.most_common()) or "none"
+        lines = [
+            f"{'export verifies' if summary.valid else 'export does NOT verify'}: "
+            f"{summary.dids:,} DIDs, {summary.ops:,} ops",
+            f"  invalid ops {summary.invalid_ops:,}, allow-listed {summary.allowed_ops:,}, "
+            f"unreadable lines {summary.bad_lines:,}",
+            f"  findings by rule: {rules}",
+            *(f"  {example}" for example in summary.examples),
+        ]
+        _print("\n".join(lines))
+    return 0 if summary.valid else 1
+
+
+def _print(text: str) -> None:
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `atwhois ... | head`: the reader left, that is fine
+        sys.stdout = None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in COMMANDS:
-        argv = argv[1:]
-    args = _parser().parse_args(argv)
-    try:
-        config = config_from_args(args)
-    except (InvalidInput, ValueError) as err:
-        print(f"atwhois: bad configuration: {err}", file=sys.stderr)
-        return 2
-    identity = asyncio.run(_lookup(config, args.identifier))
-    if args.json:
-        print(json.dumps(identity.to_json(include_document=args.document), indent=2))
-    else:
-        print(render_text(identity))
-    return identity.status.exit_code
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["history"]:
+        return history(args[1:])
+    if args[:2] == ["plc", "verify-export"]:
+        return verify_export_command(args[2:])
+    if args[:1] == ["lookup"]:
+        args = args[1:]
+    return lookup(args)

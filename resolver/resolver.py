@@ -227,7 +227,9 @@ class Resolver:
             findings += compare(audit, fetched.raw)
         if findings:
             evidence = dataclasses.replace(
-                evidence, outcome=Outcome.INVALID, error_kind="PlcLogInvalid",
+                evidence,
+                outcome=Outcome.INVALID,
+                error_kind="PlcLogInvalid",
                 error=f"{len(findings)} finding(s); first: {findings[0]}",
             )
         return dataclasses.replace(

@@ -64,7 +64,7 @@ def test_invalid_logs_fail_for_their_reason(name: str) -> None:
 
 def test_nullification_details() -> None:
     audit = replay(LOGS["log_nullification"][0]["did"], LOGS["log_nullification"])
-    first, hostile, recovery = audit.ops
+    _, hostile, recovery = audit.ops
     assert hostile.nullified and hostile.nullified_by == recovery.cid
     assert recovery.signer_index is not None and hostile.signer_index is not None
     assert recovery.signer_index < hostile.signer_index  # P-NULL-2: a higher-priority key
@@ -156,7 +156,8 @@ def test_tampered_logs_fail_with_the_right_finding() -> None:
         log[1]["nullified"] = True
 
     audit = replay(did, _tampered("log_bskyapp", flipped_flag))
-    assert [f.rule for f in audit.findings] == ["§10.6"] and "nullified" in audit.findings[0].message
+    assert [f.rule for f in audit.findings] == ["§10.6"]
+    assert "nullified" in audit.findings[0].message
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ a `Finding` that names the rule it breaks.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,11 +53,18 @@ class OpRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "index": self.index, "cid": self.cid, "created_at": self.created_at,
-            "type": self.type, "prev": self.prev, "accepted": self.accepted,
-            "signer_index": self.signer_index, "signer_key": self.signer_key,
-            "nullified": self.nullified, "nullified_by": self.nullified_by,
-            "changes": list(self.changes), "findings": [str(f) for f in self.findings],
+            "index": self.index,
+            "cid": self.cid,
+            "created_at": self.created_at,
+            "type": self.type,
+            "prev": self.prev,
+            "accepted": self.accepted,
+            "signer_index": self.signer_index,
+            "signer_key": self.signer_key,
+            "nullified": self.nullified,
+            "nullified_by": self.nullified_by,
+            "changes": list(self.changes),
+            "findings": [str(f) for f in self.findings],
         }
 
 
@@ -75,8 +83,11 @@ class Audit:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "did": self.did, "valid": self.valid, "deactivated": self.deactivated,
-            "findings": [str(f) for f in self.findings], "warnings": list(self.warnings),
+            "did": self.did,
+            "valid": self.valid,
+            "deactivated": self.deactivated,
+            "findings": [str(f) for f in self.findings],
+            "warnings": list(self.warnings),
             "operations": [op.to_json() for op in self.ops],
         }
 
@@ -106,25 +117,30 @@ def parse_time(text: Any) -> datetime.datetime:
 
 
 class Replay:
-    """Replays one DID's log entry by entry; `audit()` gives the result so far. Used whole
-    (`replay`) for a `/log/audit` answer and incrementally for a directory export."""
+    """Replays one DID's log entry by entry; `audit()` gives the result. Used whole
+    (`replay`) for a `/log/audit` answer, and incrementally for a directory export, where
+    `keep_records=False` and `prune()` keep only what a later op could still refer to."""
 
-    def __init__(self, did: str) -> None:
+    def __init__(self, did: str, *, keep_records: bool = True) -> None:
         self.did = did
+        self.keep_records = keep_records
+        self.count = 0
         self.records: list[OpRecord] = []
         self.nodes: dict[str, _Node] = {}
-        self.chain: list[str] = []
+        self.chain: list[str] = []  # the active chain still open to forks, head last
+        self.nullified: set[str] = set()
         self.findings: list[Finding] = []
         self.warnings: list[str] = []
 
     def add(self, entry: Any) -> OpRecord:
-        index = len(self.records)
-        record = OpRecord(index, "", "", "?", None)
-        self.records.append(record)
+        record = OpRecord(self.count, "", "", "?", None)
+        self.count += 1
+        if self.keep_records:
+            self.records.append(record)
         try:
             self._add(entry, record)
         except _Rejected as err:
-            finding = Finding(err.rule, str(err), index, record.cid or None)
+            finding = Finding(err.rule, str(err), record.index, record.cid or None)
             record.findings.append(finding)
             self.findings.append(finding)
         return record
@@ -158,7 +174,7 @@ class Replay:
             raise _Rejected(err.rule, str(err)) from None
         message = dag_cbor(unsigned(op.raw))
         self._warn_limits(op, len(encoded))
-        if not self.chain:
+        if self.count == 1:
             self._genesis(op, encoded, message, signature, created, record)
         else:
             self._next(op, message, signature, created, record)
@@ -178,8 +194,13 @@ class Replay:
             self.warnings.append("operation over 7500 bytes [P-LIM-1]")
 
     def _genesis(
-        self, op: Operation, encoded: bytes, message: bytes, signature: bytes,
-        created: datetime.datetime, record: OpRecord,
+        self,
+        op: Operation,
+        encoded: bytes,
+        message: bytes,
+        signature: bytes,
+        created: datetime.datetime,
+        record: OpRecord,
     ) -> None:
         if op.prev is not None or op.state is None:
             raise _Rejected("P-DID-2", "the first op must be a genesis op (prev: null)")
@@ -193,27 +214,37 @@ class Replay:
         record.changes = _describe_genesis(op.state)
 
     def _next(
-        self, op: Operation, message: bytes, signature: bytes, created: datetime.datetime,
+        self,
+        op: Operation,
+        message: bytes,
+        signature: bytes,
+        created: datetime.datetime,
         record: OpRecord,
     ) -> None:
         if op.prev is None:
             rule = "P-OP-3" if op.type == "create" else "P-NULL-3"
             raise _Rejected(rule, "a second genesis op (prev: null)")
+        if op.prev in self.nullified:
+            raise _Rejected("P-NULL-3", f"prev {op.prev} is nullified")
+        if not self.chain:
+            raise _Rejected("P-NULL-3", "no valid op before this one")
         parent = self.nodes.get(op.prev)
         if parent is None:
-            raise _Rejected("P-NULL-3", f"prev {op.prev} is not an earlier op of this DID")
-        if parent.record.nullified:
-            raise _Rejected("P-NULL-3", f"prev {op.prev} is nullified")
+            raise _Rejected("P-NULL-3", f"prev {op.prev} is not an open op of this DID")
         if not parent.op.signers:
             raise _Rejected("P-SIG-5", "prev is a tombstone: no keys to verify against")
         signer = _signer(parent.allowed, message, signature)
         if signer is None:
             weaker = _signer(parent.op.signers, message, signature)
             if weaker is not None:
-                raise _Rejected("P-NULL-2", f"signed by rotation key {weaker}, which does not "
-                                "outrank the key that signed the op it would nullify")
+                raise _Rejected(
+                    "P-NULL-2",
+                    f"signed by rotation key {weaker}, which does not "
+                    "outrank the key that signed the op it would nullify",
+                )
             raise _Rejected(*why_unverified(parent.allowed, message, signature))
         head = self.nodes[self.chain[-1]]
+        displaced: list[str] = []
         if op.prev == self.chain[-1]:
             if created <= head.created:  # P-NULL-1
                 raise _Rejected("P-NULL-1", "createdAt is not later than prev's")
@@ -226,41 +257,71 @@ class Replay:
             position = self.chain.index(op.prev)
             displaced = self.chain[position + 1 :]
             for cid in displaced:
-                nullified = self.nodes[cid].record
+                nullified = self.nodes.pop(cid).record
                 nullified.nullified, nullified.nullified_by = True, record.cid
+                self.nullified.add(cid)
+                self._settle(nullified)
             del self.chain[position + 1 :]
-            record.changes = (f"recovery: nullifies {len(displaced)} op(s)",)
         parent.allowed = parent.allowed[:signer]  # P-NULL-4
         parent.child = record.cid
         self._accept(op, created, record, signer, parent.op.signers)
-        record.changes += _describe_change(parent.op.state, op.state)
+        record.changes = _describe_change(parent.op.state, op.state)
+        if displaced:
+            what = f"recovery: nullifies {len(displaced)} op(s)"
+            record.changes = (what, *(c for c in record.changes if c != "no change"))
 
     def _accept(
-        self, op: Operation, created: datetime.datetime, record: OpRecord, signer: int,
+        self,
+        op: Operation,
+        created: datetime.datetime,
+        record: OpRecord,
+        signer: int,
         keys: tuple[str, ...],
     ) -> None:
         record.accepted = True
         record.signer_index, record.signer_key = signer, keys[signer]
+        if not self.keep_records:  # streaming: the raw JSON was hashed and verified already
+            op = dataclasses.replace(op, raw={})
         self.nodes[record.cid] = _Node(op, created, record, op.signers)
         self.chain.append(record.cid)
 
+    def _settle(self, record: OpRecord) -> None:
+        """An op's fate is final: its `nullified` flag in the log must match the replay's."""
+        if record.logged_nullified is not None and record.logged_nullified != record.nullified:
+            finding = Finding(
+                "§10.6",
+                f"the log marks nullified={record.logged_nullified}, "
+                f"the replay says {record.nullified}",
+                record.index,
+                record.cid,
+            )
+            record.findings.append(finding)
+            self.findings.append(finding)
+
+    def prune(self, now: datetime.datetime) -> None:
+        """Forget active ops whose child is past the recovery window: nothing can fork from
+        them any more (P-NULL-2), so their fate is final. Keeps the head."""
+        while len(self.chain) > 1:
+            oldest, child = self.nodes[self.chain[0]], self.nodes[self.chain[1]]
+            if now - child.created <= RECOVERY_WINDOW:
+                break
+            self._settle(oldest.record)
+            del self.nodes[self.chain.pop(0)]
+
     def audit(self) -> Audit:
+        for cid in self.chain:
+            self._settle(self.nodes[cid].record)
         findings = list(self.findings)
-        if not self.records:
+        if not self.count:
             findings.append(Finding("§10.6", "the audit log is empty"))
-        for record in self.records:
-            if record.accepted and record.logged_nullified is not None and (
-                record.logged_nullified != record.nullified
-            ):
-                finding = Finding("§10.6", f"the log marks nullified={record.logged_nullified}"
-                                  f", the replay says {record.nullified}", record.index, record.cid)
-                record.findings.append(finding)
-                findings.append(finding)
         head = self.nodes[self.chain[-1]].op if self.chain else None
         deactivated = head is not None and head.state is None
         return Audit(
-            did=self.did, ops=tuple(self.records), state=head.state if head else None,
-            deactivated=deactivated, findings=tuple(findings),
+            did=self.did,
+            ops=tuple(self.records),
+            state=head.state if head else None,
+            deactivated=deactivated,
+            findings=tuple(findings),
             warnings=tuple(dict.fromkeys(self.warnings)),
         )
 
@@ -291,8 +352,9 @@ def _pds(state: State) -> str | None:
 
 def _describe_genesis(state: State) -> tuple[str, ...]:
     handle = declared_handle(list(state.also_known_as))
-    return (f"created: handle {handle}, pds {_pds(state)}, {len(state.rotation_keys)} rotation"
-            " keys",)
+    return (
+        f"created: handle {handle}, pds {_pds(state)}, {len(state.rotation_keys)} rotation keys",
+    )
 
 
 def _describe_change(before: State | None, after: State | None) -> tuple[str, ...]:
@@ -301,7 +363,10 @@ def _describe_change(before: State | None, after: State | None) -> tuple[str, ..
     if before is None:
         return ()
     changes = []
-    old, new = declared_handle(list(before.also_known_as)), declared_handle(list(after.also_known_as))
+    old, new = (
+        declared_handle(list(before.also_known_as)),
+        declared_handle(list(after.also_known_as)),
+    )
     if before.also_known_as != after.also_known_as:
         changes.append(f"handle {old} -> {new}" if old != new else "aliases changed")
     if _pds(before) != _pds(after):

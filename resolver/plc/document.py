@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..keys import LEGACY_KEY_TYPES, InvalidKey, parse_did_key, parse_legacy_multibase, parse_multikey
+from ..keys import (
+    LEGACY_KEY_TYPES,
+    InvalidKey,
+    parse_did_key,
+    parse_legacy_multibase,
+    parse_multikey,
+)
 from .audit import Audit, Finding
 from .operation import State
 
@@ -19,8 +25,12 @@ def build_document(did: str, state: State) -> dict[str, Any]:
         "id": did,
         "alsoKnownAs": list(state.also_known_as),
         "verificationMethod": [
-            {"id": f"{did}#{name}", "type": "Multikey", "controller": did,
-             "publicKeyMultibase": key.removeprefix("did:key:")}
+            {
+                "id": f"{did}#{name}",
+                "type": "Multikey",
+                "controller": did,
+                "publicKeyMultibase": key.removeprefix("did:key:"),
+            }
             for name, key in state.verification_methods
         ],
         "service": [
@@ -80,11 +90,14 @@ def compare(audit: Audit, served: dict[str, Any] | None) -> list[Finding]:
     }
     log_keys = {name: _canonical_did_key(key) for name, key in expected.verification_methods}
     if served_keys != log_keys:
-        findings.append(Finding("§11", f"served keys {served_keys} differ from the log's {log_keys}"))
+        findings.append(
+            Finding("§11", f"served keys {served_keys} differ from the log's {log_keys}")
+        )
     services = served.get("service") or []
     served_services = {
         _fragment(s.get("id"), did): (s.get("type"), s.get("serviceEndpoint"))
-        for s in services if isinstance(s, dict)
+        for s in services
+        if isinstance(s, dict)
     }
     log_services = {name: (s.type, s.endpoint) for name, s in expected.services}
     if served_services != log_services:

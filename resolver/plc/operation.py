@@ -97,8 +97,11 @@ def parse_operation(op: Any) -> Operation:
             raise BadOperation("services is not a map", "P-OP-1")
         parsed_services = []
         for name, entry in services.items():
-            if not (isinstance(entry, dict) and set(entry) == {"type", "endpoint"}
-                    and all(isinstance(v, str) for v in entry.values())):
+            if not (
+                isinstance(entry, dict)
+                and set(entry) == {"type", "endpoint"}
+                and all(isinstance(v, str) for v in entry.values())
+            ):
                 raise BadOperation(f"service {name!r} is not {{type, endpoint}}", "P-OP-1")
             parsed_services.append((name, Service(entry["type"], entry["endpoint"])))
         prev = op["prev"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from bench import cold_resolution
+from bench import cold_resolution, plc_verify
 
-BENCHMARKS = {"cold": cold_resolution.main}
+BENCHMARKS = {"cold": cold_resolution.main, "plc": plc_verify.main}
 
 
 def main() -> None:

@@ -18,9 +18,16 @@ from tests.vectors import CRYPTO, VECTORS, load_json, plc_logs
 
 LOGS = plc_logs()
 VALID = [
-    "log_bskyapp", "log_bnewbold_robocracy", "log_legacy_dholms", "log_empty_rotation_keys",
-    "log_duplicate_rotation_keys", "log_nullification", "log_nullification_nontrivial",
-    "log_nullification_at_exactly_72h", "log_nullified_tombstone", "log_tombstone",
+    "log_bskyapp",
+    "log_bnewbold_robocracy",
+    "log_legacy_dholms",
+    "log_empty_rotation_keys",
+    "log_duplicate_rotation_keys",
+    "log_nullification",
+    "log_nullification_nontrivial",
+    "log_nullification_at_exactly_72h",
+    "log_nullified_tombstone",
+    "log_tombstone",
 ]
 # go-didplc/testdata/README.md: each invalid log and the reason it must fail for.
 INVALID = {
@@ -69,8 +76,9 @@ def test_nullification_details() -> None:
     assert recovery.signer_index is not None and hostile.signer_index is not None
     assert recovery.signer_index < hostile.signer_index  # P-NULL-2: a higher-priority key
     assert recovery.changes[0] == "recovery: nullifies 1 op(s)"
-    nontrivial = replay(LOGS["log_nullification_nontrivial"][0]["did"],
-                        LOGS["log_nullification_nontrivial"])
+    nontrivial = replay(
+        LOGS["log_nullification_nontrivial"][0]["did"], LOGS["log_nullification_nontrivial"]
+    )
     assert [op.index for op in nontrivial.ops if op.nullified] == [2, 3, 4, 5, 6]
 
 
@@ -112,8 +120,15 @@ def test_signature_fixtures(case: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     ("sig", "rule"),
-    [("", "C-SIG-4"), ("a", "P-SIG-4"), ("abc=", "P-SIG-3"), ("ab\ncd", "P-SIG-4"),
-     ("ab+/", "P-SIG-4"), ("AB", "P-SIG-3"), ("A" * 88, "C-SIG-4")],
+    [
+        ("", "C-SIG-4"),
+        ("a", "P-SIG-4"),
+        ("abc=", "P-SIG-3"),
+        ("ab\ncd", "P-SIG-4"),
+        ("ab+/", "P-SIG-4"),
+        ("AB", "P-SIG-3"),
+        ("A" * 88, "C-SIG-4"),
+    ],
 )
 def test_strict_signature_decoding(sig: str, rule: str) -> None:
     with pytest.raises(BadSignature) as info:
@@ -145,7 +160,9 @@ def test_tampered_logs_fail_with_the_right_finding() -> None:
 
     def swapped_signatures(log: list[dict[str, Any]]) -> None:
         log[0]["operation"]["sig"], log[1]["operation"]["sig"] = (
-            log[1]["operation"]["sig"], log[0]["operation"]["sig"])
+            log[1]["operation"]["sig"],
+            log[0]["operation"]["sig"],
+        )
         for entry in log:
             entry["cid"] = cid_of(dag_cbor(entry["operation"]))
 
@@ -162,11 +179,26 @@ def test_tampered_logs_fail_with_the_right_finding() -> None:
 
 @pytest.mark.parametrize(
     "log",
-    [None, {}, [], "[]", [1], [{"did": "x"}], [{"did": "did:plc:y", "operation": {}}],
-     [{"did": "DID", "operation": {"type": "plc_operation"}, "cid": "x", "createdAt": "now"}],
-     [{"did": "DID", "operation": {"type": "mystery", "sig": "", "prev": None}, "cid": "c",
-       "createdAt": "2024-01-01T00:00:00Z", "nullified": False}],
-     [{"did": "DID", "operation": [1, 2], "cid": 5, "createdAt": 7, "nullified": "no"}]],
+    [
+        None,
+        {},
+        [],
+        "[]",
+        [1],
+        [{"did": "x"}],
+        [{"did": "did:plc:y", "operation": {}}],
+        [{"did": "DID", "operation": {"type": "plc_operation"}, "cid": "x", "createdAt": "now"}],
+        [
+            {
+                "did": "DID",
+                "operation": {"type": "mystery", "sig": "", "prev": None},
+                "cid": "c",
+                "createdAt": "2024-01-01T00:00:00Z",
+                "nullified": False,
+            }
+        ],
+        [{"did": "DID", "operation": [1, 2], "cid": 5, "createdAt": 7, "nullified": "no"}],
+    ],
 )
 def test_malformed_logs_give_findings_not_exceptions(log: Any) -> None:
     did = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
@@ -189,10 +221,27 @@ def test_document_from_state_compares_semantically() -> None:
     assert audit.state is not None
     built = build_document(audit.did, audit.state)
     assert compare(audit, built) == []
-    reordered = {**built, "verificationMethod": [
-        {**m, "id": "#" + m["id"].split("#")[1]} for m in built["verificationMethod"]]}
+    reordered = {
+        **built,
+        "verificationMethod": [
+            {**m, "id": "#" + m["id"].split("#")[1]} for m in built["verificationMethod"]
+        ],
+    }
     assert compare(audit, reordered) == []  # relative ids are the same entries (DOC-KEY-2)
     moved = copy.deepcopy(built)
     moved["service"][0]["serviceEndpoint"] = "https://elsewhere.example.com"
     assert [f.rule for f in compare(audit, moved)] == ["§11"]
     assert compare(audit, None)[0].message.startswith("the log is live")
+
+
+def test_unsigned_bytes_cut_from_the_signed_encoding() -> None:
+    from resolver.plc.encoding import unsigned, unsigned_dag_cbor
+
+    for log in LOGS.values():
+        for entry in log:
+            op = entry["operation"]
+            assert unsigned_dag_cbor(dag_cbor(op), op) == dag_cbor(unsigned(op))
+    long_sig = {"sig": "x" * 300, "prev": None, "type": "plc_tombstone"}  # 2-byte length
+    assert unsigned_dag_cbor(dag_cbor(long_sig), long_sig) == dag_cbor(unsigned(long_sig))
+    odd = {"a": 1, "sig": "s"}  # "a" sorts before "sig": falls back to a fresh encoding
+    assert unsigned_dag_cbor(dag_cbor(odd), odd) == dag_cbor({"a": 1})

@@ -14,8 +14,27 @@ from aiohttp import web
 from resolver import Config, Outcome, Resolver, Status
 from tests.devnet.network import DevnetState
 
-NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "henry", "ivan", "judy",
-         "kate", "leo", "mallory", "nina", "olivia", "peggy", "quinn", "trent", "uma"]
+NAMES = [
+    "alice",
+    "bob",
+    "carol",
+    "dave",
+    "erin",
+    "frank",
+    "grace",
+    "henry",
+    "ivan",
+    "judy",
+    "kate",
+    "leo",
+    "mallory",
+    "nina",
+    "olivia",
+    "peggy",
+    "quinn",
+    "trent",
+    "uma",
+]
 
 
 @pytest.fixture
@@ -45,10 +64,14 @@ async def test_recovery_shows_the_nullified_op_and_the_key_that_won(
 
 
 async def test_verified_lookups(verifying: Resolver, devnet: DevnetState) -> None:
-    for query, status in [("alice.test", Status.VERIFIED), ("frank.test", Status.VERIFIED),
-                          ("dave.test", Status.VERIFIED), ("erin.test", Status.DID_DEACTIVATED),
-                          ("ghost.test", Status.DID_NOT_FOUND),
-                          (devnet.did("quinn"), Status.VERIFIED)]:
+    for query, status in [
+        ("alice.test", Status.VERIFIED),
+        ("frank.test", Status.VERIFIED),
+        ("dave.test", Status.VERIFIED),
+        ("erin.test", Status.DID_DEACTIVATED),
+        ("ghost.test", Status.DID_NOT_FOUND),
+        (devnet.did("quinn"), Status.VERIFIED),
+    ]:
         identity = await verifying.lookup(query)
         assert identity.status is status, (query, identity.error)
         expected = Outcome.NOT_FOUND if query == "ghost.test" else Outcome.OK
@@ -71,8 +94,7 @@ async def _lying_mirror(devnet: DevnetState, lies: dict[str, Tamper]) -> web.App
                 for path, tamper in lies.items():
                     if request.path == path:
                         body = json.dumps(tamper(path, json.loads(body))).encode()
-            return web.Response(status=upstream.status, body=body,
-                                content_type="application/json")
+            return web.Response(status=upstream.status, body=body, content_type="application/json")
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", forward)
@@ -104,11 +126,14 @@ async def test_a_lying_directory_is_caught(devnet: DevnetState) -> None:
     def doc_lie(doc: Any) -> None:  # the document says something nobody signed
         doc["alsoKnownAs"] = ["at://evil.test"]
 
-    runner = await _lying_mirror(devnet, {
-        f"/{bob}/log/audit": _edit(changed_field),
-        f"/{frank}/log/audit": _edit(dropped_recovery),
-        f"/{alice}": _edit(doc_lie),
-    })
+    runner = await _lying_mirror(
+        devnet,
+        {
+            f"/{bob}/log/audit": _edit(changed_field),
+            f"/{frank}/log/audit": _edit(dropped_recovery),
+            f"/{alice}": _edit(doc_lie),
+        },
+    )
     mirror = f"http://127.0.0.1:{runner.addresses[0][1]}"
     config: Config = devnet.config(verify_plc=True, plc_url=mirror)
     try:

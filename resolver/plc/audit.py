@@ -8,13 +8,12 @@ a `Finding` that names the rule it breaks.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..document import declared_handle
-from .encoding import cid_of, dag_cbor, did_of_genesis, unsigned
+from .encoding import cid_of, dag_cbor, did_of_genesis, unsigned_dag_cbor
 from .operation import BadOperation, Operation, State, parse_operation
 from .signature import BadSignature, decode_signature, verify, why_unverified
 
@@ -117,6 +116,17 @@ def parse_time(text: Any) -> datetime.datetime:
 
 
 class Replay:
+    __slots__ = (
+        "chain",
+        "count",
+        "did",
+        "findings",
+        "keep_records",
+        "nodes",
+        "nullified",
+        "records",
+        "warnings",
+    )
     """Replays one DID's log entry by entry; `audit()` gives the result. Used whole
     (`replay`) for a `/log/audit` answer, and incrementally for a directory export, where
     `keep_records=False` and `prune()` keep only what a later op could still refer to."""
@@ -172,7 +182,7 @@ class Replay:
             signature = decode_signature(op.sig)
         except BadSignature as err:
             raise _Rejected(err.rule, str(err)) from None
-        message = dag_cbor(unsigned(op.raw))
+        message = unsigned_dag_cbor(encoded, op.raw)
         self._warn_limits(op, len(encoded))
         if self.count == 1:
             self._genesis(op, encoded, message, signature, created, record)
@@ -211,7 +221,8 @@ class Replay:
         if signer is None:
             raise _Rejected(*why_unverified(op.state.rotation_keys, message, signature))
         self._accept(op, created, record, signer, op.state.rotation_keys)
-        record.changes = _describe_genesis(op.state)
+        if self.keep_records:
+            record.changes = _describe_genesis(op.state)
 
     def _next(
         self,
@@ -265,6 +276,8 @@ class Replay:
         parent.allowed = parent.allowed[:signer]  # P-NULL-4
         parent.child = record.cid
         self._accept(op, created, record, signer, parent.op.signers)
+        if not self.keep_records:
+            return
         record.changes = _describe_change(parent.op.state, op.state)
         if displaced:
             what = f"recovery: nullifies {len(displaced)} op(s)"
@@ -281,7 +294,7 @@ class Replay:
         record.accepted = True
         record.signer_index, record.signer_key = signer, keys[signer]
         if not self.keep_records:  # streaming: the raw JSON was hashed and verified already
-            op = dataclasses.replace(op, raw={})
+            op = Operation(op.type, op.prev, op.sig, op.state, {})
         self.nodes[record.cid] = _Node(op, created, record, op.signers)
         self.chain.append(record.cid)
 

@@ -6,7 +6,6 @@ length-first, then bytewise, as the spec requires; `prev` stays a text string.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from typing import Any
 
@@ -20,7 +19,8 @@ def dag_cbor(value: Any) -> bytes:
 
 
 def base32(data: bytes) -> str:
-    return base64.b32encode(data).decode("ascii").lower().rstrip("=")
+    """RFC 4648 base32, lowercase, no padding (libipld's multibase `b`, minus the prefix)."""
+    return str(libipld.encode_multibase("b", data))[1:]
 
 
 def cid_of(encoded: bytes) -> str:
@@ -36,3 +36,25 @@ def did_of_genesis(encoded_signed_genesis: bytes) -> str:
 def unsigned(operation: dict[str, Any]) -> dict[str, Any]:
     """P-SIG-1: the op with the `sig` key removed entirely (not set to null)."""
     return {k: v for k, v in operation.items() if k != "sig"}
+
+
+_SIG_KEY = b"\x63sig"  # the text string "sig", the shortest key of every PLC op
+
+
+def unsigned_dag_cbor(encoded_signed: bytes, operation: dict[str, Any]) -> bytes:
+    """P-SIG-1 bytes, cut from the signed encoding instead of encoding again: map keys sort
+    length-first, so `sig` is the first entry; drop it and count one entry fewer. Falls
+    back to a fresh encoding for any other shape."""
+    header = encoded_signed[0]
+    if 0xA1 <= header <= 0xB7 and encoded_signed[1:5] == _SIG_KEY:
+        kind, info = encoded_signed[5] >> 5, encoded_signed[5] & 0x1F
+        if kind == 3 and info < 24:
+            end = 6 + info
+        elif kind == 3 and info == 24:
+            end = 7 + encoded_signed[6]
+        elif kind == 3 and info == 25:
+            end = 8 + int.from_bytes(encoded_signed[6:8], "big")
+        else:
+            return dag_cbor(unsigned(operation))
+        return bytes([header - 1]) + encoded_signed[end:]
+    return dag_cbor(unsigned(operation))

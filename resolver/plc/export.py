@@ -97,6 +97,9 @@ def _entry(line: str | bytes) -> dict[str, Any] | None:
 
 def _drain(run: Replay, summary: ExportSummary, known_bad: frozenset[str]) -> None:
     """Count the replay's new findings (an op counts once) and forget them."""
+    run.warnings.clear()
+    if not run.findings:
+        return
     first: dict[int | None, Finding] = {}
     for finding in run.findings:
         summary.by_rule[finding.rule] += 1
@@ -111,4 +114,3 @@ def _drain(run: Replay, summary: ExportSummary, known_bad: frozenset[str]) -> No
                 f"{run.did} {finding.cid or '?'}: {finding.message} [{finding.rule}]"
             )
     run.findings.clear()
-    run.warnings.clear()

@@ -15,6 +15,7 @@ _PLC_OP_KEYS = frozenset(
     {"type", "rotationKeys", "verificationMethods", "alsoKnownAs", "services", "prev", "sig"}
 )
 _TOMBSTONE_KEYS = frozenset({"type", "prev", "sig"})
+_SERVICE_KEYS = frozenset({"type", "endpoint"})
 _CREATE_KEYS = frozenset({"type", "signingKey", "recoveryKey", "handle", "service", "prev", "sig"})
 
 
@@ -61,8 +62,11 @@ class Operation:
 
 
 def _strings(value: Any, what: str, rule: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    if type(value) is not list:
         raise BadOperation(f"{what} is not a list of strings", rule)
+    for item in value:
+        if type(item) is not str:
+            raise BadOperation(f"{what} is not a list of strings", rule)
     return tuple(value)
 
 
@@ -73,6 +77,8 @@ def _string(value: Any, what: str, rule: str) -> str:
 
 
 def _check_keys(op: dict[str, Any], allowed: frozenset[str], rule: str) -> None:
+    if op.keys() == allowed:
+        return
     missing, extra = allowed - op.keys(), op.keys() - allowed
     if missing:
         raise BadOperation(f"missing field(s): {', '.join(sorted(missing))}", rule)
@@ -91,7 +97,7 @@ def parse_operation(op: Any) -> Operation:
     if kind == "plc_operation":
         _check_keys(op, _PLC_OP_KEYS, "P-OP-1")
         methods, services = op["verificationMethods"], op["services"]
-        if not isinstance(methods, dict) or not all(isinstance(v, str) for v in methods.values()):
+        if type(methods) is not dict or any(type(v) is not str for v in methods.values()):
             raise BadOperation("verificationMethods is not a map of strings", "P-OP-1")
         if not isinstance(services, dict):
             raise BadOperation("services is not a map", "P-OP-1")

@@ -61,36 +61,44 @@ def _key(did_key: str) -> PublicKey:
     return parse_did_key(did_key)
 
 
+_Verifier = tuple[Curve, coincurve.PublicKey | ec.EllipticCurvePublicKey]
+
+
 @lru_cache(maxsize=65536)
-def _k256(compressed: bytes) -> coincurve.PublicKey:
-    return coincurve.PublicKey(compressed)
+def _verifier(did_key: str) -> _Verifier | None:
+    """A did:key parsed once into the object that verifies with it (None: unusable)."""
+    try:
+        key = _key(did_key)
+    except InvalidKey:
+        return None
+    if key.curve is Curve.K256:
+        return key.curve, coincurve.PublicKey(key.compressed)
+    return key.curve, ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), key.compressed)
 
 
-@lru_cache(maxsize=4096)
-def _p256(compressed: bytes) -> ec.EllipticCurvePublicKey:
-    return ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), compressed)
+# n/2 as 32 big-endian bytes: equal-length byte strings compare as the numbers do.
+_HALF_ORDER = {curve: (order // 2).to_bytes(32, "big") for curve, order in _ORDER.items()}
 
 
 def is_low_s(signature: bytes, curve: Curve) -> bool:
     """C-SIG-2: s must be at most n/2."""
-    return int.from_bytes(signature[32:], "big") <= _ORDER[curve] // 2
+    return signature[32:] <= _HALF_ORDER[curve]
 
 
 def verify(did_key: str, message: bytes, signature: bytes) -> bool:
     """ECDSA-SHA256 over `message` (C-SIG-1) with a 64-byte, low-S signature (C-SIG-2/4).
     An unparseable key verifies nothing."""
-    try:
-        key = _key(did_key)
-    except InvalidKey:
+    verifier = _verifier(did_key)
+    if verifier is None:
         return False
-    if not is_low_s(signature, key.curve):
+    curve, key = verifier
+    if not is_low_s(signature, curve):
         return False
-    if key.curve is Curve.K256:
-        der = cdata_to_der(deserialize_compact(signature))
-        return bool(_k256(key.compressed).verify(der, message))
+    if isinstance(key, coincurve.PublicKey):
+        return bool(key.verify(cdata_to_der(deserialize_compact(signature)), message))
     r, s = int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")
     try:
-        _p256(key.compressed).verify(encode_dss_signature(r, s), message, ec.ECDSA(hashes.SHA256()))
+        key.verify(encode_dss_signature(r, s), message, ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:
         return False
     return True

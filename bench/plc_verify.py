@@ -1,0 +1,122 @@
+"""did:plc verification throughput, against the raw signature-verify rate measured in the
+same run, and the peak memory of a streaming export check.
+
+    python -m bench plc [--dids 20000] [--ops-per-did 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import coincurve
+from coincurve.ecdsa import cdata_to_der, deserialize_compact
+
+from resolver.keys import parse_did_key
+from resolver.plc import replay
+from resolver.plc.encoding import dag_cbor, unsigned
+from resolver.plc.signature import decode_signature, verify
+from tests.synthetic_plc import write_export
+
+
+def raw_verify_rate(entries: list[dict[str, Any]], count: int = 5000) -> tuple[float, float]:
+    """libsecp256k1 alone (keys parsed, signatures converted beforehand), and atwhois's
+    `verify` (strict low-S check, cached keys), on the same signatures."""
+    cases = []
+    for entry in entries[:count]:
+        op = entry["operation"]
+        message, sig = dag_cbor(unsigned(op)), decode_signature(op["sig"])
+        cases.append((op["rotationKeys"][0], message, sig))
+    raw = [
+        (
+            coincurve.PublicKey(parse_did_key(did_key).compressed),
+            message,
+            cdata_to_der(deserialize_compact(sig)),
+        )
+        for did_key, message, sig in cases
+    ]
+    started = time.perf_counter()
+    assert all(key.verify(der, message) for key, message, der in raw)
+    raw_rate = len(raw) / (time.perf_counter() - started)
+    started = time.perf_counter()
+    assert all(verify(did_key, message, sig) for did_key, message, sig in cases)
+    ours = len(cases) / (time.perf_counter() - started)
+    return raw_rate, ours
+
+
+# Runs the CLI in a child and reports that process's own peak RSS (VmHWM, in KiB).
+_MEASURED_CLI = """
+import sys
+from cli.main import main
+code = main(sys.argv[1:])
+status = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]
+print("VmHWM", status, file=sys.stderr)
+raise SystemExit(code)
+"""
+
+
+def verify_export_child(path: Path) -> tuple[float, float]:
+    """`atwhois plc verify-export PATH` in a child: wall seconds and peak RSS in MiB."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURED_CLI, "plc", "verify-export", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(done.stdout + done.stderr)
+    return elapsed, int(done.stderr.split("VmHWM")[-1].split()[0]) / 1024
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench plc", description=__doc__)
+    parser.add_argument("--dids", type=int, default=20000)
+    parser.add_argument("--ops-per-did", type=int, default=5)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="atwhois-plc-bench-") as tmp:
+        small, large = Path(tmp) / "small.jsonl", Path(tmp) / "large.jsonl"
+        started = time.perf_counter()
+        ops = write_export(large, args.dids, args.ops_per_did)
+        small_ops = write_export(small, args.dids, 2)
+        print(
+            f"synthetic K-256 exports: {ops:,} and {small_ops:,} ops over {args.dids:,} DIDs "
+            f"(generated in {time.perf_counter() - started:.1f}s)"
+        )
+        entries = [json.loads(line) for line in large.open()]
+
+        raw, ours = raw_verify_rate(entries)
+        logs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for entry in entries:
+            logs[entry["did"]].append(entry)
+        started = time.perf_counter()
+        audits = [replay(did, log) for did, log in logs.items()]
+        replay_rate = len(entries) / (time.perf_counter() - started)
+        assert all(audit.valid for audit in audits)
+        print(f"raw libsecp256k1 verify         {raw:9,.0f} /s")
+        print(f"atwhois verify, first use of key {ours:9,.0f} /s")
+        print(
+            f"audit-log replay, whole logs     {replay_rate:9,.0f} ops/s   "
+            f"ratio to raw verify {replay_rate / raw:.2f}"
+        )
+
+        empty = Path(tmp) / "empty.jsonl"
+        empty.write_text("")
+        baseline = verify_export_child(empty)[1]
+        elapsed_small, rss_small = verify_export_child(small)
+        elapsed, rss = verify_export_child(large)
+        print("verify-export (streaming, incl. JSON parsing and process start):")
+        print(f"  {small_ops:>9,} ops  {small_ops / elapsed_small:9,.0f} ops/s")
+        print(f"  {ops:>9,} ops  {ops / elapsed:9,.0f} ops/s")
+        print(
+            f"  peak RSS: {rss_small:.0f} MiB for {small_ops:,} ops, {rss:.0f} MiB for {ops:,} "
+            f"ops, same DIDs (an empty export: {baseline:.0f} MiB)"
+        )

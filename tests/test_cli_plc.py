@@ -1,0 +1,117 @@
+"""`atwhois history` and `atwhois plc verify-export`, as the real executable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.devnet.network import DevnetState
+from tests.synthetic_plc import export_lines
+from tests.vectors import PLC_LOGS
+
+ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
+
+
+def run(
+    args: list[str],
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+) -> tuple[int, str, str]:
+    done = subprocess.run(
+        [ATWHOIS, *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_history_of_a_recovered_did(devnet_env: dict[str, str], devnet: DevnetState) -> None:
+    code, out, _ = run(["history", devnet.did("frank")], devnet_env)
+    assert code == 0
+    assert out.splitlines()[0].endswith("log verifies; 3 operations, 1 nullified; active")
+    assert "handle frank.test -> evil.test" in out and "recovery: nullifies 1 op(s)" in out
+    code, out, _ = run(["history", devnet.did("frank"), "--json"], devnet_env)
+    ops = json.loads(out)["operations"]
+    assert [op["signer_index"] for op in ops] == [0, 1, 0]
+    assert ops[1]["nullified_by"] == ops[2]["cid"]
+
+
+def test_history_exit_codes(devnet_env: dict[str, str], devnet: DevnetState) -> None:
+    code, out, _ = run(["history", devnet.did("erin"), "--json"], devnet_env)
+    assert code == 0 and json.loads(out)["deactivated"] is True
+    code, _, err = run(["history", "did:plc:neverregisteredaaaaaaaaa"], devnet_env)
+    assert code == 1 and "not registered" in err
+    code, _, err = run(["history", "did:web:web.test"], devnet_env)
+    assert code == 2 and "D-PLC-1" in err
+    down = {**devnet_env, "ATWHOIS_PLC_URL": "http://127.0.0.1:9"}
+    code, _, err = run(["history", devnet.did("alice"), "--timeout", "1"], down)
+    assert code == 3 and err
+
+
+def test_verify_export_of_the_test_network(devnet: DevnetState, tmp_path: Path) -> None:
+    export = httpx.get(f"{devnet.plc_url}/export", params={"count": 1000}).text
+    (tmp_path / "export.jsonl").write_text(export)
+    code, out, _ = run(["plc", "verify-export", str(tmp_path / "export.jsonl"), "--json"])
+    summary = json.loads(out)
+    assert code == 0 and summary["valid"]
+    assert summary["dids"] == len(devnet.dids) and summary["ops"] == len(export.splitlines())
+    # The same from standard input, human-readable.
+    code, out, _ = run(["plc", "verify-export", "-"], stdin=export)
+    assert code == 0 and out.startswith(f"export verifies: {len(devnet.dids)} DIDs")
+
+
+def test_verify_export_finds_and_allow_lists_bad_ops(tmp_path: Path) -> None:
+    lines = list(export_lines(30, 3))
+    tampered = json.loads(lines[40])
+    tampered["operation"]["alsoKnownAs"] = ["at://someone-else.test"]
+    lines[40] = json.dumps(tampered)
+    lines.insert(10, "this is not json")
+    export = tmp_path / "bad.jsonl"
+    export.write_text("\n".join(lines) + "\n")
+    code, out, _ = run(["plc", "verify-export", str(export), "--json"])
+    summary = json.loads(out)
+    assert code == 1 and summary["bad_lines"] == 1
+    # The tampered op fails, and so does its successor, whose prev is now unknown.
+    assert summary["invalid_ops"] == 2 and summary["by_rule"]["P-CID-1"] == 1
+    assert summary["by_rule"]["P-NULL-3"] == 1
+    assert tampered["did"] in summary["examples"][0]
+    allow = tmp_path / "known_bad.json"
+    allow.write_text(json.dumps([tampered["cid"], tampered["did"]]))
+    without_junk = tmp_path / "tampered.jsonl"
+    without_junk.write_text("\n".join(line for line in lines if line.startswith("{")))
+    code, out, _ = run(
+        ["plc", "verify-export", str(without_junk), "--known-bad", str(allow), "--json"]
+    )
+    assert code == 0 and json.loads(out)["allowed_ops"] == 2
+
+
+def test_verify_export_accepts_the_known_bad_lists_and_the_seq_format(tmp_path: Path) -> None:
+    seq = []
+    for number, line in enumerate(export_lines(10, 3)):
+        entry = json.loads(line)
+        del entry["nullified"]
+        seq.append(json.dumps({"type": "sequenced_op", "seq": number, **entry}))
+    (tmp_path / "seq.jsonl").write_text("\n".join(seq))
+    code, out, _ = run(
+        [
+            "plc",
+            "verify-export",
+            str(tmp_path / "seq.jsonl"),
+            "--known-bad",
+            str(PLC_LOGS / "known_bad_cids.json"),
+            "--known-bad",
+            str(PLC_LOGS / "known_bad_dids.json"),
+            "--json",
+        ]
+    )
+    assert code == 0 and json.loads(out)["ops"] == 30
+    code, _, err = run(["plc", "verify-export", str(tmp_path / "missing.jsonl")])
+    assert code == 2 and "No such file" in err

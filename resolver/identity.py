@@ -38,6 +38,17 @@ class Evidence:
     def did(self) -> str | None:
         return self.dids[0] if self.outcome is Outcome.OK and self.dids else None
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Evidence:
+        return cls(
+            Outcome(data["outcome"]),
+            tuple(data["dids"]),
+            data["error"],
+            data["error_kind"],
+            data["ms"],
+            data["source"],
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "outcome": str(self.outcome),

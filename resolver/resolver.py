@@ -13,14 +13,11 @@ import datetime
 import json
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
 
-from . import verdict
 from .config import Config
 from .did import check_http_response, check_plc_response, document_url
 from .dns import DnsClient
-from .document import AtprotoData, parse_json_document
+from .document import parse_json_document
 from .errors import InvalidData, InvalidInput, ResolutionError, UnsupportedDidMethod
 from .fetch import Fetcher
 from .handle import (
@@ -31,9 +28,10 @@ from .handle import (
     dids_in_txt,
     txt_name,
 )
-from .identity import SKIPPED, Evidence, Identity
+from .identity import Evidence, Identity
 from .outcome import Outcome, Status
 from .plc import Audit, compare, replay
+from .report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
 from .syntax import (
     SUPPORTED_DID_METHODS,
     Query,
@@ -43,18 +41,8 @@ from .syntax import (
     parse_did_web,
     parse_query,
 )
-from .verdict import Binding, HandleAnswer, Step
 
 _DOC_ACCEPT = "application/did+ld+json, application/json;q=0.9, */*;q=0.1"
-
-
-@dataclass(frozen=True, slots=True)
-class _Document:
-    evidence: Evidence
-    data: AtprotoData | None = None
-    raw: dict[str, Any] | None = None
-    plc: Evidence = SKIPPED
-    plc_findings: tuple[str, ...] = ()
 
 
 class Resolver:
@@ -84,22 +72,20 @@ class Resolver:
 
     async def lookup(self, identifier: str) -> Identity:
         """Resolve a handle (a leading @ allowed), a DID or an at:// URI, and verify it."""
-        checked_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+        checked_at = now_iso()
         try:
-            query = self._parse(identifier)
+            query = self.parse(identifier)
         except InvalidInput as err:
-            return Identity(
-                query=identifier,
-                status=Status.INVALID_INPUT,
-                error=str(err),
-                checked_at=checked_at,
-            )
+            return invalid_input(identifier, err, checked_at)
         if query.kind == "handle":
-            return await self._lookup_handle(query, checked_at)
-        return await self._lookup_did(query, checked_at)
+            handle, document = await self.resolve_handle_with_document(query.value)
+        else:
+            document = await self.resolve_document(query.value)
+            handle = await self.resolve_declared_handle(document)
+        return compose(query, checked_at, handle, document)
 
-    def _parse(self, identifier: str) -> Query:
-        """Syntax only: invalid input never reaches the network."""
+    def parse(self, identifier: str) -> Query:
+        """Syntax only: invalid input never reaches the network. Raises `InvalidInput`."""
         query = parse_query(identifier)
         if query.kind == "handle":
             check_resolvable_handle(query.value, allow_test_tld=self.config.allow_test_tld)
@@ -115,19 +101,23 @@ class Resolver:
             )
         return query
 
-    # --- handle first ---------------------------------------------------------------
+    async def resolve_handle(self, handle: str) -> HandleResolution:
+        """DNS TXT and HTTPS well-known at once (H-RES-1/2)."""
+        dns, https = await asyncio.gather(self._dns_method(handle), self._https_method(handle))
+        return HandleResolution.of(handle, dns, https)
 
-    async def _lookup_handle(self, query: Query, checked_at: str) -> Identity:
-        handle = query.value
-        documents: dict[str, asyncio.Task[_Document]] = {}
+    async def resolve_handle_with_document(
+        self, handle: str
+    ) -> tuple[HandleResolution, DocumentResolution]:
+        """Both methods at once; the document fetch starts as soon as either names a DID,
+        so latency is about max(DNS, HTTPS) + document, not their sum."""
+        documents: dict[str, asyncio.Task[DocumentResolution]] = {}
 
-        def fetch_document(did: str) -> asyncio.Task[_Document]:
+        def fetch_document(did: str) -> asyncio.Task[DocumentResolution]:
             if did not in documents:
-                documents[did] = asyncio.create_task(self._document(did))
+                documents[did] = asyncio.create_task(self.resolve_document(did))
             return documents[did]
 
-        # Both methods at once; a DID document fetch starts as soon as either names a DID,
-        # so latency is about max(DNS, HTTPS) + document, not their sum.
         dns_task = asyncio.create_task(self._dns_method(handle))
         https_task = asyncio.create_task(self._https_method(handle))
         try:
@@ -137,48 +127,26 @@ class Resolver:
                 for task in done:
                     if (did := task.result().did) is not None:
                         fetch_document(did)
-            dns, https = dns_task.result(), https_task.result()
-            answer = verdict.combine_methods(dns, https)
-            document = await fetch_document(answer.did) if answer.did else _Document(SKIPPED)
+            resolution = HandleResolution.of(handle, dns_task.result(), https_task.result())
+            did = resolution.answer.did
+            document = await fetch_document(did) if did else NO_DOCUMENT
         finally:
             for leftover in (dns_task, https_task, *documents.values()):
                 leftover.cancel()
-        binding = Binding.NOT_CHECKED
-        if document.data is not None:
-            same = document.data.declared_handle == handle
-            binding = Binding.MATCH if same else Binding.MISMATCH
-        status = verdict.handle_first(answer.step, verdict.step_of(document.evidence), binding)
-        return self._report(query, status, checked_at, answer, dns, https, document, handle)
+        return resolution, document
 
-    # --- DID first ------------------------------------------------------------------
-
-    async def _lookup_did(self, query: Query, checked_at: str) -> Identity:
-        did = query.value
-        document = await self._document(did)
-        dns = https = SKIPPED
-        answer = HandleAnswer(Step.SKIPPED, None)
-        declared = document.data.declared_handle if document.data else None
-        binding = Binding.NOT_CHECKED
-        if document.data is not None:
-            if declared is None:
-                dns = https = Evidence.skipped("the DID document declares no at:// handle")
-            else:
-                try:
-                    check_resolvable_handle(declared, allow_test_tld=self.config.allow_test_tld)
-                except InvalidInput as err:
-                    dns = https = Evidence.skipped(str(err))
-                else:
-                    dns, https = await asyncio.gather(
-                        self._dns_method(declared), self._https_method(declared)
-                    )
-                    answer = verdict.combine_methods(dns, https)
-                    binding = Binding.MATCH if answer.did == did else Binding.MISMATCH
-            if answer.step is Step.SKIPPED:
-                answer = HandleAnswer(Step.SKIPPED, None)
-        status = verdict.did_first(verdict.step_of(document.evidence), answer.step, binding)
-        return self._report(
-            query, status, checked_at, answer, dns, https, document, declared, did=did
-        )
+    async def resolve_declared_handle(self, document: DocumentResolution) -> HandleResolution:
+        """H-RES-5: the handle a document declares, resolved both ways (or why not)."""
+        if document.data is None:
+            return HandleResolution.skipped(None, "no valid DID document")
+        declared = document.data.declared_handle
+        if declared is None:
+            return HandleResolution.skipped(None, "the DID document declares no at:// handle")
+        try:
+            check_resolvable_handle(declared, allow_test_tld=self.config.allow_test_tld)
+        except InvalidInput as err:
+            return HandleResolution.skipped(declared, str(err))
+        return await self.resolve_handle(declared)
 
     # --- the methods ----------------------------------------------------------------
 
@@ -214,7 +182,8 @@ class Resolver:
 
         return await _timed(run, source=url, seen=seen)
 
-    async def _document(self, did: str) -> _Document:
+    async def resolve_document(self, did: str) -> DocumentResolution:
+        """The DID document; with --verify-plc, checked against the replayed audit log."""
         if did_method(did) != "plc" or not self.config.verify_plc:
             return await self._fetch_document(did)
         fetched, (evidence, audit) = await asyncio.gather(
@@ -236,7 +205,7 @@ class Resolver:
             fetched, plc=evidence, plc_findings=tuple(str(f) for f in findings)
         )
 
-    async def _fetch_document(self, did: str) -> _Document:
+    async def _fetch_document(self, did: str) -> DocumentResolution:
         started = time.perf_counter()
         url = document_url(did, self.config)
         fetcher = self.plc if did_method(did) == "plc" else self.web
@@ -253,9 +222,9 @@ class Resolver:
                 check_http_response(response, "did.json")
             raw, data = parse_json_document(did, response.body, dev=self.config.dev)
         except ResolutionError as err:
-            return _Document(Evidence.failure(err, _ms(started), url))
+            return DocumentResolution(did, Evidence.failure(err, _ms(started), url))
         evidence = Evidence(Outcome.OK, (did,), ms=round(_ms(started), 2), source=url)
-        return _Document(evidence, data, raw)
+        return DocumentResolution(did, evidence, data, raw)
 
     async def _replayed_audit_log(self, did: str) -> tuple[Evidence, Audit | None]:
         started = time.perf_counter()
@@ -283,44 +252,6 @@ class Resolver:
             raise InvalidData("the audit log is not JSON") from None
         return replay(did, log)
 
-    # --- the report -----------------------------------------------------------------
-
-    def _report(
-        self,
-        query: Query,
-        status: Status,
-        checked_at: str,
-        answer: HandleAnswer,
-        dns: Evidence,
-        https: Evidence,
-        document: _Document,
-        handle: str | None,
-        *,
-        did: str | None = None,
-    ) -> Identity:
-        data = document.data
-        warnings = (*answer.warnings, *(data.warnings if data else ()))
-        status = verdict.with_plc_log(status, verdict.step_of(document.plc))
-        return Identity(
-            query=query.text,
-            status=status,
-            did=did or answer.did,
-            declared_handle=data.declared_handle if data else None,
-            pds=data.pds if data else None,
-            signing_key=data.signing_key.did_key if data and data.signing_key else None,
-            also_known_as=data.also_known_as if data else (),
-            dns=dns,
-            https=https,
-            did_doc=document.evidence,
-            plc_log=document.plc,
-            plc_findings=document.plc_findings,
-            warnings=warnings,
-            error=_reason(status, handle, data, dns, https, document.evidence, document.plc),
-            checked_at=checked_at,
-            handle_queried=handle,
-            did_document=document.raw,
-        )
-
 
 async def _timed(run: Callable[[], Awaitable[str]], *, source: str, seen: list[str]) -> Evidence:
     started = time.perf_counter()
@@ -338,30 +269,11 @@ def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def _reason(
-    status: Status,
-    handle: str | None,
-    data: AtprotoData | None,
-    dns: Evidence,
-    https: Evidence,
-    document: Evidence,
-    plc_log: Evidence,
-) -> str | None:
-    """One sentence saying why the binding is not verified."""
-    match status:
-        case Status.VERIFIED:
-            return None
-        case Status.PLC_LOG_INVALID:
-            return plc_log.error
-        case Status.HANDLE_MISMATCH if data is not None and data.declared_handle is None:
-            return "the DID document declares no valid at:// handle"
-        case Status.HANDLE_MISMATCH if data is not None and handle == data.declared_handle:
-            names = sorted({d for d in (*dns.dids, *https.dids) if d != data.did})
-            return f"{handle} resolves to {', '.join(names) or 'another DID'}, not {data.did}"
-        case Status.HANDLE_MISMATCH if data is not None:
-            return f"the DID document declares {data.declared_handle}, not {handle}"
-        case Status.DID_NOT_FOUND | Status.DID_DEACTIVATED | Status.INVALID_DOCUMENT:
-            return document.error
-        case _:
-            errors = [e.error for e in (dns, https, document, plc_log) if e.error]
-            return "; ".join(dict.fromkeys(errors)) or None
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def invalid_input(identifier: str, err: InvalidInput, checked_at: str) -> Identity:
+    return Identity(
+        query=identifier, status=Status.INVALID_INPUT, error=str(err), checked_at=checked_at
+    )

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from bench import cold_resolution, plc_verify
+from bench import cache_lookups, cold_resolution, plc_verify
 
-BENCHMARKS = {"cold": cold_resolution.main, "plc": plc_verify.main}
+BENCHMARKS = {
+    "cold": cold_resolution.main,
+    "plc": plc_verify.main,
+    "cache": cache_lookups.main,
+}
 
 
 def main() -> None:

@@ -1,1 +1,17 @@
-"""Cache of verified bindings and the local HTTP cache service (filled in by their issues)."""
+"""Cache of verified bindings (`CachedResolver`, stores) and, later, the HTTP cache service."""
+
+from .policy import Lifetime, Policy
+from .resolver import CachedResolver
+from .stores import MemoryStore, RedisStore, SqliteStore, Store, TieredStore, open_store
+
+__all__ = [
+    "CachedResolver",
+    "Lifetime",
+    "MemoryStore",
+    "Policy",
+    "RedisStore",
+    "SqliteStore",
+    "Store",
+    "TieredStore",
+    "open_store",
+]

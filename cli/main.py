@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from cache import CachedResolver, open_store
 from resolver import Config, Resolver
 from resolver.config import parse_nameservers, parse_networks
 from resolver.errors import InvalidInput, ResolutionError
@@ -30,7 +32,10 @@ EXAMPLES = """examples:
   atwhois history did:plc:ewvi7nxzyoun6zhxrhs64oiz
   atwhois plc verify-export export.jsonl --known-bad known_bad_cids.json
 
-commands: lookup (the default), history, plc verify-export
+  atwhois cache stats
+  atwhois cache purge alice.example.com
+
+commands: lookup (the default), history, plc verify-export, cache stats|purge
 exit codes: 0 verified, 1 not verified, 2 invalid input, 3 transient failure
 """
 
@@ -92,7 +97,25 @@ def _lookup_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--document", action="store_true", help="with --json, include the DID document as served"
     )
+    parser.add_argument(
+        "--cache",
+        metavar="URL",
+        help="answer from this cache (memory:, sqlite:///PATH, redis://...; env ATWHOIS_CACHE)",
+    )
     parser.add_argument("--version", action="version", version="atwhois 0.1.0")
+    return parser
+
+
+def _cache_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="atwhois cache",
+        description="Look into or purge the cache of verified bindings (by default the "
+        "embedded SQLite file; --cache or ATWHOIS_CACHE name another).",
+        parents=[_config_flags()],
+    )
+    parser.add_argument("action", choices=["stats", "purge"])
+    parser.add_argument("identifier", nargs="?", help="with purge: a handle or DID")
+    parser.add_argument("--cache", metavar="URL")
     return parser
 
 
@@ -159,12 +182,25 @@ def _with_resolver(config: Config, work: Callable[[Resolver], Any]) -> Any:
     return asyncio.run(run())
 
 
+def _cache_url(args: argparse.Namespace) -> str | None:
+    return args.cache or os.environ.get("ATWHOIS_CACHE") or None
+
+
+async def _cached(config: Config, url: str | None, work: Callable[[CachedResolver], Any]) -> Any:
+    async with CachedResolver(Resolver(config), open_store(url)) as cached:
+        return await work(cached)
+
+
 def lookup(argv: list[str]) -> int:
     args = _lookup_parser().parse_args(argv)
     config = _configured(args)
     if config is None:
         return 2
-    identity = _with_resolver(config, lambda r: r.lookup(args.identifier))
+    url = _cache_url(args)
+    if url is None:
+        identity = _with_resolver(config, lambda r: r.lookup(args.identifier))
+    else:
+        identity = asyncio.run(_cached(config, url, lambda c: c.lookup(args.identifier)))
     if args.json:
         _print(json.dumps(identity.to_json(include_document=args.document), indent=2))
     else:
@@ -240,6 +276,24 @@ def verify_export_command(argv: list[str]) -> int:
     return 0 if summary.valid else 1
 
 
+def cache_command(argv: list[str]) -> int:
+    parser = _cache_parser()
+    args = parser.parse_args(argv)
+    config = _configured(args)
+    if config is None:
+        return 2
+    url = _cache_url(args)
+    if args.action == "stats":
+        stats = asyncio.run(_cached(config, url, lambda c: c.stats()))
+        _print(json.dumps(stats, indent=2))
+        return 0
+    if not args.identifier:
+        parser.error("purge needs a handle or DID")
+    purged = asyncio.run(_cached(config, url, lambda c: c.purge(args.identifier)))
+    _print(json.dumps({"purged": purged}))
+    return 0 if purged else 1
+
+
 def _print(text: str) -> None:
     try:
         print(text, flush=True)
@@ -253,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return history(args[1:])
     if args[:2] == ["plc", "verify-export"]:
         return verify_export_command(args[2:])
+    if args[:1] == ["cache"]:
+        return cache_command(args[1:])
     if args[:1] == ["lookup"]:
         args = args[1:]
     return lookup(args)

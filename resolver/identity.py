@@ -64,6 +64,25 @@ SKIPPED = Evidence(Outcome.SKIPPED)
 
 
 @dataclass(frozen=True, slots=True)
+class CacheInfo:
+    """Added by the cache: whether the answer came from it, how old it is, and whether it is
+    past its fresh window (served while a refresh runs, or while the upstream fails)."""
+
+    cached: bool
+    age_s: float
+    state: str  # "fresh", "stale" or "miss"
+    refresh_error: str | None = None  # the upstream failure a stale answer is standing in for
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cached": self.cached,
+            "age_s": round(self.age_s, 3),
+            "state": self.state,
+            "refresh_error": self.refresh_error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Identity:
     """Who an identifier is, whether the handle <-> DID binding is verified, and why."""
 
@@ -84,6 +103,7 @@ class Identity:
     checked_at: str = ""
     handle_queried: str | None = None  # the handle whose resolution the evidence shows
     did_document: dict[str, Any] | None = field(default=None, repr=False)
+    cache: CacheInfo | None = None
 
     @property
     def verified(self) -> bool:
@@ -117,7 +137,10 @@ class Identity:
             "warnings": list(self.warnings),
             "error": self.error,
             "checked_at": self.checked_at,
+            "cache": self.cache.to_json() if self.cache else None,
         }
+        if self.cache and self.cache.refresh_error:
+            out["evidence"]["refresh"] = {"outcome": "failed", "error": self.cache.refresh_error}
         if include_document:
             out["did_document"] = self.did_document
         return out

@@ -12,7 +12,8 @@ import dataclasses
 import datetime
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from .config import Config
 from .did import check_http_response, check_plc_response, document_url
@@ -107,15 +108,19 @@ class Resolver:
         return HandleResolution.of(handle, dns, https)
 
     async def resolve_handle_with_document(
-        self, handle: str
+        self,
+        handle: str,
+        document_for: Callable[[str], Coroutine[Any, Any, DocumentResolution]] | None = None,
     ) -> tuple[HandleResolution, DocumentResolution]:
         """Both methods at once; the document fetch starts as soon as either names a DID,
-        so latency is about max(DNS, HTTPS) + document, not their sum."""
+        so latency is about max(DNS, HTTPS) + document, not their sum. `document_for`
+        replaces `resolve_document` (a cache passes its own)."""
         documents: dict[str, asyncio.Task[DocumentResolution]] = {}
+        get_document = document_for or self.resolve_document
 
         def fetch_document(did: str) -> asyncio.Task[DocumentResolution]:
             if did not in documents:
-                documents[did] = asyncio.create_task(self.resolve_document(did))
+                documents[did] = asyncio.create_task(get_document(did))
             return documents[did]
 
         dns_task = asyncio.create_task(self._dns_method(handle))
@@ -135,8 +140,8 @@ class Resolver:
                 leftover.cancel()
         return resolution, document
 
-    async def resolve_declared_handle(self, document: DocumentResolution) -> HandleResolution:
-        """H-RES-5: the handle a document declares, resolved both ways (or why not)."""
+    def declared_handle(self, document: DocumentResolution) -> str | HandleResolution:
+        """The handle a document declares, if it may be resolved; else why not (skipped)."""
         if document.data is None:
             return HandleResolution.skipped(None, "no valid DID document")
         declared = document.data.declared_handle
@@ -146,6 +151,13 @@ class Resolver:
             check_resolvable_handle(declared, allow_test_tld=self.config.allow_test_tld)
         except InvalidInput as err:
             return HandleResolution.skipped(declared, str(err))
+        return declared
+
+    async def resolve_declared_handle(self, document: DocumentResolution) -> HandleResolution:
+        """H-RES-5: the handle a document declares, resolved both ways (or why not)."""
+        declared = self.declared_handle(document)
+        if isinstance(declared, HandleResolution):
+            return declared
         return await self.resolve_handle(declared)
 
     # --- the methods ----------------------------------------------------------------

@@ -125,3 +125,22 @@ def test_unset_environment_uses_production_defaults() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATWHOIS_")}
     code, out, _ = run(["alice.test", "--json"], env)
     assert code == 2 and json.loads(out)["error"].endswith("[H-TLD-2]")
+
+
+def test_lookups_through_the_cache_and_the_cache_commands(
+    devnet_env: dict[str, str], devnet: DevnetState, tmp_path: Path
+) -> None:
+    env = {**devnet_env, "ATWHOIS_CACHE": f"sqlite://{tmp_path}/cli.db"}
+    assert report(["alice.test", "--json"], env, 0)["cache"]["state"] == "miss"
+    second = report(["alice.test", "--json"], env, 0)["cache"]
+    assert second["cached"] and second["state"] == "fresh"
+    code, out, _ = run(["cache", "stats"], env)
+    assert code == 0 and json.loads(out)["entries"] == 2
+    code, out, _ = run(["cache", "purge", "alice.test"], env)
+    assert code == 0
+    assert json.loads(out)["purged"] == ["h:alice.test", f"d:{devnet.did('alice')}"]
+    code, out, _ = run(["cache", "purge", "alice.test"], env)
+    assert code == 1 and json.loads(out)["purged"] == []
+    assert report(["alice.test", "--json"], env, 0)["cache"]["state"] == "miss"
+    # Without a cache configured, lookups say nothing about one.
+    assert report(["alice.test", "--json"], devnet_env, 0)["cache"] is None

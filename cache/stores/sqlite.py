@@ -1,0 +1,73 @@
+"""The embedded default: one SQLite file in WAL mode, a versioned schema, survives restarts.
+
+Queries are point lookups on a primary key of a local file, so they run on the event loop
+thread: a thread hop would cost more than the query.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entries (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    expires_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entries_expiry ON entries (expires_at);
+"""
+_SWEEP_EVERY = 1000  # writes between deletions of expired rows
+
+
+class SqliteStore:
+    name = "sqlite"
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._clock = clock
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._migrate()
+        self._writes = 0
+
+    def _migrate(self) -> None:
+        self._db.executescript(_SCHEMA)
+        row = self._db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()
+        if row is not None and int(row[0]) != SCHEMA_VERSION:
+            # A cache from another schema holds nothing worth converting: start empty.
+            self._db.executescript("DROP TABLE entries;" + _SCHEMA)
+        self._db.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+
+    async def get(self, key: str) -> bytes | None:
+        row = self._db.execute(
+            "SELECT value FROM entries WHERE key = ? AND expires_at > ?", (key, self._clock())
+        ).fetchone()
+        return bytes(row[0]) if row else None
+
+    async def put(self, key: str, value: bytes, expires_at: float) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO entries (key, value, expires_at) VALUES (?, ?, ?)",
+            (key, value, expires_at),
+        )
+        self._writes += 1
+        if self._writes % _SWEEP_EVERY == 0:
+            self._db.execute("DELETE FROM entries WHERE expires_at <= ?", (self._clock(),))
+
+    async def delete(self, keys: Iterable[str]) -> None:
+        self._db.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in keys])
+
+    async def count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM entries").fetchone()[0])
+
+    async def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,279 @@
+"""`CachedResolver` on the test network: levels, freshness, coalescing, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from cache import CachedResolver, MemoryStore, Policy, RedisStore, SqliteStore, Store
+from cache.policy import Lifetime
+from resolver import Config, Resolver, Status
+from resolver.dns import DnsClient
+from resolver.fetch import Fetcher, Response
+from tests.devnet.network import DevnetState
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CountingDns(DnsClient):
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.txt_queries: Counter[str] = Counter()
+
+    async def txt(self, name: str) -> list[list[bytes]]:
+        self.txt_queries[name] += 1
+        return await super().txt(name)
+
+
+class CountingFetcher(Fetcher):
+    def __init__(self, config: Config, dns: DnsClient, *, guarded: bool = True) -> None:
+        super().__init__(config, dns, guarded=guarded)
+        self.urls: Counter[str] = Counter()
+
+    async def get(self, url: str, **kwargs: Any) -> Response:
+        self.urls[url] += 1
+        return await super().get(url, **kwargs)
+
+
+def counting_resolver(
+    config: Config,
+) -> tuple[Resolver, CountingDns, CountingFetcher, CountingFetcher]:
+    dns = CountingDns(config)
+    web_fetcher, plc = CountingFetcher(config, dns), CountingFetcher(config, dns, guarded=False)
+    return Resolver(config, dns=dns, web=web_fetcher, plc=plc), dns, web_fetcher, plc
+
+
+STORES: dict[str, Callable[[Path, Clock], Store]] = {
+    "memory": lambda _, clock: MemoryStore(clock=clock),
+    "sqlite": lambda tmp, clock: SqliteStore(tmp / "cache.db", clock=clock),
+    "redis": lambda _, __: RedisStore(REDIS_URL, prefix=f"atwhois-test-{uuid.uuid4().hex}:"),
+}
+
+
+@pytest.fixture(params=sorted(STORES))
+async def cached(
+    request: pytest.FixtureRequest, devnet_config: Config, tmp_path: Path
+) -> AsyncIterator[tuple[CachedResolver, CountingDns, CountingFetcher, CountingFetcher]]:
+    # Redis expires entries by the real clock; the fake clock stays within their lifetime.
+    clock = Clock()
+    resolver, dns, web_fetcher, plc = counting_resolver(devnet_config)
+    async with CachedResolver(
+        resolver, STORES[request.param](tmp_path, clock), clock=clock
+    ) as cached:
+        yield cached, dns, web_fetcher, plc
+
+
+async def test_hits_at_both_levels(cached: Any, devnet: DevnetState) -> None:
+    resolver, dns, _, plc = cached
+    first = await resolver.lookup("alice.test")
+    assert first.status is Status.VERIFIED and first.cache.state == "miss"
+    again = await resolver.lookup("alice.test")
+    assert again.cache.cached and again.cache.state == "fresh"
+    assert again.to_json()["evidence"] == first.to_json()["evidence"]  # same report
+    # The DID lookup reuses the document and the handle resolution: no new traffic.
+    by_did = await resolver.lookup(devnet.did("alice"))
+    assert by_did.status is Status.VERIFIED and by_did.cache.cached
+    assert dns.txt_queries["_atproto.alice.test"] == 1
+    assert sum(plc.urls.values()) == 1
+
+
+async def test_a_handle_lookup_reuses_a_cached_document(cached: Any, devnet: DevnetState) -> None:
+    resolver, _, _, plc = cached
+    await resolver.lookup(devnet.did("bob"))  # caches bob's document and bob.test
+    old = await resolver.lookup("bob-old.test")  # new handle entry, cached document
+    assert old.status is Status.HANDLE_MISMATCH and old.cache.state == "miss"
+    assert plc.urls[f"{devnet.plc_url}/{devnet.did('bob')}"] == 1
+
+
+async def test_purge_and_refresh_forget_both_levels(cached: Any, devnet: DevnetState) -> None:
+    resolver, dns, _, plc = cached
+    await resolver.lookup("alice.test")
+    purged = await resolver.purge("alice.test")
+    assert purged == ["h:alice.test", f"d:{devnet.did('alice')}"]
+    assert (await resolver.lookup(devnet.did("alice"))).cache.state == "miss"
+    refreshed = await resolver.refresh(devnet.did("alice"))
+    assert refreshed.cache.state == "miss" and refreshed.status is Status.VERIFIED
+    assert dns.txt_queries["_atproto.alice.test"] == 3
+    assert plc.urls[f"{devnet.plc_url}/{devnet.did('alice')}"] == 3
+
+
+async def test_negative_answers_are_cached_transient_ones_never(cached: Any) -> None:
+    resolver, dns, _, _ = cached
+    for _ in range(2):
+        absent = await resolver.lookup("nobody.test")
+    assert absent.status is Status.HANDLE_NOT_FOUND and absent.cache.cached
+    assert dns.txt_queries["_atproto.nobody.test"] == 1
+    for _ in range(2):
+        failed = await resolver.lookup("blackhole.test")  # DNS timeout: never cached
+    assert failed.status is Status.UNAVAILABLE and not failed.cache.cached
+    assert dns.txt_queries["_atproto.blackhole.test"] == 2
+    assert (await resolver.stats())["upstream_failures"] == 2
+
+
+async def test_freshness_windows(devnet_config: Config, tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy(
+        verified=Lifetime(60, 600), unverified=Lifetime(10, 100), absent=Lifetime(5, 20)
+    )
+    resolver, _, _, _ = counting_resolver(devnet_config)
+    async with CachedResolver(resolver, MemoryStore(clock=clock), policy, clock=clock) as c:
+        await c.lookup("alice.test")
+        await c.lookup("bob-old.test")  # unverified: shorter
+        await c.lookup("nobody.test")  # absent: shortest
+        clock.now += 30
+        states = [
+            (await c.lookup(q)).cache.state for q in ("alice.test", "bob-old.test", "nobody.test")
+        ]
+        assert states == ["fresh", "stale", "miss"]  # nobody.test expired at 20 s
+        await asyncio.sleep(0.3)  # let the background refresh of bob-old.test finish
+        clock.now += 600  # past every maximum age
+        assert (await c.lookup("alice.test")).cache.state == "miss"
+
+
+async def test_stale_while_revalidate(devnet_config: Config) -> None:
+    clock = Clock()
+    resolver, dns, _, _ = counting_resolver(devnet_config)
+    async with CachedResolver(resolver, MemoryStore(clock=clock), clock=clock) as c:
+        await c.lookup("slow.test")  # DNS answers after 1.5 s (the HTTPS method is quick)
+        clock.now += Policy().verified.fresh + 1
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        stale = await asyncio.gather(*(c.lookup("slow.test") for _ in range(10)))
+        assert loop.time() - started < 0.2  # served at once, not after the slow refresh
+        assert {s.cache.state for s in stale} == {"stale"}
+        assert (await c.stats())["refreshing"] == 1  # one refresh for ten stale answers
+        while (await c.stats())["refreshing"]:
+            await asyncio.sleep(0.05)
+        assert (await c.lookup("slow.test")).cache.state == "fresh"
+        assert dns.txt_queries["_atproto.slow.test"] == 2
+        assert (await c.stats())["refreshes"] == 1
+
+
+async def _plc_proxy(devnet: DevnetState) -> web.AppRunner:
+    """A stand-in PLC endpoint forwarding to the real one, which the test can stop."""
+    import aiohttp
+
+    session = aiohttp.ClientSession()
+
+    async def forward(request: web.Request) -> web.Response:
+        async with session.get(devnet.plc_url + request.path) as upstream:
+            return web.Response(
+                status=upstream.status, body=await upstream.read(), content_type="application/json"
+            )
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", forward)
+    app.on_cleanup.append(lambda _: session.close())
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner
+
+
+async def test_stale_if_error_when_the_plc_directory_is_down(devnet: DevnetState) -> None:
+    proxy = await _plc_proxy(devnet)
+    config = devnet.config(plc_url=f"http://127.0.0.1:{proxy.addresses[0][1]}")
+    clock = Clock()
+    async with CachedResolver(Resolver(config), MemoryStore(clock=clock), clock=clock) as c:
+        assert (await c.lookup(devnet.did("carol"))).status is Status.VERIFIED
+        await proxy.cleanup()  # the directory is gone: connections are refused
+        clock.now += Policy().verified.fresh + 1
+        first = await c.lookup(devnet.did("carol"))
+        assert first.status is Status.VERIFIED and first.cache.state == "stale"
+        while (await c.stats())["refreshing"]:
+            await asyncio.sleep(0.05)
+        served = await c.lookup(devnet.did("carol"))
+        assert served.status is Status.VERIFIED and served.cache.state == "stale"
+        assert served.cache.refresh_error and "cannot connect" in served.cache.refresh_error
+        report = served.to_json()
+        assert report["evidence"]["refresh"]["outcome"] == "failed"
+        assert "stale_upstream_failed" in report["warnings"]
+        assert (await c.stats())["refreshes"] == 1  # no retry before retry_after
+        clock.now = clock.now + Policy().verified.max_age  # past the hard maximum
+        gone = await c.lookup(devnet.did("carol"))
+        assert gone.status is Status.UNAVAILABLE and not gone.cache.cached
+
+
+async def test_coalescing_one_upstream_resolution(devnet_config: Config) -> None:
+    resolver, dns, web_fetcher, _ = counting_resolver(devnet_config)
+    async with CachedResolver(resolver, MemoryStore()) as c:
+        answers = await asyncio.gather(*(c.lookup("alice.test") for _ in range(100)))
+    assert {a.status for a in answers} == {Status.VERIFIED}
+    assert dns.txt_queries == Counter({"_atproto.alice.test": 1})
+    assert web_fetcher.urls == Counter({"https://alice.test/.well-known/atproto-did": 1})
+    assert (await c.stats())["coalesced"] == 99
+
+
+async def test_cancellations_and_caller_deadlines_are_never_cached(
+    devnet_config: Config,
+) -> None:
+    config = dataclasses.replace(devnet_config, dns_timeout=3.0)
+    resolver, dns, _, _ = counting_resolver(config)
+    async with CachedResolver(resolver, MemoryStore()) as c:
+        caller = asyncio.create_task(c.lookup("slow.test"))
+        await asyncio.sleep(0.1)
+        caller.cancel()  # the caller goes away; the shared resolution does not
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        hurried = await c.lookup("slow.test", timeout=0.2)  # joins it, gives up early
+        assert hurried.status is Status.UNAVAILABLE and "deadline" in (hurried.error or "")
+        assert not (hurried.cache and hurried.cache.cached)
+        patient = await c.lookup("slow.test")
+        assert patient.status is Status.VERIFIED and "dns_unavailable" not in patient.warnings
+        assert dns.txt_queries["_atproto.slow.test"] == 1
+        assert (await c.lookup("slow.test")).cache.state == "fresh"
+
+
+async def test_sqlite_cache_survives_a_restart(devnet_config: Config, tmp_path: Path) -> None:
+    path = tmp_path / "restart.db"
+    async with CachedResolver(Resolver(devnet_config), SqliteStore(path)) as first:
+        await first.lookup("grace.test")
+    resolver, dns, _, plc = counting_resolver(devnet_config)
+    async with CachedResolver(resolver, SqliteStore(path)) as second:
+        again = await second.lookup("grace.test")
+    assert again.status is Status.VERIFIED and again.cache.cached
+    assert not dns.txt_queries and not plc.urls
+
+
+async def test_two_instances_share_redis(devnet_config: Config, devnet: DevnetState) -> None:
+    prefix = f"atwhois-test-{uuid.uuid4().hex}:"
+    one_resolver, _, _, _ = counting_resolver(devnet_config)
+    two_resolver, dns, _, plc = counting_resolver(devnet_config)
+    async with (
+        CachedResolver(one_resolver, RedisStore(REDIS_URL, prefix=prefix)) as one,
+        CachedResolver(two_resolver, RedisStore(REDIS_URL, prefix=prefix)) as two,
+    ):
+        await one.lookup("henry.test")
+        seen = await two.lookup(devnet.did("henry"))
+        assert seen.status is Status.VERIFIED and seen.cache.cached
+        assert not dns.txt_queries and not plc.urls
+        await two.purge("henry.test")  # a purge by one daemon is seen by the other
+        assert (await one.lookup("henry.test")).cache.state == "miss"
+        await one.purge("henry.test")
+
+
+async def test_invalid_input_is_answered_without_touching_the_cache(
+    devnet_config: Config,
+) -> None:
+    store = MemoryStore()
+    async with CachedResolver(Resolver(devnet_config), store) as c:
+        assert (await c.lookup("bad..handle")).status is Status.INVALID_INPUT
+        assert await c.purge("bad..handle") == []
+        assert await store.count() == 0

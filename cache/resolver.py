@@ -19,8 +19,8 @@ import dataclasses
 import datetime
 import json
 import time
-from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections import Counter, deque
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -96,6 +96,9 @@ class CachedResolver:
         self.counters: Counter[str] = Counter()
         self._inflight: dict[str, asyncio.Task[Identity]] = {}
         self._refreshing: dict[str, asyncio.Task[Identity]] = {}
+        self.upstream_seen: dict[str, float] = {}  # upstream kind -> when it last answered
+        # (upstream kind, seconds) of resolutions not yet read by a metrics collector
+        self.upstream_latency: deque[tuple[str, float]] = deque(maxlen=100_000)
 
     async def __aenter__(self) -> CachedResolver:
         return self
@@ -158,6 +161,11 @@ class CachedResolver:
         await self.store.delete(keys)
         self.counters["purged"] += len(keys)
         return keys
+
+    @property
+    def inflight(self) -> int:
+        """Resolutions under way: shared lookups and background refreshes."""
+        return len(self._inflight) + len(self._refreshing)
 
     async def stats(self) -> dict[str, Any]:
         return {
@@ -225,7 +233,12 @@ class CachedResolver:
         oldest = min(e.checked_at for e in entries)
         identity = compose(query, _iso(oldest), handle, document)
         info = CacheInfo(
-            True, now - oldest, "stale" if stale else "fresh", errors[0] if errors else None
+            True,
+            now - oldest,
+            "stale" if stale else "fresh",
+            errors[0] if errors else None,
+            fresh_for_s=max(0.0, min(e.fresh_until for e in entries) - now),
+            servable_for_s=min(e.stale_until for e in entries) - now,
         )
         if errors:
             identity = dataclasses.replace(
@@ -308,26 +321,62 @@ class CachedResolver:
                 self.counters["upstream_handles"] += 1
                 handle = resolved_handle = await self.resolver.resolve_handle(declared)
         identity = compose(query, checked_at, handle, document)
+        self._note_upstreams(resolved_handle, resolved_documents.values())
+        written: list[Entry | None] = []
         if resolved_handle is not None and resolved_handle.handle is not None:
-            await self._store(
-                handle_key(resolved_handle.handle),
-                resolved_handle.to_json(),
-                _handle_kind(resolved_handle, identity.status),
+            written.append(
+                await self._store(
+                    handle_key(resolved_handle.handle),
+                    resolved_handle.to_json(),
+                    _handle_kind(resolved_handle, identity.status),
+                )
             )
         for did, resolved in resolved_documents.items():
-            await self._store(
-                did_key(did), resolved.to_json(), _document_kind(resolved, identity.status)
+            written.append(
+                await self._store(
+                    did_key(did), resolved.to_json(), _document_kind(resolved, identity.status)
+                )
             )
-        return dataclasses.replace(identity, cache=CacheInfo(False, 0.0, "miss"))
+        now = self.clock()
+        kept = [e for e in written if e is not None]
+        cacheable = bool(kept) and None not in written
+        info = CacheInfo(
+            False,
+            0.0,
+            "miss",
+            fresh_for_s=min(e.fresh_until for e in kept) - now if cacheable else 0.0,
+            servable_for_s=min(e.stale_until for e in kept) - now if cacheable else 0.0,
+        )
+        return dataclasses.replace(identity, cache=info)
 
-    async def _store(self, key: str, part: dict[str, Any], kind: Kind | str) -> None:
-        """Write a part; a transient failure only marks the entry it could not replace."""
+    def _note_upstreams(
+        self, handle: HandleResolution | None, documents: Iterable[DocumentResolution]
+    ) -> None:
+        """When each kind of upstream last answered, and how long it took (for /_health
+        and /metrics)."""
+        now = self.clock()
+        evidence = {
+            "plc" if d.did.startswith("did:plc:") else "did_web": d.evidence for d in documents
+        }
+        if handle is not None:
+            evidence.update(dns=handle.dns, https=handle.https)
+        for kind, step in evidence.items():
+            if step.outcome is Outcome.SKIPPED:
+                continue
+            if step.outcome is not Outcome.FAILED:
+                self.upstream_seen[kind] = now
+            if step.ms is not None:
+                self.upstream_latency.append((kind, step.ms / 1000))
+
+    async def _store(self, key: str, part: dict[str, Any], kind: Kind | str) -> Entry | None:
+        """Write a part; a transient failure only marks the entry it could not replace.
+        Returns what was written (None for a transient failure)."""
         now = self.clock()
         if isinstance(kind, Kind):
             lifetime = self.policy.lifetime(kind)
             entry = Entry(part, now, now + lifetime.fresh, now + lifetime.max_age)
             await self.store.put(key, entry.encode(), entry.stale_until)
-            return
+            return entry
         self.counters["upstream_failures"] += 1
         old = await self._entry(key)
         if old is not None:  # stale-if-error: keep serving it, and say why
@@ -335,6 +384,7 @@ class CachedResolver:
                 old, refresh_error=kind, retry_at=now + self.policy.retry_after
             )
             await self.store.put(key, marked.encode(), old.stale_until)
+        return None
 
 
 def _iso(timestamp: float) -> str:

@@ -22,6 +22,7 @@ from resolver.plc import Audit
 from resolver.plc.export import ExportSummary, verify_export
 from resolver.syntax import check_plc_did, parse_did
 
+from . import serve
 from .render import render_history, render_text
 
 EXAMPLES = """examples:
@@ -35,7 +36,9 @@ EXAMPLES = """examples:
   atwhois cache stats
   atwhois cache purge alice.example.com
 
-commands: lookup (the default), history, plc verify-export, cache stats|purge
+  atwhois serve --port 2584
+
+commands: lookup (the default), history, plc verify-export, cache stats|purge, serve
 exit codes: 0 verified, 1 not verified, 2 invalid input, 3 transient failure
 """
 
@@ -309,6 +312,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return verify_export_command(args[2:])
     if args[:1] == ["cache"]:
         return cache_command(args[1:])
+    if args[:1] == ["serve"]:
+        serve_args = serve.parser(_config_flags()).parse_args(args[1:])
+        config = _configured(serve_args)
+        return 2 if config is None else serve.run(serve_args, config)
     if args[:1] == ["lookup"]:
         args = args[1:]
     return lookup(args)

@@ -72,6 +72,8 @@ class CacheInfo:
     age_s: float
     state: str  # "fresh", "stale" or "miss"
     refresh_error: str | None = None  # the upstream failure a stale answer is standing in for
+    fresh_for_s: float = 0.0  # how much longer it is fresh (0: stale, or not cacheable)
+    servable_for_s: float = 0.0  # how much longer it may be served at all
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,6 +81,8 @@ class CacheInfo:
             "age_s": round(self.age_s, 3),
             "state": self.state,
             "refresh_error": self.refresh_error,
+            "fresh_for_s": round(self.fresh_for_s),
+            "servable_for_s": round(self.servable_for_s),
         }
 
 

@@ -1,0 +1,327 @@
+"""The local HTTP cache service (`atwhois serve`): the com.atproto.identity XRPC methods,
+answered from the cache of verified bindings, plus atwhois's own detailed report.
+
+Unlike the lexicon's minimum, `resolveHandle` answers only with a bidirectionally verified
+DID. Errors are XRPC bodies `{"error", "message"}`: 400 `InvalidRequest`, 404
+`HandleNotFound` / `DidNotFound` / `DidDeactivated`, 401/403 on `refreshIdentity`, and 502
+(with `Retry-After`) when the upstream failed and nothing usable is cached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from resolver import Identity, Outcome, Status
+
+from .metrics import Metrics
+from .openapi import openapi
+from .resolver import CachedResolver
+
+log = logging.getLogger("atwhois.serve")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    refresh_token: str | None = None  # refreshIdentity is refused without one
+    max_concurrency: int = 256  # requests handled at once; the rest wait briefly, then 503
+    request_timeout: float = 10.0  # per request; the shared resolution goes on
+    max_body: int = 16 * 1024
+    retry_after: int = 30  # seconds, on 502 and 503
+
+
+class XrpcError(Exception):
+    """An XRPC error body; `cache` is its Cache-Control (confirmed absence is cacheable)."""
+
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        message: str,
+        *,
+        retry_after: int | None = None,
+        cache: str = "no-store",
+    ) -> None:
+        super().__init__(message)
+        self.status, self.error, self.retry_after, self.cache = status, error, retry_after, cache
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=json.dumps(data, separators=(",", ":")).encode(),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def cache_control(identity: Identity) -> str:
+    """From the freshness policy: fresh for what is left of the fresh window; after that a
+    shared cache may serve it stale while revalidating, or on error, up to the maximum."""
+    info = identity.cache
+    if info is None or info.servable_for_s <= 0:
+        return "no-store"
+    fresh = int(info.fresh_for_s)
+    extra = int(info.servable_for_s) - fresh
+    header = f"public, max-age={fresh}"
+    return header + (f", stale-while-revalidate={extra}, stale-if-error={extra}" if extra else "")
+
+
+class Service:
+    def __init__(self, cached: CachedResolver, settings: Settings) -> None:
+        self.cached = cached
+        self.settings = settings
+        self.metrics = Metrics()
+        self.started = time.time()
+        self._gate = asyncio.Semaphore(settings.max_concurrency)
+
+    def app(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self.settings.max_body, middlewares=[self._middleware]
+        )
+        xrpc = "/xrpc/com.atproto.identity."
+        app.router.add_get(xrpc + "resolveHandle", self.resolve_handle)
+        app.router.add_get(xrpc + "resolveDid", self.resolve_did)
+        app.router.add_get(xrpc + "resolveIdentity", self.resolve_identity)
+        app.router.add_post(xrpc + "refreshIdentity", self.refresh_identity)
+        for nsid in (
+            "com.bad-example.identity.resolveMiniDoc",
+            "blue.microcosm.identity.resolveMiniDoc",
+        ):
+            app.router.add_get(f"/xrpc/{nsid}", self.resolve_mini_doc)
+        app.router.add_get("/v1/identity/{identifier}", self.identity_report)
+        app.router.add_get("/_health", self.health)
+        app.router.add_get("/metrics", self.prometheus)
+        app.router.add_get("/openapi.json", self.openapi)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _close(self, _: web.Application) -> None:
+        await self.cached.aclose()
+
+    # --- middleware: request id, structured log, limits, XRPC errors ------------------
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get("X-Request-Id", "")
+        request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex[:16]
+        started = time.perf_counter()
+        resource = request.match_info.route.resource
+        endpoint = resource.canonical if resource is not None else "unmatched"
+        try:
+            response = await self._limited(request, handler)
+        except XrpcError as err:
+            headers = {"Retry-After": str(err.retry_after)} if err.retry_after else {}
+            headers["Cache-Control"] = err.cache
+            response = _json({"error": err.error, "message": str(err)}, err.status, headers)
+        except web.HTTPException as err:
+            name = "PayloadTooLarge" if err.status == 413 else "InvalidRequest"
+            if err.status == 404:
+                name = "NotFound"
+            if err.status == 405:
+                name = "MethodNotAllowed"
+            response = _json({"error": name, "message": err.reason}, err.status)
+        seconds = time.perf_counter() - started
+        response.headers["X-Request-Id"] = request_id
+        self.metrics.request(endpoint, response.status, seconds)
+        log.info(
+            json.dumps(
+                {
+                    "ts": round(time.time(), 3),
+                    "request_id": request_id,
+                    "method": request.method,
+                    "path": request.path,
+                    "status": response.status,
+                    "ms": round(seconds * 1000, 2),
+                    "remote": request.remote,
+                }
+            )
+        )
+        return response
+
+    async def _limited(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self._gate.locked():
+            try:
+                async with asyncio.timeout(1.0):
+                    await self._gate.acquire()
+            except TimeoutError:
+                raise XrpcError(
+                    503, "Overloaded", "too many requests in flight", retry_after=1
+                ) from None
+        else:
+            await self._gate.acquire()
+        try:
+            return await handler(request)
+        finally:
+            self._gate.release()
+
+    # --- lookups ----------------------------------------------------------------------
+
+    def _param(self, request: web.Request, name: str) -> str:
+        value = request.query.get(name)
+        if not value:
+            raise XrpcError(400, "InvalidRequest", f"the {name} parameter is required")
+        return value
+
+    async def _lookup(self, identifier: str, *, refresh: bool = False) -> Identity:
+        if refresh:
+            identity = await self.cached.refresh(identifier)
+        else:
+            identity = await self.cached.lookup(identifier, timeout=self.settings.request_timeout)
+        self._note_upstream_latency()
+        if identity.status is Status.INVALID_INPUT:
+            raise XrpcError(400, "InvalidRequest", identity.error or "invalid identifier")
+        return identity
+
+    def _note_upstream_latency(self) -> None:
+        latencies = self.cached.upstream_latency
+        while latencies:
+            kind, seconds = latencies.popleft()
+            self.metrics.upstream_seconds[kind].observe(seconds)
+
+    def _unavailable(self, identity: Identity) -> XrpcError:
+        return XrpcError(
+            502,
+            "UpstreamFailure",
+            identity.error or "upstream failure",
+            retry_after=self.settings.retry_after,
+        )
+
+    def _document_or_error(self, identity: Identity) -> dict[str, Any]:
+        """The DID document, when the DID resolved; the lexicon's errors otherwise."""
+        if identity.status is Status.PLC_LOG_INVALID:
+            raise XrpcError(502, "PlcLogInvalid", identity.error or "PLC log invalid")
+        if identity.did_doc.outcome is Outcome.OK and identity.did_document is not None:
+            return identity.did_document
+        absent = cache_control(identity)
+        match identity.status:
+            case Status.DID_DEACTIVATED:
+                raise XrpcError(404, "DidDeactivated", identity.error or "", cache=absent)
+            case Status.DID_NOT_FOUND:
+                raise XrpcError(404, "DidNotFound", identity.error or "", cache=absent)
+            case Status.INVALID_DOCUMENT:
+                raise XrpcError(502, "InvalidDidDocument", identity.error or "invalid document")
+            case Status.UNAVAILABLE:
+                raise self._unavailable(identity)
+        raise XrpcError(404, "HandleNotFound", identity.error or "", cache=absent)
+
+    def _verified_handle_or_error(self, identity: Identity) -> None:
+        if identity.status is Status.VERIFIED:
+            return
+        if identity.status is Status.UNAVAILABLE:
+            raise self._unavailable(identity)
+        self._document_or_error(identity)  # the DID's own errors first
+        raise XrpcError(404, "HandleNotFound", identity.error or "", cache=cache_control(identity))
+
+    async def resolve_handle(self, request: web.Request) -> web.Response:
+        handle = self._param(request, "handle")
+        if handle.startswith("did:"):
+            raise XrpcError(400, "InvalidRequest", "handle must be a handle, not a DID")
+        identity = await self._lookup(handle)
+        self._verified_handle_or_error(identity)
+        return _json({"did": identity.did}, headers={"Cache-Control": cache_control(identity)})
+
+    async def resolve_did(self, request: web.Request) -> web.Response:
+        did = self._param(request, "did")
+        if not did.startswith("did:"):
+            raise XrpcError(400, "InvalidRequest", "did must be a DID")
+        identity = await self._lookup(did)
+        document = self._document_or_error(identity)
+        return _json({"didDoc": document}, headers={"Cache-Control": cache_control(identity)})
+
+    def _identity_info(self, identity: Identity, by_handle: bool) -> dict[str, Any]:
+        if by_handle:
+            self._verified_handle_or_error(identity)
+        document = self._document_or_error(identity)
+        return {"did": identity.did, "handle": identity.handle, "didDoc": document}
+
+    async def resolve_identity(self, request: web.Request) -> web.Response:
+        identifier = self._param(request, "identifier")
+        identity = await self._lookup(identifier)
+        info = self._identity_info(identity, not identifier.startswith("did:"))
+        return _json(info, headers={"Cache-Control": cache_control(identity)})
+
+    async def refresh_identity(self, request: web.Request) -> web.Response:
+        token = self.settings.refresh_token
+        if not token:
+            raise XrpcError(403, "Forbidden", "refreshIdentity is disabled: no token configured")
+        given = request.headers.get("Authorization", "")
+        if not given.startswith("Bearer "):
+            raise XrpcError(401, "AuthenticationRequired", "a bearer token is required")
+        if not hmac.compare_digest(given.removeprefix("Bearer ").encode(), token.encode()):
+            raise XrpcError(403, "InvalidToken", "the bearer token is not valid")
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise XrpcError(400, "InvalidRequest", "the body must be JSON") from None
+        identifier = body.get("identifier") if isinstance(body, dict) else None
+        if not isinstance(identifier, str) or not identifier:
+            raise XrpcError(400, "InvalidRequest", "identifier is required")
+        identity = await self._lookup(identifier, refresh=True)
+        info = self._identity_info(identity, not identifier.startswith("did:"))
+        return _json(info, headers={"Cache-Control": "no-store"})
+
+    async def resolve_mini_doc(self, request: web.Request) -> web.Response:
+        identifier = self._param(request, "identifier")
+        identity = await self._lookup(identifier)
+        info = self._identity_info(identity, not identifier.startswith("did:"))
+        key = identity.signing_key.removeprefix("did:key:") if identity.signing_key else None
+        mini = {
+            "did": info["did"],
+            "handle": info["handle"],
+            "pds": identity.pds,
+            "signing_key": key,
+        }
+        return _json(mini, headers={"Cache-Control": cache_control(identity)})
+
+    async def identity_report(self, request: web.Request) -> web.Response:
+        identity = await self.cached.lookup(
+            request.match_info["identifier"], timeout=self.settings.request_timeout
+        )
+        self._note_upstream_latency()
+        status = {Status.INVALID_INPUT: 400, Status.UNAVAILABLE: 502}.get(identity.status, 200)
+        headers = {"Cache-Control": cache_control(identity) if status == 200 else "no-store"}
+        if status == 502:
+            headers["Retry-After"] = str(self.settings.retry_after)
+        document = request.query.get("document") in ("1", "true")
+        return _json(identity.to_json(include_document=document), status, headers)
+
+    # --- operations -----------------------------------------------------------------
+
+    async def health(self, _: web.Request) -> web.Response:
+        now = time.time()
+        seen = {k: round(now - t, 1) for k, t in self.cached.upstream_seen.items()}
+        return _json(
+            {
+                "ok": True,
+                "uptime_s": round(now - self.started, 1),
+                "store": self.cached.store.name,
+                "upstream_last_answer_s_ago": seen,
+            },
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def prometheus(self, _: web.Request) -> web.Response:
+        self._note_upstream_latency()
+        gauges = {
+            "inflight_resolutions": self.cached.inflight,
+            "cache_entries": await self.cached.store.count(),
+        }
+        text = self.metrics.render(dict(self.cached.counters), gauges)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def openapi(self, _: web.Request) -> web.Response:
+        return _json(openapi())

@@ -1,0 +1,155 @@
+"""`atwhois serve`: the local HTTP cache service.
+
+Settings come from flags, then `ATWHOIS_*` environment variables, then an optional TOML file
+(`--config`), then defaults. It binds 127.0.0.1 unless told otherwise, caches in the embedded
+SQLite file unless given `--cache` or `--redis`, and stops gracefully on SIGTERM: no new
+connections, in-flight requests finish, stores are closed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from cache import CachedResolver, Lifetime, Policy, open_store
+from cache.service import Service, Settings
+from resolver import Config, Resolver
+
+DEFAULT_PORT = 2584
+_ENV = {  # setting -> environment variable
+    "host": "ATWHOIS_HOST",
+    "port": "ATWHOIS_PORT",
+    "cache": "ATWHOIS_CACHE",
+    "redis": "ATWHOIS_REDIS",
+    "refresh_token": "ATWHOIS_REFRESH_TOKEN",
+}
+
+
+def parser(config_flags: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="atwhois serve",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[config_flags],
+    )
+    group = p.add_argument_group("service")
+    group.add_argument("--config", type=Path, help="TOML file with any of these settings")
+    group.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    group.add_argument("--port", type=int, help=f"port (default {DEFAULT_PORT}; 0 = any)")
+    group.add_argument("--cache", metavar="URL", help="sqlite:///PATH (default), memory:, redis://")
+    group.add_argument("--redis", metavar="URL", help="share the cache through this Redis")
+    group.add_argument("--refresh-token", help="bearer token that allows refreshIdentity")
+    group.add_argument("--max-concurrency", type=int)
+    group.add_argument("--request-timeout", type=float, metavar="SECONDS")
+    for kind in ("verified", "unverified", "absent"):
+        group.add_argument(
+            f"--ttl-{kind}",
+            metavar="FRESH:MAX",
+            help=f"seconds fresh and at most, for {kind} answers",
+        )
+    return p
+
+
+def _lifetime(text: str) -> Lifetime:
+    fresh, _, most = str(text).partition(":")
+    lifetime = Lifetime(float(fresh), float(most or fresh))
+    if not 0 <= lifetime.fresh <= lifetime.max_age:
+        raise ValueError(f"ttl {text!r}: need 0 <= FRESH <= MAX")
+    return lifetime
+
+
+def _policy(merged: dict[str, Any]) -> Policy:
+    default = Policy()
+
+    def pick(kind: str, fallback: Lifetime) -> Lifetime:
+        text = merged.get(f"ttl_{kind}")
+        return _lifetime(text) if text else fallback
+
+    return Policy(
+        verified=pick("verified", default.verified),
+        unverified=pick("unverified", default.unverified),
+        absent=pick("absent", default.absent),
+    )
+
+
+def settings_from(args: argparse.Namespace) -> dict[str, Any]:
+    """Flags, then environment, then the TOML file."""
+    merged: dict[str, Any] = tomllib.loads(args.config.read_text()) if args.config else {}
+    for name, variable in _ENV.items():
+        if os.environ.get(variable):
+            merged[name] = os.environ[variable]
+    for name, value in vars(args).items():
+        if value is not None and name != "config":
+            merged[name] = value
+    return merged
+
+
+def resolver_config(merged: dict[str, Any], from_flags: Config) -> Config:
+    """TOML resolution settings fill what flags and environment left at their defaults."""
+    defaults = Config()
+    toml_keys = {"plc_url", "ca_bundle", "dev", "verify_plc", "https_port"}
+    values = {
+        k: merged[k]
+        for k in toml_keys
+        if k in merged and getattr(from_flags, k) == getattr(defaults, k)
+    }
+    return dataclasses.replace(from_flags, **values)
+
+
+async def serve(merged: dict[str, Any], config: Config) -> None:
+    policy = _policy(merged)
+    limits = {
+        k: type(getattr(Settings(), k))(merged[k])
+        for k in ("max_concurrency", "request_timeout")
+        if merged.get(k)
+    }
+    settings = dataclasses.replace(Settings(refresh_token=merged.get("refresh_token")), **limits)
+    store = open_store(merged.get("redis") or merged.get("cache"))
+    service = Service(CachedResolver(Resolver(config), store, policy), settings)
+    runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=30)
+    await runner.setup()
+    host, port = merged.get("host", "127.0.0.1"), int(merged.get("port", DEFAULT_PORT))
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    logging.getLogger("atwhois.serve").info(
+        json.dumps(
+            {
+                "event": "listening",
+                "url": f"http://{bound[0]}:{bound[1]}",
+                "store": store.name,
+                "plc_url": config.plc_url,
+                "pid": os.getpid(),
+            }
+        )
+    )
+    await stop.wait()
+    logging.getLogger("atwhois.serve").info(json.dumps({"event": "stopping"}))
+    await runner.cleanup()  # stops listening, lets in-flight requests finish, closes stores
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+    try:
+        merged = settings_from(args)
+        config = resolver_config(merged, config)
+        asyncio.run(serve(merged, config))
+    except (OSError, ValueError, tomllib.TOMLDecodeError) as err:
+        print(f"atwhois serve: {err}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,63 @@
+"""Run the real `atwhois serve` as a child process for tests and benchmarks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
+
+
+@dataclass
+class Daemon:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, timeout: float = 30) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def log_lines(self) -> list[dict[str, object]]:
+        lines = []
+        for line in self.log.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                lines.append(json.loads(line))
+        return lines
+
+
+@contextlib.contextmanager
+def running_daemon(env: dict[str, str], log: Path, *args: str) -> Iterator[Daemon]:
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [ATWHOIS, "serve", "--port", "0", *args],
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    daemon = None
+    try:
+        deadline = time.monotonic() + 30
+        while daemon is None:
+            for line in log.read_text().splitlines():
+                if '"listening"' in line:
+                    daemon = Daemon(json.loads(line)["url"], process, log)
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"atwhois serve did not start:\n{log.read_text()}")
+            time.sleep(0.05)
+        yield daemon
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()

@@ -1,0 +1,286 @@
+"""The real `atwhois serve` daemon, called over HTTP against the test network."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from aiohttp import ClientSession, web
+
+from tests.daemon import Daemon, running_daemon
+from tests.devnet.network import DevnetState
+
+XRPC = "/xrpc/com.atproto.identity."
+TOKEN = "test-refresh-token"
+
+
+@pytest.fixture(scope="module")
+def daemon(devnet: DevnetState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    log = tmp_path_factory.mktemp("daemon") / "serve.log"
+    with running_daemon(devnet.env(), log, "--cache", "memory:", "--refresh-token", TOKEN) as d:
+        yield d
+
+
+def get(daemon: Daemon, path: str, **params: str) -> httpx.Response:
+    return httpx.get(daemon.url + path, params=params, timeout=30)
+
+
+def xrpc_error(response: httpx.Response, status: int, name: str) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["error"] == name and isinstance(body["message"], str)
+    return str(body["message"])
+
+
+def test_resolve_handle(daemon: Daemon, devnet: DevnetState) -> None:
+    ok = get(daemon, XRPC + "resolveHandle", handle="alice.test")
+    assert ok.status_code == 200 and ok.json() == {"did": devnet.did("alice")}
+    assert re.fullmatch(
+        r"public, max-age=\d+, stale-while-revalidate=\d+, stale-if-error=\d+",
+        ok.headers["Cache-Control"],
+    )
+    assert int(ok.headers["Cache-Control"].split("max-age=")[1].split(",")[0]) > 3500
+    assert re.fullmatch(r"[0-9a-f]{16}", ok.headers["X-Request-Id"])
+    echoed = httpx.get(
+        daemon.url + XRPC + "resolveHandle",
+        params={"handle": "alice.test"},
+        headers={"X-Request-Id": "caller-id-1"},
+    )
+    assert echoed.headers["X-Request-Id"] == "caller-id-1"
+    xrpc_error(get(daemon, XRPC + "resolveHandle", handle="john..test"), 400, "InvalidRequest")
+    xrpc_error(get(daemon, XRPC + "resolveHandle"), 400, "InvalidRequest")
+    xrpc_error(
+        get(daemon, XRPC + "resolveHandle", handle=devnet.did("alice")), 400, "InvalidRequest"
+    )
+    absent = get(daemon, XRPC + "resolveHandle", handle="nobody.test")
+    xrpc_error(absent, 404, "HandleNotFound")
+    assert absent.headers["Cache-Control"].startswith("public, max-age=1")  # 2 min, briefly
+    # Verified both ways, unlike the lexicon's minimum: an old handle still in DNS is refused.
+    message = xrpc_error(
+        get(daemon, XRPC + "resolveHandle", handle="bob-old.test"), 404, "HandleNotFound"
+    )
+    assert "declares bob.test" in message
+
+
+def test_resolve_did(daemon: Daemon, devnet: DevnetState) -> None:
+    ok = get(daemon, XRPC + "resolveDid", did=devnet.did("carol"))
+    assert ok.status_code == 200 and ok.json()["didDoc"]["id"] == devnet.did("carol")
+    xrpc_error(
+        get(daemon, XRPC + "resolveDid", did="did:plc:neverregisteredaaaaaaaaa"), 404, "DidNotFound"
+    )
+    xrpc_error(get(daemon, XRPC + "resolveDid", did=devnet.did("erin")), 404, "DidDeactivated")
+    xrpc_error(get(daemon, XRPC + "resolveDid", did="did:plc:short"), 400, "InvalidRequest")
+    xrpc_error(get(daemon, XRPC + "resolveDid", did="alice.test"), 400, "InvalidRequest")
+    # resolveDid does not need the handle to verify: trent's document is served.
+    assert get(daemon, XRPC + "resolveDid", did=devnet.did("trent")).status_code == 200
+
+
+def test_resolve_identity_and_mini_doc(daemon: Daemon, devnet: DevnetState) -> None:
+    by_handle = get(daemon, XRPC + "resolveIdentity", identifier="alice.test").json()
+    assert by_handle["did"] == devnet.did("alice") and by_handle["handle"] == "alice.test"
+    assert by_handle["didDoc"]["alsoKnownAs"] == ["at://alice.test"]
+    impostor = get(daemon, XRPC + "resolveIdentity", identifier=devnet.did("trent")).json()
+    assert impostor["handle"] == "handle.invalid"  # it claims alice.test
+    xrpc_error(get(daemon, XRPC + "resolveIdentity", identifier="erin.test"), 404, "DidDeactivated")
+    xrpc_error(get(daemon, XRPC + "resolveIdentity", identifier="ghost.test"), 404, "DidNotFound")
+    xrpc_error(
+        get(daemon, XRPC + "resolveIdentity", identifier="wrong.test"), 404, "HandleNotFound"
+    )
+    for nsid in (
+        "com.bad-example.identity.resolveMiniDoc",
+        "blue.microcosm.identity.resolveMiniDoc",
+    ):
+        mini = get(daemon, f"/xrpc/{nsid}", identifier="quinn.test").json()
+        assert mini == {
+            "did": devnet.did("quinn"),
+            "handle": "quinn.test",
+            "pds": "https://pds.test",
+            "signing_key": "zDnaembgSGUhZULN2Caob4HLJPaxBh92N7rtH21TErzqf8HQo",
+        }
+
+
+def test_refresh_identity(daemon: Daemon, devnet: DevnetState) -> None:
+    url = daemon.url + XRPC + "refreshIdentity"
+    body = {"identifier": "alice.test"}
+    xrpc_error(httpx.post(url, json=body), 401, "AuthenticationRequired")
+    xrpc_error(
+        httpx.post(url, json=body, headers={"Authorization": "Bearer nope"}), 403, "InvalidToken"
+    )
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    ok = httpx.post(url, json=body, headers=auth)
+    assert ok.status_code == 200 and ok.json()["handle"] == "alice.test"
+    assert ok.headers["Cache-Control"] == "no-store"
+    report = get(daemon, "/v1/identity/alice.test").json()
+    assert report["cache"]["cached"] and report["cache"]["age_s"] < 5
+    xrpc_error(httpx.post(url, content=b"{not json", headers=auth), 400, "InvalidRequest")
+    xrpc_error(httpx.post(url, json={}, headers=auth), 400, "InvalidRequest")
+    xrpc_error(
+        httpx.post(url, json={"identifier": "x" * 20_000}, headers=auth), 413, "PayloadTooLarge"
+    )
+    xrpc_error(httpx.get(url), 405, "MethodNotAllowed")
+
+
+def test_identity_report(daemon: Daemon, devnet: DevnetState) -> None:
+    first = get(daemon, "/v1/identity/grace.test")
+    report = first.json()
+    assert first.status_code == 200 and report["status"] == "verified"
+    assert report["evidence"]["dns"]["outcome"] == "ok" and report["cache"]["state"] in (
+        "miss",
+        "fresh",
+    )
+    assert get(daemon, "/v1/identity/grace.test").json()["cache"]["state"] == "fresh"
+    with_doc = get(daemon, "/v1/identity/grace.test", document="1").json()
+    assert with_doc["did_document"]["id"] == devnet.did("grace")
+    assert get(daemon, "/v1/identity/john..test").status_code == 400
+    down = get(daemon, "/v1/identity/blackhole.test")
+    assert down.status_code == 502 and down.json()["status"] == "unavailable"
+    assert down.headers["Retry-After"] == "30" and down.headers["Cache-Control"] == "no-store"
+    unavailable = get(daemon, XRPC + "resolveHandle", handle="blackhole.test")
+    xrpc_error(unavailable, 502, "UpstreamFailure")
+    assert unavailable.headers["Retry-After"] == "30"
+
+
+def test_health_openapi_and_metrics(daemon: Daemon) -> None:
+    health = get(daemon, "/_health").json()
+    assert health["ok"] and health["store"] == "memory"
+    spec = get(daemon, "/openapi.json").json()
+    assert spec["openapi"].startswith("3.") and XRPC + "resolveHandle" in spec["paths"]
+
+    def metric(text: str, name: str) -> float:
+        match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+        return float(match.group(1)) if match else 0.0
+
+    before = get(daemon, "/metrics").text
+    get(daemon, XRPC + "resolveHandle", handle="henry.test")
+    get(daemon, XRPC + "resolveHandle", handle="henry.test")
+    after = get(daemon, "/metrics").text
+    requests = (
+        'atwhois_requests_total{endpoint="/xrpc/com.atproto.identity.resolveHandle",code="200"}'
+    )
+    assert metric(after, requests) == metric(before, requests) + 2
+    fresh = 'atwhois_cache_lookups_total{result="fresh"}'
+    assert metric(after, fresh) >= metric(before, fresh) + 1
+    assert 'atwhois_upstream_seconds_bucket{upstream="dns",le="0.001"}' in after
+    assert "atwhois_inflight_resolutions 0" in after
+
+
+def test_requests_are_logged_as_json_with_their_id(daemon: Daemon) -> None:
+    httpx.get(daemon.url + "/_health", headers={"X-Request-Id": "trace-me-42"})
+    time.sleep(0.1)
+    lines = [line for line in daemon.log_lines() if line.get("request_id") == "trace-me-42"]
+    assert lines and lines[0]["path"] == "/_health" and lines[0]["status"] == 200
+
+
+async def test_coalescing_through_the_http_api(daemon: Daemon) -> None:
+    def upstream_handles(text: str) -> int:
+        return int(re.search(r'kind="handles"\} (\d+)', text).group(1))  # type: ignore[union-attr]
+
+    async with httpx.AsyncClient(
+        base_url=daemon.url, timeout=30, limits=httpx.Limits(max_connections=100)
+    ) as client:
+        before = upstream_handles((await client.get("/metrics")).text)
+        answers = await asyncio.gather(
+            *(
+                client.get(XRPC + "resolveHandle", params={"handle": "split.test"})
+                for _ in range(100)
+            )
+        )
+        after = upstream_handles((await client.get("/metrics")).text)
+    assert {a.status_code for a in answers} == {200}
+    assert after - before == 1
+
+
+async def test_the_python_sdk_client_calls_it_unchanged(
+    daemon: Daemon, devnet: DevnetState
+) -> None:
+    from atproto import AsyncClient
+
+    client = AsyncClient(base_url=f"{daemon.url}/xrpc")
+    resolved = await client.com.atproto.identity.resolve_handle({"handle": "alice.test"})
+    assert resolved.did == devnet.did("alice")
+    identity = await client.com.atproto.identity.resolve_identity({"identifier": "alice.test"})
+    assert identity.handle == "alice.test" and identity.did == devnet.did("alice")
+    document = await client.com.atproto.identity.resolve_did({"did": devnet.did("alice")})
+    assert document.did_doc["id"] == devnet.did("alice")
+
+
+async def _forwarder(target: str) -> web.AppRunner:
+    session = ClientSession()
+
+    async def forward(request: web.Request) -> web.Response:
+        async with session.get(target + request.path) as upstream:
+            return web.Response(
+                status=upstream.status, body=await upstream.read(), content_type="application/json"
+            )
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", forward)
+    app.on_cleanup.append(lambda _: session.close())
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner
+
+
+async def test_upstream_down_with_and_without_a_cached_answer(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    proxy = await _forwarder(devnet.plc_url)
+    env = {**devnet.env(), "ATWHOIS_PLC_URL": f"http://127.0.0.1:{proxy.addresses[0][1]}"}
+    config = tmp_path / "serve.toml"
+    config.write_text('cache = "memory:"\nttl_verified = "1:3600"\n')
+    with running_daemon(env, tmp_path / "serve.log", "--config", str(config)) as daemon:
+        async with httpx.AsyncClient(base_url=daemon.url, timeout=30) as client:
+            carol = {"did": devnet.did("carol")}
+            assert (await client.get(XRPC + "resolveDid", params=carol)).status_code == 200
+            await proxy.cleanup()  # the PLC directory goes away
+            await asyncio.sleep(1.2)  # carol's entry is now stale
+            stale = await client.get(XRPC + "resolveDid", params=carol)
+            assert stale.status_code == 200 and stale.json()["didDoc"]["id"] == carol["did"]
+            assert stale.headers["Cache-Control"].startswith("public, max-age=0")
+            nothing = await client.get(XRPC + "resolveDid", params={"did": devnet.did("alice")})
+            xrpc_error(nothing, 502, "UpstreamFailure")
+            assert nothing.headers["Retry-After"] == "30"
+            await asyncio.sleep(0.3)
+            report = (await client.get(f"/v1/identity/{carol['did']}")).json()
+            assert report["cache"]["state"] == "stale"
+            assert "cannot connect" in report["evidence"]["refresh"]["error"]
+
+
+def test_refresh_is_refused_without_a_configured_token(devnet: DevnetState, tmp_path: Path) -> None:
+    with running_daemon(devnet.env(), tmp_path / "serve.log", "--cache", "memory:") as daemon:
+        refused = httpx.post(
+            daemon.url + XRPC + "refreshIdentity",
+            json={"identifier": "alice.test"},
+            headers={"Authorization": "Bearer anything"},
+        )
+        assert "disabled" in xrpc_error(refused, 403, "Forbidden")
+
+
+def test_sigterm_lets_in_flight_requests_finish(devnet: DevnetState, tmp_path: Path) -> None:
+    with running_daemon(
+        devnet.env(), tmp_path / "serve.log", "--cache", f"sqlite://{tmp_path}/c.db"
+    ) as daemon:
+
+        async def scenario() -> httpx.Response:
+            async with httpx.AsyncClient(base_url=daemon.url, timeout=30) as client:
+                slow = asyncio.create_task(
+                    client.get(XRPC + "resolveHandle", params={"handle": "slow.test"})
+                )
+                await asyncio.sleep(0.4)  # the DNS answer takes 1.5 s
+                daemon.process.send_signal(15)
+                return await slow
+
+        response = asyncio.run(scenario())
+        assert response.status_code == 200
+        assert daemon.process.wait(30) == 0
+        assert any(line.get("event") == "stopping" for line in daemon.log_lines())
+    assert json.loads((tmp_path / "serve.log").read_text().splitlines()[0])["store"] == (
+        "memory+sqlite"
+    )

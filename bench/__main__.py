@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from bench import cache_lookups, cold_resolution, plc_verify
+from bench import cache_lookups, cold_resolution, plc_verify, serve_load
 
 BENCHMARKS = {
     "cold": cold_resolution.main,
     "plc": plc_verify.main,
     "cache": cache_lookups.main,
+    "serve": serve_load.main,
 }
 
 

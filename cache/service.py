@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import logging
+import os
 import re
+import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from aiohttp import web
 
@@ -27,8 +27,6 @@ from resolver import Identity, Outcome, Status
 from .metrics import Metrics
 from .openapi import openapi
 from .resolver import CachedResolver
-
-log = logging.getLogger("atwhois.serve")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -41,6 +39,7 @@ class Settings:
     request_timeout: float = 10.0  # per request; the shared resolution goes on
     max_body: int = 16 * 1024
     retry_after: int = 30  # seconds, on 502 and 503
+    request_log: bool = True  # one JSON line per request on stderr
 
 
 class XrpcError(Exception):
@@ -68,6 +67,94 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
     )
 
 
+def _json_bytes(status: int, body: bytes, cache: str) -> web.Response:
+    return web.Response(
+        body=body,
+        status=status,
+        content_type="application/json",
+        headers={"Cache-Control": cache},
+    )
+
+
+class RequestLog:
+    """One JSON line per request, written in batches: a logging-module call per request
+    costs about what the whole cached answer does."""
+
+    def __init__(self, stream: TextIO, interval: float = 0.25) -> None:
+        self._stream, self._interval = stream, interval
+        self._lines: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def write(
+        self,
+        request_id: str,
+        method: str,
+        path: str,
+        status: int,
+        seconds: float,
+        remote: str | None,
+    ) -> None:
+        # Formatted by hand: only the path (and the method) can hold characters JSON must
+        # escape; the id is checked against _REQUEST_ID, the rest are numbers or an address.
+        self._lines.append(
+            f'{{"ts": {time.time():.3f}, "request_id": "{request_id}", '
+            f'"method": {json.dumps(method)}, "path": {json.dumps(path)}, '
+            f'"status": {status}, "ms": {seconds * 1000:.2f}, "remote": {json.dumps(remote)}}}'
+        )
+
+    def flush(self) -> None:
+        if self._lines:
+            self._stream.write("\n".join(self._lines) + "\n")
+            self._stream.flush()
+            self._lines.clear()
+
+    async def start(self, _: web.Application) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            self.flush()
+
+    async def stop(self, _: web.Application) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self.flush()
+
+
+class AnswerCache:
+    """Rendered answers of fresh cache hits, kept for at most a second (never past their
+    fresh window, never stale ones: those must reach the cache to be revalidated)."""
+
+    def __init__(self, size: int = 10_000, seconds: float = 1.0) -> None:
+        self._size, self._seconds = size, seconds
+        self._answers: dict[str, tuple[float, tuple[int, bytes, str]]] = {}
+
+    def get(self, key: str) -> tuple[int, bytes, str] | None:
+        found = self._answers.get(key)
+        if found is None:
+            return None
+        if found[0] < time.monotonic():
+            del self._answers[key]
+            return None
+        return found[1]
+
+    def put(self, key: str, identity: Identity, response: web.Response) -> None:
+        info = identity.cache
+        if info is None or info.state == "stale" or info.fresh_for_s <= 0:
+            return
+        if len(self._answers) >= self._size:
+            self._answers.clear()
+        body = response.body
+        if isinstance(body, bytes):
+            until = time.monotonic() + min(self._seconds, info.fresh_for_s)
+            answer = (response.status, body, response.headers["Cache-Control"])
+            self._answers[key] = (until, answer)
+
+    def clear(self) -> None:
+        self._answers.clear()
+
+
 def cache_control(identity: Identity) -> str:
     """From the freshness policy: fresh for what is left of the fresh window; after that a
     shared cache may serve it stale while revalidating, or on error, up to the maximum."""
@@ -87,6 +174,8 @@ class Service:
         self.metrics = Metrics()
         self.started = time.time()
         self._gate = asyncio.Semaphore(settings.max_concurrency)
+        self.answers = AnswerCache()
+        self.request_log = RequestLog(sys.stderr)
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -106,6 +195,8 @@ class Service:
         app.router.add_get("/_health", self.health)
         app.router.add_get("/metrics", self.prometheus)
         app.router.add_get("/openapi.json", self.openapi)
+        app.on_startup.append(self.request_log.start)
+        app.on_cleanup.append(self.request_log.stop)
         app.on_cleanup.append(self._close)
         return app
 
@@ -117,12 +208,18 @@ class Service:
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.headers.get("X-Request-Id", "")
-        request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex[:16]
+        request_id = given if _REQUEST_ID.fullmatch(given) else os.urandom(8).hex()
         started = time.perf_counter()
         resource = request.match_info.route.resource
         endpoint = resource.canonical if resource is not None else "unmatched"
+        response: web.StreamResponse
         try:
-            response = await self._limited(request, handler)
+            answer = self.answers.get(request.path_qs) if request.method == "GET" else None
+            if answer is not None:
+                self.cached.counters["fresh"] += 1  # what the cached lookup would have counted
+                response = _json_bytes(*answer)
+            else:
+                response = await self._limited(request, handler)
         except XrpcError as err:
             headers = {"Retry-After": str(err.retry_after)} if err.retry_after else {}
             headers["Cache-Control"] = err.cache
@@ -137,19 +234,15 @@ class Service:
         seconds = time.perf_counter() - started
         response.headers["X-Request-Id"] = request_id
         self.metrics.request(endpoint, response.status, seconds)
-        log.info(
-            json.dumps(
-                {
-                    "ts": round(time.time(), 3),
-                    "request_id": request_id,
-                    "method": request.method,
-                    "path": request.path,
-                    "status": response.status,
-                    "ms": round(seconds * 1000, 2),
-                    "remote": request.remote,
-                }
+        if self.settings.request_log:
+            self.request_log.write(
+                request_id,
+                request.method,
+                request.path,
+                response.status,
+                seconds,
+                request.remote,
             )
-        )
         return response
 
     async def _limited(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -232,7 +325,12 @@ class Service:
             raise XrpcError(400, "InvalidRequest", "handle must be a handle, not a DID")
         identity = await self._lookup(handle)
         self._verified_handle_or_error(identity)
-        return _json({"did": identity.did}, headers={"Cache-Control": cache_control(identity)})
+        return self._answer(request, identity, {"did": identity.did})
+
+    def _answer(self, request: web.Request, identity: Identity, data: Any) -> web.Response:
+        response = _json(data, headers={"Cache-Control": cache_control(identity)})
+        self.answers.put(request.path_qs, identity, response)
+        return response
 
     async def resolve_did(self, request: web.Request) -> web.Response:
         did = self._param(request, "did")
@@ -240,7 +338,7 @@ class Service:
             raise XrpcError(400, "InvalidRequest", "did must be a DID")
         identity = await self._lookup(did)
         document = self._document_or_error(identity)
-        return _json({"didDoc": document}, headers={"Cache-Control": cache_control(identity)})
+        return self._answer(request, identity, {"didDoc": document})
 
     def _identity_info(self, identity: Identity, by_handle: bool) -> dict[str, Any]:
         if by_handle:
@@ -252,7 +350,7 @@ class Service:
         identifier = self._param(request, "identifier")
         identity = await self._lookup(identifier)
         info = self._identity_info(identity, not identifier.startswith("did:"))
-        return _json(info, headers={"Cache-Control": cache_control(identity)})
+        return self._answer(request, identity, info)
 
     async def refresh_identity(self, request: web.Request) -> web.Response:
         token = self.settings.refresh_token
@@ -270,6 +368,7 @@ class Service:
         identifier = body.get("identifier") if isinstance(body, dict) else None
         if not isinstance(identifier, str) or not identifier:
             raise XrpcError(400, "InvalidRequest", "identifier is required")
+        self.answers.clear()
         identity = await self._lookup(identifier, refresh=True)
         info = self._identity_info(identity, not identifier.startswith("did:"))
         return _json(info, headers={"Cache-Control": "no-store"})
@@ -285,7 +384,7 @@ class Service:
             "pds": identity.pds,
             "signing_key": key,
         }
-        return _json(mini, headers={"Cache-Control": cache_control(identity)})
+        return self._answer(request, identity, mini)
 
     async def identity_report(self, request: web.Request) -> web.Response:
         identity = await self.cached.lookup(

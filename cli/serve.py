@@ -52,6 +52,13 @@ def parser(config_flags: argparse.ArgumentParser) -> argparse.ArgumentParser:
     group.add_argument("--refresh-token", help="bearer token that allows refreshIdentity")
     group.add_argument("--max-concurrency", type=int)
     group.add_argument("--request-timeout", type=float, metavar="SECONDS")
+    group.add_argument(
+        "--no-request-log",
+        dest="request_log",
+        action="store_false",
+        default=None,
+        help="no JSON line per request on stderr",
+    )
     for kind in ("verified", "unverified", "absent"):
         group.add_argument(
             f"--ttl-{kind}",
@@ -114,7 +121,13 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
         for k in ("max_concurrency", "request_timeout")
         if merged.get(k)
     }
-    settings = dataclasses.replace(Settings(refresh_token=merged.get("refresh_token")), **limits)
+    settings = dataclasses.replace(
+        Settings(
+            refresh_token=merged.get("refresh_token"),
+            request_log=merged.get("request_log", True) not in (False, "0", "false"),
+        ),
+        **limits,
+    )
     store = open_store(merged.get("redis") or merged.get("cache"))
     service = Service(CachedResolver(Resolver(config), store, policy), settings)
     runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=30)

@@ -1,7 +1,6 @@
-"""`make run`: bring up the test network and ask `atwhois` about a few of its identities.
-
-Until the daemon exists (the HTTP cache service), this is the main job: real resolution,
-real verification, real servers, on loopback only.
+"""`make run`: the test network, and `atwhois serve` on the embedded SQLite cache in front of
+it; a few requests to show what it answers, then it serves until Ctrl-C (when run from a
+terminal; otherwise it stops after the demonstration).
 """
 
 from __future__ import annotations
@@ -10,32 +9,51 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+import httpx
+
+from tests.daemon import running_daemon
 
 from .network import running_devnet
 
-SHOWCASE = [
-    ["alice.test"],  # verified by DNS and HTTPS
-    ["conflict.test"],  # DNS and HTTPS disagree: DNS wins, the conflict is reported
-    ["bob-old.test"],  # an old handle still in DNS: the document says otherwise
-    ["erin.test"],  # a tombstoned DID
-    ["did:web:web.test", "--json"],  # DID first, as the JSON contract
+DEMO = [
+    ("resolveHandle", "/xrpc/com.atproto.identity.resolveHandle?handle=alice.test"),
+    ("not verified both ways", "/xrpc/com.atproto.identity.resolveHandle?handle=bob-old.test"),
+    ("resolveIdentity", "/xrpc/com.atproto.identity.resolveIdentity?identifier=conflict.test"),
+    ("a tombstoned DID", "/xrpc/com.atproto.identity.resolveIdentity?identifier=erin.test"),
+    ("mini document", "/xrpc/com.bad-example.identity.resolveMiniDoc?identifier=quinn.test"),
 ]
 
 
 def main() -> None:
-    atwhois = str(Path(sys.executable).with_name("atwhois"))
     with (
         tempfile.TemporaryDirectory(prefix="atwhois-run-") as workdir,
         running_devnet(Path(workdir)) as devnet,
+        running_daemon(
+            devnet.env(), Path(workdir) / "serve.log", "--cache", f"sqlite://{workdir}/cache.db"
+        ) as daemon,
     ):
-        env = {**os.environ, **devnet.env()}
-        print(f"test network up in {devnet.startup_seconds}s; configuration:")
-        print("  " + " ".join(f"{k}={v}" for k, v in devnet.env().items()) + "\n")
-        for args in SHOWCASE:
-            print(f"$ atwhois {' '.join(args)}", flush=True)
-            code = subprocess.run([atwhois, *args], env=env, check=False).returncode
-            print(f"(exit {code})\n", flush=True)
+        print(f"test network up in {devnet.startup_seconds}s; atwhois serve at {daemon.url}")
+        print(f"(cache: {workdir}/cache.db, log: {workdir}/serve.log)\n")
+        for what, path in DEMO:
+            response = httpx.get(daemon.url + path, timeout=30)
+            print(f"# {what}\n$ curl '{daemon.url}{path}'")
+            print(f"{response.status_code} {response.text}\n")
+        print("$ atwhois conflict.test   # the same resolver, as a command")
+        atwhois = str(Path(sys.executable).with_name("atwhois"))
+        subprocess.run([atwhois, "conflict.test"], env={**os.environ, **devnet.env()}, check=False)
+        if sys.stdin.isatty():
+            print(
+                f"\nserving at {daemon.url} until Ctrl-C "
+                f"(/v1/identity/alice.test, /metrics, /openapi.json)"
+            )
+            try:
+                while daemon.process.poll() is None:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
 
 
 if __name__ == "__main__":

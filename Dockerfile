@@ -1,0 +1,14 @@
+# atwhois serve: the local HTTP cache of verified ATProto identities.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY resolver ./resolver
+COPY cache ./cache
+COPY cli ./cli
+RUN pip install --no-cache-dir . && useradd --create-home atwhois && mkdir /data \
+    && chown atwhois /data
+USER atwhois
+ENV ATWHOIS_HOST=0.0.0.0 ATWHOIS_PORT=2584 ATWHOIS_CACHE=sqlite:////data/cache.db
+EXPOSE 2584
+HEALTHCHECK --interval=30s --timeout=3s CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:2584/_health', timeout=2)"
+ENTRYPOINT ["atwhois", "serve"]

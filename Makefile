@@ -33,6 +33,7 @@ devnet: setup
 	$(PY) -m tests.devnet
 
 bench: setup
+	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
 	$(PY) -m bench
 
 clean:

@@ -284,3 +284,25 @@ def test_sigterm_lets_in_flight_requests_finish(devnet: DevnetState, tmp_path: P
     assert json.loads((tmp_path / "serve.log").read_text().splitlines()[0])["store"] == (
         "memory+sqlite"
     )
+
+
+def test_concurrency_limit_and_request_deadline(devnet: DevnetState, tmp_path: Path) -> None:
+    args = ("--cache", "memory:", "--max-concurrency", "1", "--request-timeout", "1.3")
+    with running_daemon(devnet.env(), tmp_path / "serve.log", *args) as daemon:
+
+        async def scenario() -> tuple[httpx.Response, httpx.Response]:
+            async with httpx.AsyncClient(base_url=daemon.url, timeout=30) as client:
+                slow = asyncio.create_task(  # DNS answers after 1.5 s: past the deadline
+                    client.get(XRPC + "resolveHandle", params={"handle": "slow.test"})
+                )
+                await asyncio.sleep(0.1)
+                crowded = await client.get("/v1/identity/alice.test")  # waits 1 s, then 503
+                return await slow, crowded
+
+        slow, crowded = asyncio.run(scenario())
+        assert "deadline" in xrpc_error(slow, 502, "UpstreamFailure")
+        xrpc_error(crowded, 503, "Overloaded")
+        assert crowded.headers["Retry-After"] == "1"
+        time.sleep(0.5)  # the shared resolution finished meanwhile, and was cached
+        again = get(daemon, XRPC + "resolveHandle", handle="slow.test")
+        assert again.status_code == 200

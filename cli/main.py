@@ -10,12 +10,13 @@ import asyncio
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from cache import CachedResolver, open_store
-from resolver import Config, Resolver
+from resolver import Config, Identity, Resolver
 from resolver.config import parse_nameservers, parse_networks
 from resolver.errors import InvalidInput, ResolutionError
 from resolver.plc import Audit
@@ -23,13 +24,17 @@ from resolver.plc.export import ExportSummary, verify_export
 from resolver.syntax import check_plc_did, parse_did
 
 from . import serve
-from .render import render_history, render_text
+from .render import Style, render_history, render_text, verdict_line, wants_color
+from .sources import LocalSource, ServerSource, Source
 
 EXAMPLES = """examples:
   atwhois alice.example.com
   atwhois lookup @alice.example.com --json
   atwhois did:plc:ewvi7nxzyoun6zhxrhs64oiz --verify-plc
   atwhois at://alice.example.com/app.bsky.feed.post/3k2a
+  atwhois https://bsky.app/profile/alice.example.com
+  atwhois --file handles.txt --json > reports.jsonl     (or: ... | atwhois -)
+  atwhois alice.example.com --server http://127.0.0.1:2584
   atwhois history did:plc:ewvi7nxzyoun6zhxrhs64oiz
   atwhois plc verify-export export.jsonl --known-bad known_bad_cids.json
 
@@ -95,7 +100,17 @@ def _lookup_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_config_flags()],
     )
-    parser.add_argument("identifier", help="a handle (with or without @), a DID, or an at:// URI")
+    parser.add_argument(
+        "identifier",
+        nargs="?",
+        help="a handle (with or without @), a DID, an at:// URI, a profile URL; - reads many "
+        "from standard input",
+    )
+    parser.add_argument("--file", type=Path, help="resolve every identifier in FILE, one a line")
+    parser.add_argument("--concurrency", type=int, default=16, help="batch: lookups at once")
+    parser.add_argument(
+        "--server", metavar="URL", help="ask a running `atwhois serve` instead of resolving here"
+    )
     parser.add_argument("--json", action="store_true", help="print the Identity report as JSON")
     parser.add_argument(
         "--document", action="store_true", help="with --json, include the DID document as served"
@@ -194,21 +209,85 @@ async def _cached(config: Config, url: str | None, work: Callable[[CachedResolve
         return await work(cached)
 
 
+def _source(args: argparse.Namespace, config: Config) -> Source:
+    if args.server:
+        return ServerSource(args.server)
+    url = _cache_url(args)
+    return LocalSource(
+        Resolver(config) if url is None else CachedResolver(Resolver(config), open_store(url))
+    )
+
+
 def lookup(argv: list[str]) -> int:
-    args = _lookup_parser().parse_args(argv)
+    parser = _lookup_parser()
+    args = parser.parse_args(argv)
     config = _configured(args)
     if config is None:
         return 2
-    url = _cache_url(args)
-    if url is None:
-        identity = _with_resolver(config, lambda r: r.lookup(args.identifier))
-    else:
-        identity = asyncio.run(_cached(config, url, lambda c: c.lookup(args.identifier)))
-    if args.json:
-        _print(json.dumps(identity.to_json(include_document=args.document), indent=2))
-    else:
-        _print(render_text(identity))
-    return int(identity.status.exit_code)
+    if args.file is not None or args.identifier == "-":
+        try:
+            text = args.file.read_text() if args.file is not None else sys.stdin.read()
+        except OSError as err:
+            print(f"atwhois: {err}", file=sys.stderr)
+            return 2
+        identifiers = [line.strip() for line in text.splitlines()]
+        identifiers = [i for i in identifiers if i and not i.startswith("#")]
+        return asyncio.run(_batch(_source(args, config), identifiers, args))
+    if not args.identifier:
+        parser.error("give an identifier, - for standard input, or --file FILE")
+    return asyncio.run(_single(_source(args, config), args.identifier.strip(), args))
+
+
+async def _single(source: Source, identifier: str, args: argparse.Namespace) -> int:
+    try:
+        identity = await source.lookup(identifier)
+        if args.json:
+            _print(json.dumps(identity.to_json(include_document=args.document), indent=2))
+            return int(identity.status.exit_code)
+        history = None
+        if identity.did and identity.did.startswith("did:plc:"):
+            history = await source.history(identity.did)
+        style = Style(wants_color(sys.stdout))
+        _print(render_text(identity, history, style=style, server=args.server))
+        return int(identity.status.exit_code)
+    finally:
+        await source.aclose()
+
+
+async def _batch(source: Source, identifiers: list[str], args: argparse.Namespace) -> int:
+    """Many lookups, at most --concurrency at once; one line each as they finish; a count by
+    status at the end; the worst exit code."""
+    gate = asyncio.Semaphore(max(1, args.concurrency))
+    style = Style(wants_color(sys.stdout))
+    progress = sys.stderr.isatty()
+    statuses: Counter[str] = Counter()
+
+    async def one(identifier: str) -> Identity:
+        async with gate:
+            return await source.lookup(identifier)
+
+    worst = 0
+    try:
+        for done, finished in enumerate(asyncio.as_completed([one(i) for i in identifiers]), 1):
+            identity = await finished
+            statuses[str(identity.status)] += 1
+            worst = max(worst, identity.status.exit_code)
+            if args.json:
+                _print(json.dumps(identity.to_json(include_document=args.document)))
+            else:
+                _print(verdict_line(identity, style))
+            if progress:
+                print(f"\r  {done}/{len(identifiers)}", end="", file=sys.stderr, flush=True)
+    finally:
+        await source.aclose()
+    if progress:
+        print(file=sys.stderr)
+    summary = ", ".join(f"{status} {n}" for status, n in statuses.most_common())
+    print(
+        f"summary: {len(identifiers)} identifiers: {summary or 'none'}",
+        file=sys.stderr if args.json else sys.stdout,
+    )
+    return worst
 
 
 def history(argv: list[str]) -> int:

@@ -1,8 +1,13 @@
-"""Plain text rendering of an `Identity`: the verdict first, then the evidence."""
+"""Human output: the verdict in one line first, then the evidence. Colour only on a terminal
+(and never with NO_COLOR set); the same text without escapes otherwise, stable for grep."""
 
 from __future__ import annotations
 
+import os
+from typing import TextIO
+
 from resolver import Evidence, Identity, Outcome, Status
+from resolver.keys import InvalidKey, parse_did_key
 from resolver.plc import Audit
 
 _VERDICT = {
@@ -17,46 +22,139 @@ _VERDICT = {
     Status.INVALID_INPUT: "invalid input",
     Status.UNAVAILABLE: "could not be checked now (transient failure)",
 }
+GREEN, RED, YELLOW, BOLD, DIM = "32", "31", "33", "1", "2"
 
 
-def _evidence_line(name: str, evidence: Evidence) -> str:
-    parts = [f"{name:<9} {evidence.outcome}"]
+def wants_color(stream: TextIO) -> bool:
+    """https://no-color.org: any non-empty NO_COLOR turns colour off; so does a pipe."""
+    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+class Style:
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def __call__(self, text: str, *codes: str) -> str:
+        if not self.color or not codes:
+            return text
+        return f"\x1b[{';'.join(codes)}m{text}\x1b[0m"
+
+
+def verdict_line(identity: Identity, style: Style) -> str:
+    color = {Status.VERIFIED: GREEN, Status.UNAVAILABLE: YELLOW}.get(identity.status, RED)
+    verdict = style(_VERDICT[identity.status], BOLD, color)
+    return f"{identity.query}: {verdict} [{identity.status}]"
+
+
+def _evidence(name: str, evidence: Evidence, style: Style) -> str:
+    color = {Outcome.OK: GREEN, Outcome.FAILED: YELLOW, Outcome.INVALID: RED}.get(
+        evidence.outcome, DIM
+    )
+    parts = [f"{name:<9} {style(str(evidence.outcome), color)}"]
     if evidence.dids:
         parts.append(", ".join(evidence.dids))
     if evidence.ms is not None:
-        parts.append(f"{evidence.ms:.1f} ms")
-    if evidence.error and str(evidence.outcome) != "ok":
+        parts.append(style(f"{evidence.ms:.1f} ms", DIM))
+    if evidence.error and evidence.outcome is not Outcome.OK:
         parts.append(f"({evidence.error})")
+    if evidence.source:
+        parts.append(style(evidence.source, DIM))
     return "  ".join(parts)
 
 
-def render_text(identity: Identity) -> str:
-    lines = [f"{identity.query}: {_VERDICT[identity.status]} [{identity.status}]"]
+def _key(did_key: str) -> str:
+    try:
+        return f"{did_key} ({parse_did_key(did_key).curve})"
+    except InvalidKey:
+        return did_key
+
+
+def render_text(
+    identity: Identity,
+    history: Audit | None = None,
+    *,
+    style: Style | None = None,
+    server: str | None = None,
+) -> str:
+    style = style or Style(False)
+    lines = [verdict_line(identity, style)]
+
+    def row(label: str, value: str) -> str:
+        return f"  {style(f'{label:<13}', BOLD)}{value}"
+
     if identity.error:
-        lines.append(f"  why        {identity.error}")
+        lines.append(row("why", identity.error))
     if identity.status is Status.INVALID_INPUT:
         return "\n".join(lines)
-    rows = [
-        ("handle", identity.handle),
-        ("did", identity.did),
-        ("declared", identity.declared_handle),
-        ("pds", identity.pds),
-        ("key", identity.signing_key),
-    ]
-    lines += [f"  {k:<10} {v}" for k, v in rows if v]
-    if identity.also_known_as:
-        lines.append(f"  {'aliases':<10} {', '.join(identity.also_known_as)}")
-    if identity.handle_queried:
-        lines.append(f"  evidence for {identity.handle_queried}:")
-    steps = [("dns", identity.dns), ("https", identity.https), ("did doc", identity.did_doc)]
+    if identity.did:
+        lines.append(row("handle", f"{identity.handle}  <->  {identity.did}"))
+    if identity.declared_handle and identity.declared_handle != identity.handle:
+        lines.append(row("declares", identity.declared_handle))
+    lines.append(row("resolution", f"of {identity.handle_queried or '(no handle)'}"))
+    lines.append("    " + _evidence("dns", identity.dns, style))
+    lines.append("    " + _evidence("https", identity.https, style))
+    if "dns_https_conflict" in identity.warnings:
+        lines.append(
+            "    "
+            + style(
+                f"! DNS says {identity.dns.did}, HTTPS says {identity.https.did}: DNS wins",
+                BOLD,
+                YELLOW,
+            )
+        )
+    lines.append("    " + _evidence("did doc", identity.did_doc, style))
     if identity.plc_log.outcome is not Outcome.SKIPPED:
-        steps.append(("plc log", identity.plc_log))
-    for name, evidence in steps:
-        lines.append("    " + _evidence_line(name, evidence))
-    lines.extend(f"    ! {finding}" for finding in identity.plc_findings)
+        lines.append("    " + _evidence("plc log", identity.plc_log, style))
+    lines.extend("    " + style(f"! {finding}", RED) for finding in identity.plc_findings)
+    if identity.also_known_as:
+        lines.append(row("aliases", ", ".join(identity.also_known_as)))
+    if identity.pds:
+        lines.append(row("pds", identity.pds))
+    if identity.signing_key:
+        lines.append(row("signing key", _key(identity.signing_key)))
+    others = [s for s in identity.services if not s[0].endswith("#atproto_pds")]
+    for ident, kind, endpoint in others:
+        lines.append(row("service", f"{ident} {kind} {endpoint}"))
+    if history is not None:
+        lines.extend(row(label, text) for label, text in summarize(history))
+    if identity.cache is not None and (identity.cache.cached or server):
+        where = f" from {server}" if server else ""
+        info = identity.cache
+        lines.append(row("cache", f"{info.state}, {info.age_s:.0f} s old{where}"))
     if identity.warnings:
-        lines.append(f"  {'warnings':<10} {', '.join(identity.warnings)}")
+        lines.append(row("warnings", style(", ".join(identity.warnings), YELLOW)))
     return "\n".join(lines)
+
+
+def summarize(audit: Audit) -> list[tuple[str, str]]:
+    """A did:plc's history in a few lines: how many ops, since when, what changed."""
+    accepted = [op for op in audit.ops if op.accepted and not op.nullified]
+    verdict = (
+        "the log verifies"
+        if audit.valid
+        else f"the log does NOT verify ({len(audit.findings)} findings)"
+    )
+    count = len(audit.ops)
+    rows = [("history", f"{count} operation{'s' if count != 1 else ''}; {verdict}")]
+    if audit.ops:
+        rows.append(("created", audit.ops[0].created_at))
+    if accepted:
+        rows.append(
+            ("last change", f"{accepted[-1].created_at}: {', '.join(accepted[-1].changes)}")
+        )
+    changes = [c for op in accepted[1:] for c in op.changes]
+    counts = {
+        "handle changes": sum(c.startswith("handle ") for c in changes),
+        "PDS moves": sum(c.startswith("pds ") for c in changes),
+        "signing-key rotations": sum(c == "signing key rotated" for c in changes),
+        "rotation-key changes": sum(c == "rotation keys changed" for c in changes),
+        "nullified ops": sum(op.nullified for op in audit.ops),
+    }
+    summary = ", ".join(f"{what}: {n}" for what, n in counts.items() if n)
+    rows.append(("changes", summary or "none since creation"))
+    if audit.deactivated:
+        rows.append(("state", "deactivated (tombstoned)"))
+    return rows
 
 
 def render_history(audit: Audit) -> str:

@@ -108,6 +108,7 @@ class Identity:
     handle_queried: str | None = None  # the handle whose resolution the evidence shows
     did_document: dict[str, Any] | None = field(default=None, repr=False)
     cache: CacheInfo | None = None
+    services: tuple[tuple[str, str, str], ...] = ()  # (id, type, endpoint) from the document
 
     @property
     def verified(self) -> bool:
@@ -131,6 +132,7 @@ class Identity:
             "pds": self.pds,
             "signing_key": self.signing_key,
             "also_known_as": list(self.also_known_as),
+            "services": [{"id": i, "type": t, "endpoint": e} for i, t, e in self.services],
             "evidence": {
                 "handle": self.handle_queried,
                 "dns": self.dns.to_json(),
@@ -148,3 +150,30 @@ class Identity:
         if include_document:
             out["did_document"] = self.did_document
         return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Identity:
+        """The report back from its JSON form (what `atwhois serve` answers)."""
+        evidence = data["evidence"]
+        cache = data.get("cache")
+        return cls(
+            query=data["query"],
+            status=Status(data["status"]),
+            did=data["did"],
+            declared_handle=data["declared_handle"],
+            pds=data["pds"],
+            signing_key=data["signing_key"],
+            also_known_as=tuple(data["also_known_as"]),
+            services=tuple((s["id"], s["type"], s["endpoint"]) for s in data.get("services", [])),
+            dns=Evidence.from_json(evidence["dns"]),
+            https=Evidence.from_json(evidence["https"]),
+            did_doc=Evidence.from_json(evidence["did_doc"]),
+            plc_log=Evidence.from_json(evidence["plc_log"]),
+            plc_findings=tuple(evidence["plc_log"]["findings"]),
+            warnings=tuple(data["warnings"]),
+            error=data["error"],
+            checked_at=data["checked_at"],
+            handle_queried=evidence["handle"],
+            did_document=data.get("did_document"),
+            cache=CacheInfo(**cache) if cache else None,
+        )

@@ -135,6 +135,7 @@ def compose(
         pds=data.pds if data else None,
         signing_key=data.signing_key.did_key if data and data.signing_key else None,
         also_known_as=data.also_known_as if data else (),
+        services=tuple((s.id, s.type, s.endpoint) for s in data.services) if data else (),
         dns=handle.dns,
         https=handle.https,
         did_doc=document.evidence,

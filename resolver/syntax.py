@@ -7,6 +7,7 @@ rule of `spec-checklist.md` it enforces, so a user learns *which* rule failed.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from dataclasses import dataclass
 from typing import Literal
 
@@ -196,13 +197,29 @@ class Query:
     value: str  # normalized handle, or DID
 
 
+def profile_url_authority(text: str) -> str | None:
+    """The handle or DID in a web client's profile (or post) URL, such as
+    `https://bsky.app/profile/alice.example.com/post/3k2a`; None for anything else."""
+    match = re.fullmatch(r"https?://[A-Za-z0-9.-]+(?::\d+)?/profile/([^/?#]+)(?:[/?#].*)?", text)
+    if match is None:
+        return None
+    return urllib.parse.unquote(match.group(1))
+
+
 def parse_query(text: str) -> Query:
-    """Classify user input: a handle (a leading `@` stripped, H-SYN-7), a DID or an at:// URI.
+    """Classify user input: a handle (a leading `@` stripped, H-SYN-7), a DID, an at:// URI,
+    or a web client's profile URL.
 
     Handles come back lowercased (H-SYN-6); DIDs are never re-cased (D-SYN-7).
     """
-    at_uri = text.startswith("at://")
-    authority = parse_at_uri(text).authority if at_uri else text.removeprefix("@")
+    if text.startswith("at://"):
+        authority = parse_at_uri(text).authority
+    elif (from_url := profile_url_authority(text)) is not None:
+        authority = from_url.removeprefix("@")
+    elif text.startswith(("http://", "https://")):
+        raise InvalidIdentifier(f"{text[:80]!r} is not a profile URL (…/profile/HANDLE)", "U-1")
+    else:
+        authority = text.removeprefix("@")
     if authority.startswith("did:"):
         return Query(text, "did", parse_did(authority))
     if authority.lower().startswith("did:"):

@@ -162,3 +162,39 @@ def test_plc_identifier() -> None:
     ):
         with pytest.raises(errors.InvalidDid, match="D-PLC-1"):
             syntax.check_plc_did(bad)
+
+
+@pytest.mark.parametrize(
+    ("typed", "kind", "value"),
+    [
+        ("https://bsky.app/profile/Alice.Test", "handle", "alice.test"),
+        ("https://bsky.app/profile/alice.test/post/3k2a7", "handle", "alice.test"),
+        (
+            "https://deer.social/profile/did:plc:ewvi7nxzyoun6zhxrhs64oiz",
+            "did",
+            "did:plc:ewvi7nxzyoun6zhxrhs64oiz",
+        ),
+        (
+            "https://bsky.app/profile/did%3Aplc%3Aewvi7nxzyoun6zhxrhs64oiz",
+            "did",
+            "did:plc:ewvi7nxzyoun6zhxrhs64oiz",
+        ),
+    ],
+)
+def test_profile_urls_and_pasted_text(typed: str, kind: str, value: str) -> None:
+    query = syntax.parse_query(typed)
+    assert (query.kind, query.value) == (kind, value)
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "https://bsky.app/",
+        "https://example.com/alice",
+        "https://bsky.app/profile/",
+        "https://bsky.app/profile/not_a_handle",
+    ],
+)
+def test_other_urls_are_refused(typed: str) -> None:
+    with pytest.raises(errors.InvalidInput):
+        syntax.parse_query(typed)

@@ -1,0 +1,70 @@
+"""Where the CLI gets its answers: a resolver in this process (optionally cached), or a
+running `atwhois serve` (`--server URL`), which shares its cache with everyone who asks it."""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Protocol
+
+import httpx
+
+from cache import CachedResolver
+from resolver import Identity, Resolver, Status
+from resolver.errors import ResolutionError
+from resolver.plc import Audit
+from resolver.resolver import now_iso
+
+
+class Source(Protocol):
+    async def lookup(self, identifier: str) -> Identity: ...
+
+    async def history(self, did: str) -> Audit | None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LocalSource:
+    def __init__(self, resolver: Resolver | CachedResolver) -> None:
+        self.resolver = resolver
+
+    async def lookup(self, identifier: str) -> Identity:
+        return await self.resolver.lookup(identifier)
+
+    async def history(self, did: str) -> Audit | None:
+        plain = (
+            self.resolver.resolver if isinstance(self.resolver, CachedResolver) else (self.resolver)
+        )
+        try:
+            return await plain.audit_log(did)
+        except ResolutionError:
+            return None
+
+    async def aclose(self) -> None:
+        await self.resolver.aclose()
+
+
+class ServerSource:
+    """Reads `/v1/identity/{identifier}`: the same report, answered from the daemon's cache."""
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self._client = httpx.AsyncClient(base_url=self.url, timeout=timeout)
+
+    async def lookup(self, identifier: str) -> Identity:
+        path = "/v1/identity/" + urllib.parse.quote(identifier, safe="")
+        try:
+            response = await self._client.get(path)
+            return Identity.from_json(response.json())
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+            return Identity(
+                query=identifier,
+                status=Status.UNAVAILABLE,
+                checked_at=now_iso(),
+                error=f"atwhois serve at {self.url} did not answer: {err or type(err).__name__}",
+            )
+
+    async def history(self, did: str) -> Audit | None:
+        return None  # the daemon serves reports, not operation logs
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -132,6 +132,17 @@ class CachedResolver:
         self.counters["miss"] += 1
         return await self._shared(query, timeout)
 
+    async def revalidate(self, identifier: str, *, timeout: float | None = None) -> Identity:
+        """Resolve afresh, whatever is cached (an audit must not be answered from a stale
+        entry), and update the cache with the result. Concurrent calls share one
+        resolution; a transient failure leaves the old entries, marked, as always."""
+        try:
+            query = self.resolver.parse(identifier)
+        except InvalidInput as err:
+            return invalid_input(identifier, err, now_iso())
+        self.counters["revalidations"] += 1
+        return await self._shared(query, timeout, reuse=False)
+
     async def refresh(self, identifier: str) -> Identity:
         """Purge both levels of an identity, then resolve it again."""
         await self.purge(identifier)
@@ -248,11 +259,11 @@ class CachedResolver:
 
     # --- resolving ------------------------------------------------------------------
 
-    async def _shared(self, query: Query, timeout: float | None) -> Identity:
-        key = self._key(query)
+    async def _shared(self, query: Query, timeout: float | None, *, reuse: bool = True) -> Identity:
+        key = ("" if reuse else "fresh:") + self._key(query)
         task = self._inflight.get(key)
         if task is None:
-            task = self._start(self._inflight, key, self._resolve_and_store(query, reuse=True))
+            task = self._start(self._inflight, key, self._resolve_and_store(query, reuse=reuse))
         else:
             self.counters["coalesced"] += 1
         try:

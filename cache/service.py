@@ -176,6 +176,7 @@ class Service:
         self._gate = asyncio.Semaphore(settings.max_concurrency)
         self.answers = AnswerCache()
         self.request_log = RequestLog(sys.stderr)
+        self.metric_sources: list[Callable[[], str]] = []  # more Prometheus text (audits)
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -352,15 +353,19 @@ class Service:
         info = self._identity_info(identity, not identifier.startswith("did:"))
         return self._answer(request, identity, info)
 
-    async def refresh_identity(self, request: web.Request) -> web.Response:
+    def authorize(self, request: web.Request, what: str) -> None:
+        """Changes (refresh, watch-list edits) need the configured bearer token."""
         token = self.settings.refresh_token
         if not token:
-            raise XrpcError(403, "Forbidden", "refreshIdentity is disabled: no token configured")
+            raise XrpcError(403, "Forbidden", f"{what} is disabled: no token configured")
         given = request.headers.get("Authorization", "")
         if not given.startswith("Bearer "):
             raise XrpcError(401, "AuthenticationRequired", "a bearer token is required")
         if not hmac.compare_digest(given.removeprefix("Bearer ").encode(), token.encode()):
             raise XrpcError(403, "InvalidToken", "the bearer token is not valid")
+
+    async def refresh_identity(self, request: web.Request) -> web.Response:
+        self.authorize(request, "refreshIdentity")
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -420,6 +425,7 @@ class Service:
             "cache_entries": await self.cached.store.count(),
         }
         text = self.metrics.render(dict(self.cached.counters), gauges)
+        text += "".join(source() for source in self.metric_sources)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def openapi(self, _: web.Request) -> web.Response:

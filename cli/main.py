@@ -23,6 +23,7 @@ from resolver.plc import Audit
 from resolver.plc.export import ExportSummary, verify_export
 from resolver.syntax import check_plc_did, parse_did
 
+from . import audit as audit_cli
 from . import serve
 from .render import Style, render_history, render_text, verdict_line, wants_color
 from .sources import LocalSource, ServerSource, Source
@@ -43,7 +44,12 @@ EXAMPLES = """examples:
 
   atwhois serve --port 2584
 
-commands: lookup (the default), history, plc verify-export, cache stats|purge, serve
+  atwhois watch add alice.example.com --label "our PDS"
+  atwhois audit --format markdown
+  atwhois audit history alice.example.com
+
+commands: lookup (the default), history, plc verify-export, cache stats|purge, serve,
+          watch add|remove|list, audit [FILE], audit history ID
 exit codes: 0 verified, 1 not verified, 2 invalid input, 3 transient failure
 """
 
@@ -391,6 +397,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return verify_export_command(args[2:])
     if args[:1] == ["cache"]:
         return cache_command(args[1:])
+    if args[:1] == ["watch"]:
+        return audit_cli.watch(args[1:], _config_flags(), _configured)
+    if args[:1] == ["audit"]:
+        return audit_cli.audit(args[1:], _config_flags(), _configured)
     if args[:1] == ["serve"]:
         serve_args = serve.parser(_config_flags()).parse_args(args[1:])
         config = _configured(serve_args)

@@ -22,6 +22,9 @@ from typing import Any
 
 from aiohttp import web
 
+from audit import Auditor, AuditStore, default_audit_path
+from audit.api import AuditApi
+from audit.webhook import Webhook
 from cache import CachedResolver, Lifetime, Policy, open_store
 from cache.service import Service, Settings
 from resolver import Config, Resolver
@@ -33,6 +36,7 @@ _ENV = {  # setting -> environment variable
     "cache": "ATWHOIS_CACHE",
     "redis": "ATWHOIS_REDIS",
     "refresh_token": "ATWHOIS_REFRESH_TOKEN",
+    "audit_db": "ATWHOIS_AUDIT_DB",
 }
 
 
@@ -65,6 +69,26 @@ def parser(config_flags: argparse.ArgumentParser) -> argparse.ArgumentParser:
             metavar="FRESH:MAX",
             help=f"seconds fresh and at most, for {kind} answers",
         )
+    audits = p.add_argument_group("audits")
+    audits.add_argument(
+        "--audit-interval",
+        type=float,
+        metavar="SECONDS",
+        help="re-verify the watch-list this often (default: only on request)",
+    )
+    audits.add_argument(
+        "--audit-db",
+        type=Path,
+        metavar="PATH",
+        help="watch-list and audit history (env ATWHOIS_AUDIT_DB)",
+    )
+    audits.add_argument("--webhook", metavar="URL", help="POST each audit finding here")
+    audits.add_argument(
+        "--unreachable-after",
+        type=int,
+        metavar="N",
+        help="transient failures in a row before 'unreachable' (default 3)",
+    )
     return p
 
 
@@ -130,7 +154,20 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
     )
     store = open_store(merged.get("redis") or merged.get("cache"))
     service = Service(CachedResolver(Resolver(config), store, policy), settings)
-    runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=30)
+    app = service.app()
+    # Audits resolve afresh, replaying did:plc logs (rotation keys), politely, through the
+    # same store: their results refresh the answers the daemon serves.
+    audit_config = dataclasses.replace(config, verify_plc=True, per_host_limit=8)
+    webhook = Webhook(merged["webhook"]) if merged.get("webhook") else None
+    auditor = Auditor(
+        CachedResolver(Resolver(audit_config), store, policy),
+        AuditStore(Path(merged.get("audit_db") or default_audit_path())),
+        unreachable_after=int(merged.get("unreachable_after") or 3),
+        webhook=webhook,
+    )
+    interval = float(merged["audit_interval"]) if merged.get("audit_interval") else None
+    AuditApi(service, auditor, interval).attach(app)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=30)
     await runner.setup()
     host, port = merged.get("host", "127.0.0.1"), int(merged.get("port", DEFAULT_PORT))
     site = web.TCPSite(runner, host, port)

@@ -57,6 +57,9 @@ class Config:
     document_timeout: float = 5.0  # DID document, whole fetch
     verify_plc: bool = False  # replay the did:plc audit log instead of trusting the directory
     max_redirects: int = 5  # H-WK-6
+    # Politeness: at most this many requests at once to one web host, to the PLC directory,
+    # and to the DNS servers (None: no limit). Audits set it.
+    per_host_limit: int | None = None
     document_max_bytes: int = 64 * 1024
     audit_log_max_bytes: int = 4 * 1024 * 1024
     user_agent: str = "atwhois/0.1 (+identity resolver)"

@@ -35,6 +35,9 @@ class DnsClient:
         resolver.lifetime = config.dns_timeout
         resolver.cache = None
         self._resolver = resolver
+        # Politeness: the configured servers are one upstream; cap the queries in flight.
+        limit = config.per_host_limit
+        self._gate = asyncio.Semaphore(limit) if limit is not None else None
 
     @property
     def servers(self) -> list[str]:
@@ -61,7 +64,10 @@ class DnsClient:
 
     async def _query(self, name: str, rdtype: dns.rdatatype.RdataType) -> dns.resolver.Answer:
         try:
-            return await self._resolver.resolve(name, rdtype, search=False)
+            if self._gate is None:
+                return await self._resolver.resolve(name, rdtype, search=False)
+            async with self._gate:
+                return await self._resolver.resolve(name, rdtype, search=False)
         except dns.resolver.NXDOMAIN:
             raise NotFound(f"{name}: NXDOMAIN") from None
         except dns.resolver.NoAnswer:

@@ -16,10 +16,12 @@ opened with one host's SNI never serves another host.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import re
 import socket
 import ssl
+from collections import defaultdict
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
@@ -125,6 +127,10 @@ class Fetcher:
         self._ssl = ssl.create_default_context(cafile=config.ca_bundle)
         self._session: aiohttp.ClientSession | None = None
         self._headers = {"User-Agent": config.user_agent, **dict(config.extra_headers)}
+        self._gates: defaultdict[str, asyncio.Semaphore] | None = None
+        if config.per_host_limit is not None:
+            limit = config.per_host_limit
+            self._gates = defaultdict(lambda: asyncio.Semaphore(limit))
 
     def _client(self) -> aiohttp.ClientSession:
         """The session, made on first use (aiohttp binds it to the running loop)."""
@@ -163,10 +169,16 @@ class Fetcher:
     ) -> Response:
         """Fetch `url`; any status comes back, transport trouble raises a classified error."""
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout), self._polite(url):
                 return await self._follow(url, max_bytes, max_redirects, accept)
         except TimeoutError:
             raise UpstreamTimeout(f"{_origin(url)}: no complete answer within {timeout}s") from None
+
+    def _polite(self, url: str) -> contextlib.AbstractAsyncContextManager[object]:
+        """Waits for a turn at the host (the first hop's: redirects stay in that turn)."""
+        if self._gates is None:
+            return contextlib.nullcontext()
+        return self._gates[urlsplit(url).hostname or ""]
 
     async def _follow(self, url: str, max_bytes: int, max_redirects: int, accept: str) -> Response:
         for hop in range(max_redirects + 1):

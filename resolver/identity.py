@@ -109,6 +109,7 @@ class Identity:
     did_document: dict[str, Any] | None = field(default=None, repr=False)
     cache: CacheInfo | None = None
     services: tuple[tuple[str, str, str], ...] = ()  # (id, type, endpoint) from the document
+    rotation_keys: tuple[str, ...] = ()  # did:plc, from the replayed log (with --verify-plc)
 
     @property
     def verified(self) -> bool:
@@ -133,6 +134,7 @@ class Identity:
             "signing_key": self.signing_key,
             "also_known_as": list(self.also_known_as),
             "services": [{"id": i, "type": t, "endpoint": e} for i, t, e in self.services],
+            "rotation_keys": list(self.rotation_keys),
             "evidence": {
                 "handle": self.handle_queried,
                 "dns": self.dns.to_json(),
@@ -165,6 +167,7 @@ class Identity:
             signing_key=data["signing_key"],
             also_known_as=tuple(data["also_known_as"]),
             services=tuple((s["id"], s["type"], s["endpoint"]) for s in data.get("services", [])),
+            rotation_keys=tuple(data.get("rotation_keys", ())),
             dns=Evidence.from_json(evidence["dns"]),
             https=Evidence.from_json(evidence["https"]),
             did_doc=Evidence.from_json(evidence["did_doc"]),

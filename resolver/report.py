@@ -68,6 +68,7 @@ class DocumentResolution:
     raw: dict[str, Any] | None = None
     plc: Evidence = SKIPPED
     plc_findings: tuple[str, ...] = ()
+    rotation_keys: tuple[str, ...] = ()  # from the replayed log (with --verify-plc)
 
     @property
     def transient(self) -> bool:
@@ -80,6 +81,7 @@ class DocumentResolution:
             "raw": self.raw,
             "plc": self.plc.to_json(),
             "plc_findings": list(self.plc_findings),
+            "rotation_keys": list(self.rotation_keys),
         }
 
     @classmethod
@@ -96,6 +98,7 @@ class DocumentResolution:
             raw,
             Evidence.from_json(data["plc"]),
             tuple(data["plc_findings"]),
+            tuple(data.get("rotation_keys", ())),
         )
 
 
@@ -136,6 +139,7 @@ def compose(
         signing_key=data.signing_key.did_key if data and data.signing_key else None,
         also_known_as=data.also_known_as if data else (),
         services=tuple((s.id, s.type, s.endpoint) for s in data.services) if data else (),
+        rotation_keys=document.rotation_keys,
         dns=handle.dns,
         https=handle.https,
         did_doc=document.evidence,

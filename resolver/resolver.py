@@ -213,8 +213,12 @@ class Resolver:
                 error_kind="PlcLogInvalid",
                 error=f"{len(findings)} finding(s); first: {findings[0]}",
             )
+        keys = audit.state.rotation_keys if audit.state else ()
         return dataclasses.replace(
-            fetched, plc=evidence, plc_findings=tuple(str(f) for f in findings)
+            fetched,
+            plc=evidence,
+            plc_findings=tuple(str(f) for f in findings),
+            rotation_keys=keys,
         )
 
     async def _fetch_document(self, did: str) -> DocumentResolution:

@@ -44,7 +44,8 @@ async def verifying(devnet: DevnetState) -> AsyncIterator[Resolver]:
 
 
 async def test_every_seeded_log_verifies(verifying: Resolver, devnet: DevnetState) -> None:
-    assert sorted(devnet.dids) == sorted(NAMES)
+    # The audit identities (victor, wendy, xavier, yvonne) change during the session.
+    assert set(devnet.dids) - set(NAMES) == {"victor", "wendy", "xavier", "yvonne"}
     for name in NAMES:
         audit = await verifying.audit_log(devnet.did(name))
         assert audit.valid, (name, [str(f) for f in audit.findings])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import struct
 import subprocess
@@ -130,10 +131,25 @@ class DnsProxy:
     names the world marks as slow, never answered, or SERVFAIL. `delay` is added to every
     answer (benchmarks use it to model network latency)."""
 
-    def __init__(self, upstream_port: int, delay: float = 0.0) -> None:
+    def __init__(self, upstream_port: int, delay: float = 0.0, faults: Path | None = None) -> None:
         self.upstream = (LOOPBACK, upstream_port)
         self.delay = delay
         self.queries = 0
+        # Tests break names at run time: a JSON file {name: "servfail" | "never"}, reread
+        # when it changes.
+        self._faults_file = faults
+        self._faults: dict[str, str] = {}
+        self._faults_mtime = 0.0
+
+    def _fault(self, name: str) -> str | None:
+        if self._faults_file is not None and self._faults_file.exists():
+            mtime = self._faults_file.stat().st_mtime
+            if mtime != self._faults_mtime:
+                self._faults = json.loads(self._faults_file.read_text() or "{}")
+                self._faults_mtime = mtime
+        elif self._faults:
+            self._faults = {}
+        return self._faults.get(name)
 
     async def start(self, port: int = 0) -> int:
         loop = asyncio.get_running_loop()
@@ -156,11 +172,12 @@ class DnsProxy:
             name = query.question[0].name.to_text().lower()
         except Exception:
             return None
-        if name in world.DNS_NEVER:
+        fault = self._fault(name)
+        if name in world.DNS_NEVER or fault == "never":
             return None
         if self.delay:
             await asyncio.sleep(self.delay)
-        if name in world.DNS_SERVFAIL:
+        if name in world.DNS_SERVFAIL or fault == "servfail":
             response = dns.message.make_response(query)
             response.set_rcode(dns.rcode.SERVFAIL)
             return response.to_wire()

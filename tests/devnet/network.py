@@ -52,6 +52,49 @@ class DevnetState:
     def did(self, name: str) -> str:
         return self.dids[name]
 
+    # --- changing the world between two audits ----------------------------------------
+
+    def set_txt(self, handle: str, values: list[str]) -> None:
+        """Replace the `_atproto` TXT records of `handle` and have Knot load the zone now."""
+        knot = Path(self.workdir) / "knot"
+        zone_file = knot / "test.zone"
+        owner = f"_atproto.{handle}."
+        lines = [ln for ln in zone_file.read_text().splitlines() if not ln.startswith(owner + " ")]
+        lines += [f'{owner} TXT "{value}"' for value in values]
+        text = "\n".join(lines) + "\n"
+        serial = int(re.search(r"hostmaster\.test\. (\d+)", text).group(1))  # type: ignore[union-attr]
+        text = text.replace(f"hostmaster.test. {serial} ", f"hostmaster.test. {serial + 1} ", 1)
+        zone_file.write_text(text)
+        subprocess.run(
+            ["knotc", "-c", str(knot / "knot.conf"), "zone-reload", "test."],
+            check=True,
+            capture_output=True,
+            timeout=20,
+        )
+
+    def set_file(self, host: str, path: str, body: str | None) -> None:
+        """Change (or, with None, remove) what an HTTPS host serves at `path`."""
+        file = Path(self.www_root) / host / path.lstrip("/")
+        if body is None:
+            file.unlink(missing_ok=True)
+            return
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(body)
+
+    def set_dns_faults(self, faults: dict[str, str]) -> None:
+        """Names the DNS proxy answers with SERVFAIL ("servfail") or never ("never")."""
+        target = Path(self.workdir) / "dns-faults.json"
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(faults))
+        tmp.rename(target)
+
+    def submit(self, name: str, op: str, **fields: str) -> None:
+        """Sign an operation with the world's key for `name` and submit it to the directory:
+        `op` is "handle" (fields: handle) or "tombstone"."""
+        from . import plc
+
+        plc.update(self.plc_url, self.did(name), name, op, fields)
+
     def config(self, **changes: Any) -> Config:
         """A resolver configuration pointed at this network (never at /etc/hosts)."""
         quick = {"dns_timeout": 1.0, "https_timeout": 2.0, "document_timeout": 2.0}
@@ -147,7 +190,7 @@ async def run(workdir: Path, state_file: Path, delay: float) -> None:
 
         knot = Knot(workdir / "knot", _free_udp_and_tcp_port())
         children.append(knot.start(render_zone(lambda v: fill_placeholders(v, dids))))
-        proxy = DnsProxy(knot.port, delay=delay)
+        proxy = DnsProxy(knot.port, delay=delay, faults=workdir / "dns-faults.json")
         dns_port = await proxy.start()
 
         write_files(workdir / "www", dids)

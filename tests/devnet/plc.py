@@ -44,6 +44,21 @@ def seed(url: str, plan: dict[str, Any]) -> dict[str, Any]:
     return seeded
 
 
+def update(url: str, did: str, signer: str, op: str, fields: dict[str, str]) -> None:
+    """One more signed operation on an existing DID (see `plc.js update`)."""
+    request = {"did": did, "key": world.private_key_hex(signer), "op": op, **fields}
+    result = subprocess.run(
+        ["node", str(HERE / "plc.js"), "update", url],
+        input=json.dumps(request).encode(),
+        capture_output=True,
+        cwd=HERE,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"PLC update failed: {result.stderr.decode(errors='replace')}")
+
+
 def seed_world(url: str) -> dict[str, str]:
     """Seed every identity of the world; return {name: DID}."""
     return {name: entry["did"] for name, entry in seed(url, world.plc_plan()).items()}

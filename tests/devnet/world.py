@@ -123,6 +123,11 @@ PLC_IDENTITIES: list[PlcIdentity] = [
         [_create("uma.local", signer="uma")],
         "declares a handle under a reserved TLD (never resolved, H-TLD-1)",
     ),
+    # Identities the audit tests change between runs (no other test may rely on them).
+    _plain("victor", "victor.test", "audit: changes handle (victor.test -> victor2.test)"),
+    _plain("wendy", "wendy.test", "audit: gets tombstoned"),
+    _plain("xavier", "xavier.test", "audit: DNS record flips to another DID, then breaks"),
+    _plain("yvonne", "yvonne.test", "audit: moves from DNS to HTTPS"),
     PlcIdentity(
         "quinn",
         [{**_create("quinn.test", signer="quinn"), "signingKey": P256_SIGNING_KEY}],
@@ -193,6 +198,11 @@ ATPROTO_TXT: dict[str, DnsName] = {
     "imposter.test": DnsName(["did=did:web:imposter.test"]),
     "wrong.test": DnsName(),
     "servfail.test": DnsName(["did={did:alice}"]),
+    "victor.test": DnsName(["did={did:victor}"]),
+    "victor2.test": DnsName(["did={did:victor}"]),
+    "wendy.test": DnsName(["did={did:wendy}"]),
+    "xavier.test": DnsName(["did={did:xavier}"]),
+    "yvonne.test": DnsName(["did={did:yvonne}"]),
     "blackhole.test": DnsName(["did={did:alice}"]),
 }
 
@@ -231,6 +241,7 @@ STATIC_FILES: dict[tuple[str, str], str] = {
     ("html.test", WELL_KNOWN): "<!doctype html><html><body>This domain is parked</body></html>",
     ("empty.test", WELL_KNOWN): "",
     ("servfail.test", WELL_KNOWN): "{did:alice}",
+    ("yvonne.test", "/.well-known/atproto-did.later"): "{did:yvonne}",
     ("web.test", DID_JSON): "{doc:web.test}",
     ("legacyweb.test", DID_JSON): "{doc:legacyweb.test}",
     ("imposter.test", DID_JSON): "{doc:web.test}",

@@ -87,8 +87,21 @@ async function seed (url) {
   console.log(JSON.stringify(out))
 }
 
+// request: {did, key: privateKeyHex, op: "handle" | "tombstone", handle?}
+async function update (url) {
+  const request = await readStdin()
+  const client = new plc.Client(url)
+  const signer = await Secp256k1Keypair.import(request.key)
+  const last = await client.getLastOp(request.did)
+  const op = request.op === 'tombstone'
+    ? await plc.tombstoneOp(await cidForCbor(last), signer)
+    : await plc.createUpdateOp(last, signer, (normalized) => ({ ...normalized, alsoKnownAs: [`at://${request.handle}`] }))
+  await client.sendOperation(request.did, op)
+}
+
 const [command, arg] = process.argv.slice(2)
-const run = command === 'serve' ? serve() : command === 'seed' ? seed(arg) : Promise.reject(new Error(`usage: plc.js serve|seed URL`))
+const commands = { serve: () => serve(), seed: () => seed(arg), update: () => update(arg) }
+const run = commands[command] ? commands[command]() : Promise.reject(new Error('usage: plc.js serve|seed URL|update URL'))
 run.catch((err) => {
   console.error(err && err.response ? JSON.stringify(err.response.data) : err)
   process.exit(1)

@@ -1,0 +1,135 @@
+"""The daemon's audit side: scheduled runs, `/v1/watch` (read; edited with the bearer
+token), `/v1/audit/runs`, `/v1/audit/findings?since=`, and audit metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from cache.service import Service, XrpcError
+from resolver.errors import InvalidInput
+
+from .runner import Auditor, RunReport
+
+log = logging.getLogger("atwhois.audit")
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, headers={"Cache-Control": "no-store"})
+
+
+class AuditApi:
+    def __init__(self, service: Service, auditor: Auditor, interval: float | None) -> None:
+        self.service, self.auditor, self.interval = service, auditor, interval
+        self.store = auditor.store
+        self.last: RunReport | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def attach(self, app: web.Application) -> None:
+        app.router.add_get("/v1/watch", self.watch_list)
+        app.router.add_post("/v1/watch", self.watch_add)
+        app.router.add_delete("/v1/watch/{identifier}", self.watch_remove)
+        app.router.add_get("/v1/audit/runs", self.runs)
+        app.router.add_get("/v1/audit/findings", self.findings)
+        app.router.add_post("/v1/audit/runs", self.run_now)
+        self.service.metric_sources.append(self.metrics)
+        if self.interval:
+            app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+
+    async def _start(self, _: web.Application) -> None:
+        self._task = asyncio.create_task(self._schedule())
+
+    async def _stop(self, _: web.Application) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        # The auditor shares the service's store (closed by the service); its own network
+        # clients and the webhook are closed here.
+        await self.auditor.cached.resolver.aclose()
+        if self.auditor.webhook is not None:
+            await self.auditor.webhook.aclose()
+        self.store.close()
+
+    async def _schedule(self) -> None:
+        assert self.interval
+        while True:
+            await self._run()
+            await asyncio.sleep(self.interval)
+
+    async def _run(self) -> RunReport:
+        report = await self.auditor.run()
+        self.last = report
+        log.info(json.dumps({"event": "audit", **report.to_json()}))
+        return report
+
+    def _identifier(self, text: str) -> str:
+        try:
+            return self.service.cached.resolver.parse(text.strip()).value
+        except InvalidInput as err:
+            raise XrpcError(400, "InvalidRequest", str(err)) from None
+
+    async def watch_list(self, _: web.Request) -> web.Response:
+        return _json([dataclasses.asdict(w) for w in self.store.watch_list()])
+
+    async def watch_add(self, request: web.Request) -> web.Response:
+        self.service.authorize(request, "editing the watch-list")
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise XrpcError(400, "InvalidRequest", "the body must be JSON") from None
+        if not isinstance(body, dict) or not isinstance(body.get("identifier"), str):
+            raise XrpcError(400, "InvalidRequest", "identifier is required")
+        label = body.get("label")
+        identifier = self._identifier(body["identifier"])
+        new = self.store.watch_add(identifier, label if isinstance(label, str) else None)
+        return _json({"identifier": identifier, "added": new}, 201 if new else 200)
+
+    async def watch_remove(self, request: web.Request) -> web.Response:
+        self.service.authorize(request, "editing the watch-list")
+        identifier = self._identifier(request.match_info["identifier"])
+        if not self.store.watch_remove(identifier):
+            raise XrpcError(404, "NotWatched", f"{identifier} is not on the watch-list")
+        return _json({"identifier": identifier, "removed": True})
+
+    async def run_now(self, request: web.Request) -> web.Response:
+        self.service.authorize(request, "starting an audit")
+        if self.auditor.running:
+            raise XrpcError(409, "AuditRunning", "an audit is already running")
+        return _json((await self._run()).to_json())
+
+    async def runs(self, request: web.Request) -> web.Response:
+        limit = request.query.get("limit", "20")
+        return _json(self.store.runs(int(limit) if limit.isdigit() else 20))
+
+    async def findings(self, request: web.Request) -> web.Response:
+        try:
+            since = float(request.query.get("since", "0"))
+        except ValueError:
+            raise XrpcError(400, "InvalidRequest", "since is a Unix time in seconds") from None
+        return _json([f.to_json() for f in self.store.findings(since)])
+
+    def metrics(self) -> str:
+        lines = ["# TYPE atwhois_watched gauge"]
+        lines += [
+            f'atwhois_watched{{status="{status}"}} {n}'
+            for status, n in sorted(self.store.watched_by_status().items())
+        ]
+        lines.append("# TYPE atwhois_audit_findings_total counter")
+        lines += [
+            f'atwhois_audit_findings_total{{kind="{kind}"}} {n}'
+            for kind, n in sorted(self.store.findings_by_kind().items())
+        ]
+        if self.last is not None:
+            lines += [
+                "# TYPE atwhois_audit_run_seconds gauge",
+                f"atwhois_audit_run_seconds {self.last.seconds:.3f}",
+            ]
+        return "\n".join(lines) + "\n"

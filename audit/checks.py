@@ -77,7 +77,9 @@ class Check:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "rotation_keys": list(self.rotation_keys)}
+        # Not dataclasses.asdict, which deep-copies: a check is written once per audit.
+        data = {name: getattr(self, name) for name in self.__slots__}
+        return {**data, "rotation_keys": list(self.rotation_keys)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Check:

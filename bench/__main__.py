@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from bench import cache_lookups, cold_resolution, plc_verify, serve_load
+from bench import audit_run, cache_lookups, cold_resolution, plc_verify, serve_load
 
 BENCHMARKS = {
     "cold": cold_resolution.main,
     "plc": plc_verify.main,
     "cache": cache_lookups.main,
     "serve": serve_load.main,
+    "audit": audit_run.main,
 }
 
 

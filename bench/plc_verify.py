@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -19,6 +17,7 @@ from typing import Any
 import coincurve
 from coincurve.ecdsa import cdata_to_der, deserialize_compact
 
+from bench.child import run_cli
 from resolver.keys import parse_did_key
 from resolver.plc import replay
 from resolver.plc.encoding import dag_cbor, unsigned
@@ -49,32 +48,6 @@ def raw_verify_rate(entries: list[dict[str, Any]], count: int = 5000) -> tuple[f
     assert all(verify(did_key, message, sig) for did_key, message, sig in cases)
     ours = len(cases) / (time.perf_counter() - started)
     return raw_rate, ours
-
-
-# Runs the CLI in a child and reports that process's own peak RSS (VmHWM, in KiB).
-_MEASURED_CLI = """
-import sys
-from cli.main import main
-code = main(sys.argv[1:])
-status = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]
-print("VmHWM", status, file=sys.stderr)
-raise SystemExit(code)
-"""
-
-
-def verify_export_child(path: Path) -> tuple[float, float]:
-    """`atwhois plc verify-export PATH` in a child: wall seconds and peak RSS in MiB."""
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURED_CLI, "plc", "verify-export", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(done.stdout + done.stderr)
-    return elapsed, int(done.stderr.split("VmHWM")[-1].split()[0]) / 1024
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -110,9 +83,11 @@ def main(argv: list[str] | None = None) -> None:
 
         empty = Path(tmp) / "empty.jsonl"
         empty.write_text("")
-        baseline = verify_export_child(empty)[1]
-        elapsed_small, rss_small = verify_export_child(small)
-        elapsed, rss = verify_export_child(large)
+        baseline = run_cli(["plc", "verify-export", str(empty)]).peak_mib
+        small_run = run_cli(["plc", "verify-export", str(small)])
+        large_run = run_cli(["plc", "verify-export", str(large)])
+        elapsed_small, rss_small = small_run.seconds, small_run.peak_mib
+        elapsed, rss = large_run.seconds, large_run.peak_mib
         print("verify-export (streaming, incl. JSON parsing and process start):")
         print(f"  {small_ops:>9,} ops  {small_ops / elapsed_small:9,.0f} ops/s")
         print(f"  {ops:>9,} ops  {ops / elapsed:9,.0f} ops/s")

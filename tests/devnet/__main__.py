@@ -20,10 +20,16 @@ def main() -> None:
         default=0.0,
         help="latency added to every DNS answer and HTTPS response",
     )
+    parser.add_argument(
+        "--bulk",
+        type=int,
+        default=0,
+        help="add N did:web identities (u00000.bulk.test ...) for load tests",
+    )
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="atwhois-devnet-"))
     state = args.state or workdir / "state.json"
-    asyncio.run(run(workdir, state, args.delay_ms / 1000))
+    asyncio.run(run(workdir, state, args.delay_ms / 1000, args.bulk))
 
 
 if __name__ == "__main__":

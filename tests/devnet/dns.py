@@ -36,7 +36,7 @@ def _txt_rdata(value: str, split: bool) -> str:
     return " ".join(_quote(value[i : i + 255]) for i in range(0, max(len(value), 1), 255))
 
 
-def render_zone(fill: Callable[[str], str], serial: int = 1) -> str:
+def render_zone(fill: Callable[[str], str], serial: int = 1, bulk: int = 0) -> str:
     """The `test.` zone file: _atproto TXT records, A records for every web host."""
     lines = [
         "$ORIGIN test.",
@@ -53,6 +53,9 @@ def render_zone(fill: Callable[[str], str], serial: int = 1) -> str:
     lines.extend(f"{n} A {LOOPBACK}" for n in sorted(world.NODATA_NAMES))
     lines.extend(f"{host}. A {LOOPBACK}" for host in world.HTTPS_HOSTS)
     lines.extend(f"{host}. A {addr}" for host, addr in sorted(world.FORBIDDEN_HOSTS.items()))
+    for index in range(bulk):
+        host = world.bulk_host(index)
+        lines += [f'_atproto.{host}. TXT "did=did:web:{host}"', f"{host}. A {LOOPBACK}"]
     return "\n".join(lines) + "\n"
 
 

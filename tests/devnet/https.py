@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import ssl
 from pathlib import Path
 
@@ -42,13 +43,19 @@ class Certificates:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             leaf.configure_cert(context)
             self._contexts[host] = context
+        self._bulk = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ca.issue_cert("*" + world.BULK_SUFFIX).configure_cert(self._bulk)
         self.default = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.ca.issue_cert("default.test").configure_cert(self.default)
         self.default.sni_callback = self._choose
 
     def _choose(self, sock: ssl.SSLObject, name: str | None, _: ssl.SSLContext) -> None:
-        if name is not None and name.lower() in self._contexts:
+        if name is None:
+            return
+        if name.lower() in self._contexts:
             sock.context = self._contexts[name.lower()]
+        elif name.lower().endswith(world.BULK_SUFFIX):
+            sock.context = self._bulk
 
 
 class HttpsHosts:
@@ -107,6 +114,11 @@ class HttpsHosts:
     async def _respond(
         self, writer: asyncio.StreamWriter, host: str, path: str, method: str
     ) -> None:
+        if host.endswith(world.BULK_SUFFIX) and path == world.DID_JSON:
+            document = json.dumps(world.did_web_document(host)).encode()
+            return await _send(writer, 200, document, [("Content-Type", "application/json")])
+        if host.endswith(world.BULK_SUFFIX) and path == world.WELL_KNOWN:
+            return await _send(writer, 200, f"did:web:{host}".encode())
         if host == "redirect.test":
             return await _send(writer, 302, b"", [("Location", "https://files.test/nina")])
         if host == "loop.test":

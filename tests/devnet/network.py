@@ -113,7 +113,7 @@ class DevnetState:
 
 
 @contextlib.contextmanager
-def running_devnet(workdir: Path, *, delay_ms: float = 0) -> Iterator[DevnetState]:
+def running_devnet(workdir: Path, *, delay_ms: float = 0, bulk: int = 0) -> Iterator[DevnetState]:
     """Run `python -m tests.devnet` in its own session while the block runs; stop it by the
     PID it recorded (and its process group, if it does not stop in time)."""
     state_file = workdir / "state.json"
@@ -129,6 +129,8 @@ def running_devnet(workdir: Path, *, delay_ms: float = 0) -> Iterator[DevnetStat
                 str(state_file),
                 "--delay-ms",
                 str(delay_ms),
+                "--bulk",
+                str(bulk),
             ],
             cwd=Path(__file__).resolve().parents[2],
             stdout=log,
@@ -172,7 +174,7 @@ def write_files(root: Path, dids: dict[str, str]) -> None:
         file.write_text(fill_placeholders(body, dids))
 
 
-async def run(workdir: Path, state_file: Path, delay: float) -> None:
+async def run(workdir: Path, state_file: Path, delay: float, bulk: int = 0) -> None:
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     children: list[Child] = []
@@ -189,7 +191,7 @@ async def run(workdir: Path, state_file: Path, delay: float) -> None:
         dids = seed_world(plc_url)
 
         knot = Knot(workdir / "knot", _free_udp_and_tcp_port())
-        children.append(knot.start(render_zone(lambda v: fill_placeholders(v, dids))))
+        children.append(knot.start(render_zone(lambda v: fill_placeholders(v, dids), bulk=bulk)))
         proxy = DnsProxy(knot.port, delay=delay, faults=workdir / "dns-faults.json")
         dns_port = await proxy.start()
 

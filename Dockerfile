@@ -5,6 +5,7 @@ COPY pyproject.toml README.md ./
 COPY resolver ./resolver
 COPY cache ./cache
 COPY cli ./cli
+COPY audit ./audit
 RUN pip install --no-cache-dir . && useradd --create-home atwhois && mkdir /data \
     && chown atwhois /data
 USER atwhois

@@ -7,13 +7,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
+from tests.cli import ATWHOIS
 
 
 @dataclass

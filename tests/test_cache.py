@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from cache import CachedResolver, MemoryStore, Policy, RedisStore, SqliteStore, Store
 from cache.policy import Lifetime
@@ -20,6 +19,7 @@ from resolver import Config, Resolver, Status
 from resolver.dns import DnsClient
 from resolver.fetch import Fetcher, Response
 from tests.devnet.network import DevnetState
+from tests.forwarder import forwarding_server, url_of
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -166,30 +166,9 @@ async def test_stale_while_revalidate(devnet_config: Config) -> None:
         assert (await c.stats())["refreshes"] == 1
 
 
-async def _plc_proxy(devnet: DevnetState) -> web.AppRunner:
-    """A stand-in PLC endpoint forwarding to the real one, which the test can stop."""
-    import aiohttp
-
-    session = aiohttp.ClientSession()
-
-    async def forward(request: web.Request) -> web.Response:
-        async with session.get(devnet.plc_url + request.path) as upstream:
-            return web.Response(
-                status=upstream.status, body=await upstream.read(), content_type="application/json"
-            )
-
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", forward)
-    app.on_cleanup.append(lambda _: session.close())
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner
-
-
 async def test_stale_if_error_when_the_plc_directory_is_down(devnet: DevnetState) -> None:
-    proxy = await _plc_proxy(devnet)
-    config = devnet.config(plc_url=f"http://127.0.0.1:{proxy.addresses[0][1]}")
+    proxy = await forwarding_server(devnet.plc_url)
+    config = devnet.config(plc_url=url_of(proxy))
     clock = Clock()
     async with CachedResolver(Resolver(config), MemoryStore(clock=clock), clock=clock) as c:
         assert (await c.lookup(devnet.did("carol"))).status is Status.VERIFIED

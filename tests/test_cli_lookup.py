@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cli import run
 from tests.devnet.network import DevnetState
 
-ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
 CONTRACT_KEYS = {
     "query",
     "did",
@@ -26,13 +24,6 @@ CONTRACT_KEYS = {
     "evidence",
     "warnings",
 }
-
-
-def run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
-    done = subprocess.run(
-        [ATWHOIS, *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-    return done.returncode, done.stdout, done.stderr
 
 
 def report(args: list[str], env: dict[str, str], code: int) -> dict[str, Any]:

@@ -3,34 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 
+from tests.cli import run
 from tests.devnet.network import DevnetState
 from tests.synthetic_plc import export_lines
 from tests.vectors import PLC_LOGS
-
-ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
-
-
-def run(
-    args: list[str],
-    env: dict[str, str] | None = None,
-    stdin: str | None = None,
-) -> tuple[int, str, str]:
-    done = subprocess.run(
-        [ATWHOIS, *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    return done.returncode, done.stdout, done.stderr
 
 
 def test_history_of_a_recovered_did(devnet_env: dict[str, str], devnet: DevnetState) -> None:

@@ -7,27 +7,13 @@ import os
 import pty
 import select
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.cli import ATWHOIS, run
 from tests.daemon import running_daemon
 from tests.devnet.network import DevnetState
 
-ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
 ESC = "\x1b["
-
-
-def run(args: list[str], env: dict[str, str], stdin: str | None = None) -> tuple[int, str, str]:
-    done = subprocess.run(
-        [ATWHOIS, *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    return done.returncode, done.stdout, done.stderr
 
 
 def test_a_verified_handle(devnet_env: dict[str, str], devnet: DevnetState) -> None:

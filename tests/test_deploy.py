@@ -3,9 +3,8 @@ structure is checked here instead."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 import yaml
 

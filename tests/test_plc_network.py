@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp import web
 
 from resolver import Config, Outcome, Resolver, Status
 from tests.devnet.network import DevnetState
+from tests.forwarder import Edit, forwarding_server, url_of
 
 NAMES = [
     "alice",
@@ -81,33 +79,8 @@ async def test_verified_lookups(verifying: Resolver, devnet: DevnetState) -> Non
     assert plain.plc_log.outcome is Outcome.SKIPPED
 
 
-Tamper = Callable[[str, Any], Any]
-
-
-async def _lying_mirror(devnet: DevnetState, lies: dict[str, Tamper]) -> web.AppRunner:
-    """A PLC 'mirror' that forwards to the real directory and edits chosen answers."""
-    session = aiohttp.ClientSession()
-
-    async def forward(request: web.Request) -> web.Response:
-        async with session.get(devnet.plc_url + request.path) as upstream:
-            body = await upstream.read()
-            if upstream.status == 200:
-                for path, tamper in lies.items():
-                    if request.path == path:
-                        body = json.dumps(tamper(path, json.loads(body))).encode()
-            return web.Response(status=upstream.status, body=body, content_type="application/json")
-
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", forward)
-    app.on_cleanup.append(lambda _: session.close())
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner
-
-
-def _edit(change: Callable[[Any], None]) -> Tamper:
-    def tamper(_: str, value: Any) -> Any:
+def _edit(change: Callable[[Any], None]) -> Edit:
+    def tamper(value: Any) -> Any:
         edited = copy.deepcopy(value)
         change(edited)
         return edited
@@ -127,15 +100,15 @@ async def test_a_lying_directory_is_caught(devnet: DevnetState) -> None:
     def doc_lie(doc: Any) -> None:  # the document says something nobody signed
         doc["alsoKnownAs"] = ["at://evil.test"]
 
-    runner = await _lying_mirror(
-        devnet,
+    runner = await forwarding_server(
+        devnet.plc_url,
         {
             f"/{bob}/log/audit": _edit(changed_field),
             f"/{frank}/log/audit": _edit(dropped_recovery),
             f"/{alice}": _edit(doc_lie),
         },
     )
-    mirror = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    mirror = url_of(runner)
     config: Config = devnet.config(verify_plc=True, plc_url=mirror)
     try:
         async with Resolver(config) as resolver:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aiohttp import ClientSession, web
 
 from tests.daemon import Daemon, running_daemon
 from tests.devnet.network import DevnetState
+from tests.forwarder import forwarding_server, url_of
 
 XRPC = "/xrpc/com.atproto.identity."
 TOKEN = "test-refresh-token"
@@ -210,29 +210,11 @@ async def test_the_python_sdk_client_calls_it_unchanged(
     assert document.did_doc["id"] == devnet.did("alice")
 
 
-async def _forwarder(target: str) -> web.AppRunner:
-    session = ClientSession()
-
-    async def forward(request: web.Request) -> web.Response:
-        async with session.get(target + request.path) as upstream:
-            return web.Response(
-                status=upstream.status, body=await upstream.read(), content_type="application/json"
-            )
-
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", forward)
-    app.on_cleanup.append(lambda _: session.close())
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner
-
-
 async def test_upstream_down_with_and_without_a_cached_answer(
     devnet: DevnetState, tmp_path: Path
 ) -> None:
-    proxy = await _forwarder(devnet.plc_url)
-    env = {**devnet.env(), "ATWHOIS_PLC_URL": f"http://127.0.0.1:{proxy.addresses[0][1]}"}
+    proxy = await forwarding_server(devnet.plc_url)
+    env = {**devnet.env(), "ATWHOIS_PLC_URL": url_of(proxy)}
     config = tmp_path / "serve.toml"
     config.write_text('cache = "memory:"\nttl_verified = "1:3600"\n')
     with running_daemon(env, tmp_path / "serve.log", "--config", str(config)) as daemon:

@@ -28,35 +28,30 @@ def start_plc(port: int, schema: str, log: Path) -> tuple[Child, int]:
     return child, int(line.split()[1])
 
 
-def seed(url: str, plan: dict[str, Any]) -> dict[str, Any]:
-    """Submit the plan's signed operations; return {name: {did, cids}}."""
+def _plc_js(command: str, url: str, request: dict[str, Any]) -> bytes:
+    """Run `plc.js COMMAND URL` with a JSON request on stdin; its stdout."""
     result = subprocess.run(
-        ["node", str(HERE / "plc.js"), "seed", url],
-        input=json.dumps(plan).encode(),
+        ["node", str(HERE / "plc.js"), command, url],
+        input=json.dumps(request).encode(),
         capture_output=True,
         cwd=HERE,
         timeout=120,
         check=False,
     )
     if result.returncode != 0:
-        raise RuntimeError(f"PLC seeding failed: {result.stderr.decode(errors='replace')}")
-    seeded: dict[str, Any] = json.loads(result.stdout)
+        raise RuntimeError(f"plc.js {command} failed: {result.stderr.decode(errors='replace')}")
+    return result.stdout
+
+
+def seed(url: str, plan: dict[str, Any]) -> dict[str, Any]:
+    """Submit the plan's signed operations; return {name: {did, cids}}."""
+    seeded: dict[str, Any] = json.loads(_plc_js("seed", url, plan))
     return seeded
 
 
 def update(url: str, did: str, signer: str, op: str, fields: dict[str, str]) -> None:
     """One more signed operation on an existing DID (see `plc.js update`)."""
-    request = {"did": did, "key": world.private_key_hex(signer), "op": op, **fields}
-    result = subprocess.run(
-        ["node", str(HERE / "plc.js"), "update", url],
-        input=json.dumps(request).encode(),
-        capture_output=True,
-        cwd=HERE,
-        timeout=60,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"PLC update failed: {result.stderr.decode(errors='replace')}")
+    _plc_js("update", url, {"did": did, "key": world.private_key_hex(signer), "op": op, **fields})
 
 
 def seed_world(url: str) -> dict[str, str]:

@@ -8,22 +8,6 @@ from typing import Any
 
 from resolver import Identity, Outcome, Status
 
-KINDS = (
-    "became_invalid",
-    "recovered",
-    "deactivated",
-    "handle_changed",
-    "did_changed",
-    "pds_changed",
-    "signing_key_rotated",
-    "rotation_keys_changed",
-    "method_changed",
-    "conflict_appeared",
-    "conflict_cleared",
-    "unreachable",
-    "reachable_again",
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Check:

@@ -39,10 +39,6 @@ class DnsClient:
         limit = config.per_host_limit
         self._gate = asyncio.Semaphore(limit) if limit is not None else None
 
-    @property
-    def servers(self) -> list[str]:
-        return [str(ns) for ns in self._resolver.nameservers]
-
     async def txt(self, name: str) -> list[list[bytes]]:
         """Every TXT record at `name`, each as its list of character-strings."""
         answer = await self._query(name, dns.rdatatype.TXT)

@@ -47,7 +47,6 @@ class Response:
     url: str  # after redirects
     status: int
     body: bytes
-    redirects: int
 
 
 class AddressGuard:
@@ -185,7 +184,7 @@ class Fetcher:
             self._check_url(url)
             status, location, body = await self._get_once(url, max_bytes, accept)
             if status not in _REDIRECTS or location is None:
-                return Response(url, status, body, hop)
+                return Response(url, status, body)
             if hop == max_redirects:
                 break
             url = urljoin(url, location)

@@ -62,9 +62,6 @@ class PublicKey:
     def did_key(self) -> str:
         return "did:key:" + self.multikey
 
-    def to_cryptography(self) -> ec.EllipticCurvePublicKey:
-        return ec.EllipticCurvePublicKey.from_encoded_point(_EC_CURVES[self.curve], self.compressed)
-
 
 def _point(curve: Curve, sec1: bytes) -> PublicKey:
     """Validate a SEC1 point (compressed or not) on `curve` and keep it compressed."""

@@ -345,7 +345,7 @@ async def test_cancellation_leaves_no_task_behind(resolver: Resolver) -> None:
 )
 def test_plc_directory_statuses(status: int, body: bytes, error: str) -> None:
     with pytest.raises(ResolutionError) as info:
-        check_plc_response(Response("http://plc", status, body, 0), "did:plc:x")
+        check_plc_response(Response("http://plc", status, body), "did:plc:x")
     assert type(info.value).__name__ == error
 
 

@@ -21,7 +21,7 @@ import ipaddress
 import re
 import socket
 import ssl
-from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
@@ -87,6 +87,32 @@ def _ip_literal(host: str) -> IpAddress | None:
         return None
 
 
+class HostGates:
+    """At most `limit` requests at once per host. A host's semaphore lives only while some
+    request uses it, so an audit of a million hosts does not keep a million of them."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._gates: dict[str, tuple[asyncio.Semaphore, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, host: str) -> AsyncIterator[None]:
+        gate, users = self._gates.get(host, (asyncio.Semaphore(self._limit), 0))
+        self._gates[host] = (gate, users + 1)
+        try:
+            async with gate:
+                yield
+        finally:
+            gate, users = self._gates[host]
+            if users == 1:
+                del self._gates[host]
+            else:
+                self._gates[host] = (gate, users - 1)
+
+    def __len__(self) -> int:
+        return len(self._gates)
+
+
 class GuardedResolver(AbstractResolver):
     """aiohttp's resolver hook: only the guard's checked addresses, and :443 mapped to the
     test network's port when configured."""
@@ -126,10 +152,7 @@ class Fetcher:
         self._ssl = ssl.create_default_context(cafile=config.ca_bundle)
         self._session: aiohttp.ClientSession | None = None
         self._headers = {"User-Agent": config.user_agent, **dict(config.extra_headers)}
-        self._gates: defaultdict[str, asyncio.Semaphore] | None = None
-        if config.per_host_limit is not None:
-            limit = config.per_host_limit
-            self._gates = defaultdict(lambda: asyncio.Semaphore(limit))
+        self._gates = HostGates(config.per_host_limit) if config.per_host_limit else None
 
     def _client(self) -> aiohttp.ClientSession:
         """The session, made on first use (aiohttp binds it to the running loop)."""
@@ -177,7 +200,7 @@ class Fetcher:
         """Waits for a turn at the host (the first hop's: redirects stay in that turn)."""
         if self._gates is None:
             return contextlib.nullcontext()
-        return self._gates[urlsplit(url).hostname or ""]
+        return self._gates.turn(urlsplit(url).hostname or "")
 
     async def _follow(self, url: str, max_bytes: int, max_redirects: int, accept: str) -> Response:
         for hop in range(max_redirects + 1):

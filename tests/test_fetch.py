@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import re
 
@@ -11,7 +12,7 @@ from resolver import Config
 from resolver.config import parse_networks
 from resolver.dns import DnsClient
 from resolver.errors import ForbiddenAddress, InvalidData, ResponseTooLarge
-from resolver.fetch import AddressGuard, Fetcher
+from resolver.fetch import AddressGuard, Fetcher, HostGates
 
 WELL_KNOWN = "/.well-known/atproto-did"
 
@@ -111,3 +112,20 @@ async def test_plain_http_only_for_localhost_in_dev(devnet_config: Config) -> No
             await fetcher.get(f"http://alice.test{WELL_KNOWN}", max_bytes=2048, timeout=3)
     finally:
         await fetcher.aclose()
+
+
+async def test_per_host_politeness_limits_and_forgets_hosts() -> None:
+    gates = HostGates(2)
+    inside: dict[str, int] = {"a": 0, "b": 0}
+    peak: dict[str, int] = {"a": 0, "b": 0}
+
+    async def request(host: str) -> None:
+        async with gates.turn(host):
+            inside[host] += 1
+            peak[host] = max(peak[host], inside[host])
+            await asyncio.sleep(0.01)
+            inside[host] -= 1
+
+    await asyncio.gather(*(request(h) for h in "aaaaabbbbb"))
+    assert peak == {"a": 2, "b": 2}
+    assert len(gates) == 0  # nothing kept for hosts no request is using

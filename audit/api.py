@@ -81,11 +81,8 @@ class AuditApi:
 
     async def watch_add(self, request: web.Request) -> web.Response:
         self.service.authorize(request, "editing the watch-list")
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise XrpcError(400, "InvalidRequest", "the body must be JSON") from None
-        if not isinstance(body, dict) or not isinstance(body.get("identifier"), str):
+        body = await self.service.json_body(request)
+        if not isinstance(body.get("identifier"), str):
             raise XrpcError(400, "InvalidRequest", "identifier is required")
         label = body.get("label")
         identifier = self._identifier(body["identifier"])

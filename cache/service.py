@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from aiohttp import web
 
 from resolver import Identity, Outcome, Status
+from resolver.untrusted import parse_json
 
 from .metrics import Metrics
 from .openapi import openapi
@@ -364,13 +365,21 @@ class Service:
         if not hmac.compare_digest(given.removeprefix("Bearer ").encode(), token.encode()):
             raise XrpcError(403, "InvalidToken", "the bearer token is not valid")
 
+    async def json_body(self, request: web.Request) -> dict[str, Any]:
+        """The request's JSON object; anything else (bad bytes, bad syntax, nesting that
+        would exhaust the recursion limit, not an object) is a 400."""
+        try:
+            body = parse_json(await request.read())
+        except ValueError:
+            raise XrpcError(400, "InvalidRequest", "the body must be JSON") from None
+        if not isinstance(body, dict):
+            raise XrpcError(400, "InvalidRequest", "the body must be a JSON object")
+        return body
+
     async def refresh_identity(self, request: web.Request) -> web.Response:
         self.authorize(request, "refreshIdentity")
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise XrpcError(400, "InvalidRequest", "the body must be JSON") from None
-        identifier = body.get("identifier") if isinstance(body, dict) else None
+        body = await self.json_body(request)
+        identifier = body.get("identifier")
         if not isinstance(identifier, str) or not identifier:
             raise XrpcError(400, "InvalidRequest", "identifier is required")
         self.answers.clear()

@@ -13,6 +13,7 @@ from resolver import Identity, Resolver, Status
 from resolver.errors import ResolutionError
 from resolver.plc import Audit
 from resolver.resolver import now_iso
+from resolver.untrusted import parse_json
 
 
 class Source(Protocol):
@@ -54,7 +55,7 @@ class ServerSource:
         path = "/v1/identity/" + urllib.parse.quote(identifier, safe="")
         try:
             response = await self._client.get(path)
-            return Identity.from_json(response.json())
+            return Identity.from_json(parse_json(response.content))
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
             return Identity(
                 query=identifier,

@@ -4,12 +4,11 @@ Pure functions over the config and a fetched `Response` (the fetch itself is the
 
 from __future__ import annotations
 
-import json
-
 from .config import Config
 from .errors import DidDeactivated, InvalidData, NotFound, UpstreamFailure
 from .fetch import Response
 from .syntax import did_method, parse_did_web
+from .untrusted import parse_json
 
 
 def document_url(did: str, config: Config) -> str:
@@ -39,9 +38,9 @@ def check_plc_response(response: Response, did: str) -> None:
         return
     message = ""
     try:
-        body = json.loads(response.body)
+        body = parse_json(response.body)
         message = str(body.get("message", "")) if isinstance(body, dict) else ""
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except ValueError:
         pass
     if response.status == 410 or (response.status == 404 and "not available" in message):
         raise DidDeactivated(f"{did} is deactivated (tombstoned): HTTP {response.status}")

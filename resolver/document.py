@@ -7,7 +7,6 @@ signing key, no valid PDS) are reported as warnings, never as a crash (DOC-KEY-4
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,6 +14,7 @@ from urllib.parse import urlsplit
 from .errors import InvalidData
 from .keys import LEGACY_KEY_TYPES, InvalidKey, PublicKey, parse_legacy_multibase, parse_multikey
 from .syntax import is_valid_handle
+from .untrusted import parse_json
 
 PDS_SERVICE_TYPE = "AtprotoPersonalDataServer"
 
@@ -44,8 +44,8 @@ def parse_json_document(
 ) -> tuple[dict[str, Any], AtprotoData]:
     """Decode a document body and extract its atproto data (DOC-ID-1 checked)."""
     try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        document = parse_json(body)
+    except ValueError as err:
         raise InvalidData(f"DID document is not JSON: {err}") from None
     return document, extract(did, document, dev=dev)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-import json
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -42,6 +41,7 @@ from .syntax import (
     parse_did_web,
     parse_query,
 )
+from .untrusted import parse_json
 
 _DOC_ACCEPT = "application/did+ld+json, application/json;q=0.9, */*;q=0.1"
 
@@ -263,8 +263,8 @@ class Resolver:
         )
         check_plc_response(response, did)
         try:
-            log = json.loads(response.body)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            log = parse_json(response.body)
+        except ValueError:
             raise InvalidData("the audit log is not JSON") from None
         return replay(did, log)
 

@@ -95,3 +95,10 @@ def test_verify_export_accepts_the_known_bad_lists_and_the_seq_format(tmp_path: 
     assert code == 0 and json.loads(out)["ops"] == 30
     code, _, err = run(["plc", "verify-export", str(tmp_path / "missing.jsonl")])
     assert code == 2 and "No such file" in err
+
+
+def test_verify_export_survives_json_nested_past_the_recursion_limit(tmp_path: Path) -> None:
+    lines = [*export_lines(2, 1), "[" * 30000 + "]" * 30000]
+    (tmp_path / "deep.jsonl").write_text("\n".join(lines))
+    code, out, _ = run(["plc", "verify-export", str(tmp_path / "deep.jsonl"), "--json"])
+    assert code == 1 and json.loads(out)["bad_lines"] == 1 and json.loads(out)["ops"] == 2

@@ -89,6 +89,7 @@ def test_id_must_equal_the_did() -> None:
         b"[]",
         b'"did"',
         b"\xff\xfe",
+        b"[" * 30000 + b"]" * 30000,  # past the recursion limit
         b'{"id": "did:plc:ewvi7nxzyoun6zhxrhs64oiz", "alsoKnownAs": "at://a.com"}',
         b'{"id": "did:plc:ewvi7nxzyoun6zhxrhs64oiz", "verificationMethod": {}}',
     ],

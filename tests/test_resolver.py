@@ -226,6 +226,7 @@ async def test_document_data(resolver: Resolver, devnet: DevnetState) -> None:
         ("did:web:error.test", Status.UNAVAILABLE, (SKIP, SKIP)),  # 503
         ("did:web:redirect.test", Status.INVALID_DOCUMENT, (SKIP, SKIP)),  # no redirects
         ("did:web:bigdoc.test", Status.INVALID_DOCUMENT, (SKIP, SKIP)),  # over 64 KiB
+        ("did:web:nested.test", Status.INVALID_DOCUMENT, (SKIP, SKIP)),  # 30,000 levels deep
         ("did:web:expired.test", Status.UNAVAILABLE, (SKIP, SKIP)),  # TLS: transient
         ("did:web:feedgen.test", Status.HANDLE_NOT_FOUND, (SKIP, SKIP)),  # declares no handle
         ("uma", Status.HANDLE_NOT_FOUND, (SKIP, SKIP)),  # declares uma.local: H-TLD-1

@@ -120,6 +120,9 @@ def test_refresh_identity(daemon: Daemon, devnet: DevnetState) -> None:
     assert report["cache"]["cached"] and report["cache"]["age_s"] < 5
     xrpc_error(httpx.post(url, content=b"{not json", headers=auth), 400, "InvalidRequest")
     xrpc_error(httpx.post(url, json={}, headers=auth), 400, "InvalidRequest")
+    xrpc_error(httpx.post(url, json=["not", "an", "object"], headers=auth), 400, "InvalidRequest")
+    deep = b"[" * 8000 + b"]" * 8000  # under the body cap, past the recursion limit
+    xrpc_error(httpx.post(url, content=deep, headers=auth), 400, "InvalidRequest")
     xrpc_error(
         httpx.post(url, json={"identifier": "x" * 20_000}, headers=auth), 413, "PayloadTooLarge"
     )

@@ -8,12 +8,12 @@ inside the 72-hour recovery window (`Replay.prune`), never the whole log.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..untrusted import parse_json
 from .audit import Finding, Replay, parse_time
 
 _EXAMPLES = 20
@@ -85,8 +85,8 @@ def verify_export(
 
 def _entry(line: str | bytes) -> dict[str, Any] | None:
     try:
-        entry = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        entry = parse_json(line)
+    except ValueError:
         return None
     if not isinstance(entry, dict) or not isinstance(entry.get("did"), str):
         return None

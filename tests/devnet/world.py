@@ -246,6 +246,7 @@ STATIC_FILES: dict[tuple[str, str], str] = {
     ("legacyweb.test", DID_JSON): "{doc:legacyweb.test}",
     ("imposter.test", DID_JSON): "{doc:web.test}",
     ("feedgen.test", DID_JSON): "{doc:feedgen.test}",
+    ("nested.test", DID_JSON): "[" * 30000 + "]" * 30000,  # exhausts a naive JSON parser
     (TLS_EXPIRED, WELL_KNOWN): "{did:alice}",
     (TLS_UNKNOWN_CA, WELL_KNOWN): "{did:alice}",
     (TLS_WRONG_NAME, WELL_KNOWN): "{did:alice}",

@@ -152,6 +152,11 @@ class Fetcher:
         self._ssl = ssl.create_default_context(cafile=config.ca_bundle)
         self._session: aiohttp.ClientSession | None = None
         self._headers = {"User-Agent": config.user_agent, **dict(config.extra_headers)}
+        if guarded:
+            # Strangers' bodies are taken as sent: a few KiB of gzip can inflate to
+            # gigabytes before a size cap sees them, so compression is neither asked for
+            # nor undone (a compressed well-known file is then simply not a DID).
+            self._headers["Accept-Encoding"] = "identity"
         self._gates = HostGates(config.per_host_limit) if config.per_host_limit else None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -172,7 +177,7 @@ class Fetcher:
                 headers=self._headers,
                 cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(total=None),
-                auto_decompress=True,
+                auto_decompress=self._guard is None,
             )
         return self._session
 

@@ -115,6 +115,8 @@ CASES = [
         SKIP,
         (None, "ForbiddenAddress", None),
     ),
+    # compressed although identity was asked for: taken as sent, so not a DID
+    Case("gzip.test", Status.HANDLE_NOT_FOUND, None, NF, BAD, SKIP, (None, "InvalidData", None)),
     # transient failures are never reported as absence
     Case(
         "servfail.test",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gzip
 import json
 import ssl
 from pathlib import Path
@@ -140,6 +141,9 @@ class HttpsHosts:
         if host == "bigdoc.test":
             body = b'{"id": "did:web:bigdoc.test", "padding": "' + b"x" * 256 * 1024 + b'"}'
             return await _send(writer, 200, body, [("Content-Type", "application/json")])
+        if host == "gzip.test":
+            body = gzip.compress(b"did:plc:" + b"a" * 24)
+            return await _send(writer, 200, body, [("Content-Encoding", "gzip")])
         if host == "error.test":
             return await _send(writer, 503, b"try later")
         if host == "huge.test":

@@ -314,6 +314,7 @@ HTTPS_BEHAVIOURS = {
     "redirect-http.test": "redirect to plain http://alice.test/",
     "chunked.test": "a chunked body of 4 MiB with no Content-Length",
     "bigdoc.test": "a did.json of 256 KiB",
+    "gzip.test": "a well-known DID gzip-compressed although identity was asked for",
 }
 
 

@@ -15,22 +15,12 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.cold_resolution import DNS_HANDLES
 from cache import CachedResolver, MemoryStore, RedisStore, SqliteStore, Store, TieredStore
 from resolver import Resolver
 from tests.devnet.network import DevnetState, running_devnet
 
-HANDLES = [
-    "alice.test",
-    "bob.test",
-    "carol.test",
-    "dave.test",
-    "frank.test",
-    "grace.test",
-    "henry.test",
-    "quinn.test",
-    "dupe.test",
-    "split.test",
-]
+HANDLES = DNS_HANDLES  # verified identities of the test network
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 

@@ -38,10 +38,6 @@ class HandleResolution:
         evidence = Evidence.skipped(why)
         return cls(handle, evidence, evidence, HandleAnswer(Step.SKIPPED, None))
 
-    @property
-    def transient(self) -> bool:
-        return self.answer.step is Step.FAILED
-
     def to_json(self) -> dict[str, Any]:
         return {
             "handle": self.handle,

@@ -16,7 +16,7 @@ K256_MULTIKEY = "did:key:zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF"
 
 
 def test_all_fixtures_are_here() -> None:
-    assert len(DOCS) == 7  # ../shared/vectors/README.md lists seven documents
+    assert len(DOCS) == 7  # tests/vectors/README.md lists seven documents
     assert "did_plc_doc.json" in DOCS and "fakermaker.didDoc.json" in DOCS
 
 

@@ -18,7 +18,7 @@ ATURI_INVALID = syntax_cases("aturi_syntax_invalid.txt")
 
 
 def test_vector_counts_match_the_inventory() -> None:
-    # ../shared/vectors/README.md: if a file is misread, every test below would lie.
+    # tests/vectors/README.md: if a file is misread, every test below would lie.
     assert (len(HANDLE_VALID), len(HANDLE_INVALID)) == (71, 48)
     assert (len(DID_VALID), len(DID_INVALID)) == (24, 18)
     assert (len(ATID_VALID), len(ATID_INVALID)) == (11, 22)

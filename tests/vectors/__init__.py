@@ -1,15 +1,13 @@
-"""Loaders for the third-party test vectors in `../shared/vectors` (read, never copied)."""
+"""The third-party test vectors, copied verbatim beside this file (sources, commits and
+licences in `README.md` here), and their loaders. A clone runs the suite with nothing beside it."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-VECTORS = Path(
-    os.environ.get("ATWHOIS_VECTORS", Path(__file__).resolve().parents[2] / "shared" / "vectors")
-)
+VECTORS = Path(__file__).resolve().parent
 SYNTAX = VECTORS / "atproto-interop-tests" / "syntax"
 CRYPTO = VECTORS / "atproto-interop-tests" / "crypto"
 PLC_LOGS = VECTORS / "go-didplc" / "testdata"

@@ -4,6 +4,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY resolver ./resolver
 COPY cache ./cache
+COPY server ./server
 COPY cli ./cli
 COPY audit ./audit
 RUN pip install --no-cache-dir . && useradd --create-home atwhois && mkdir /data \

@@ -12,8 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
-from cache.service import Service, XrpcError
 from resolver.errors import InvalidInput
+from server.service import Service, XrpcError
 
 from .runner import Auditor, RunReport
 

@@ -1,4 +1,4 @@
-"""Cache of verified bindings (`CachedResolver`, stores) and, later, the HTTP cache service."""
+"""Cache of verified bindings: `CachedResolver`, the freshness policy, the stores."""
 
 from .policy import Lifetime, Policy
 from .resolver import CachedResolver

@@ -26,8 +26,8 @@ from audit import Auditor, AuditStore, default_audit_path
 from audit.api import AuditApi
 from audit.webhook import Webhook
 from cache import CachedResolver, Lifetime, Policy, open_store
-from cache.service import Service, Settings
 from resolver import Config, Resolver
+from server.service import Service, Settings
 
 DEFAULT_PORT = 2584
 _ENV = {  # setting -> environment variable

@@ -22,12 +22,12 @@ from typing import Any, TextIO
 
 from aiohttp import web
 
+from cache import CachedResolver
 from resolver import Identity, Outcome, Status
 from resolver.untrusted import parse_json
 
 from .metrics import Metrics
 from .openapi import openapi
-from .resolver import CachedResolver
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")

@@ -1,0 +1,7 @@
+"""The daemon (`atwhois serve`): the aiohttp application serving the com.atproto.identity
+XRPC methods and atwhois's own `/v1` reports from a `CachedResolver`, with its metrics and
+OpenAPI description."""
+
+from .service import Service, Settings, XrpcError
+
+__all__ = ["Service", "Settings", "XrpcError"]

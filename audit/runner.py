@@ -89,7 +89,7 @@ class Auditor:
 
     async def _check(self, run_id: int, target: Watched) -> tuple[Check, list[Finding]]:
         started = time.perf_counter()
-        identity = await self.cached.revalidate(target.identifier)
+        identity = await self.cached.refresh(target.identifier)
         check = Check.of(
             target.identifier, identity, time.time(), (time.perf_counter() - started) * 1000
         )

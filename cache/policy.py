@@ -49,3 +49,44 @@ class Policy:
             Kind.UNVERIFIED: self.unverified,
             Kind.ABSENT: self.absent,
         }[kind]
+
+
+# --- which answer may replace which -----------------------------------------------------
+
+
+class Answer(StrEnum):
+    """What a new resolution of one part (a handle's, a DID document's) is worth."""
+
+    CONFIRMED = "confirmed"  # an answer, a confirmed absence (404/410, NXDOMAIN), invalid data
+    PROVISIONAL = "provisional"  # HTTPS's DID while DNS, which wins, failed and said another
+    UNCONFIRMED = "unconfirmed"  # a transient failure, or a broken answer (MalformedAnswer)
+
+
+class Held(StrEnum):
+    """What the cache holds for that part, within its maximum age."""
+
+    NOTHING = "nothing"
+    GOOD = "good"  # an answer: the handle's DID, the DID's document
+    NEGATIVE = "negative"  # a confirmed absence or invalid data
+
+
+class Action(StrEnum):
+    STORE = "store"  # the new answer replaces whatever was held
+    KEEP = "keep"  # the held entry stays, marked with the failure (stale-if-error)
+    NONE = "none"  # nothing to store, nothing to keep
+
+
+def replacement(held: Held, answer: Answer) -> Action:
+    """Only a confirmed answer may replace a good one; a failure never becomes absence."""
+    match held, answer:
+        case _, Answer.CONFIRMED:
+            return Action.STORE
+        case Held.GOOD, Answer.PROVISIONAL | Answer.UNCONFIRMED:
+            return Action.KEEP
+        case Held.NOTHING | Held.NEGATIVE, Answer.PROVISIONAL:
+            return Action.STORE  # better than nothing, and than an absence
+        case Held.NEGATIVE, Answer.UNCONFIRMED:
+            return Action.KEEP
+        case Held.NOTHING, Answer.UNCONFIRMED:
+            return Action.NONE
+    raise AssertionError(f"no row for held={held}, answer={answer}")

@@ -6,24 +6,36 @@ lookup by handle reuses a cached document and a lookup by DID reuses the cached 
 its declared handle; the report is composed from the parts by the same pure `compose`, so a
 cached answer says what a fresh one would. Only cache entries are ever written here.
 
-Freshness (see `policy`): fresh entries are served as they are; stale ones are served at once
-while one background refresh runs (stale-while-revalidate) and keep being served, marked,
-when the upstream fails (stale-if-error), up to their maximum age. Transient failures and
-cancellations are never cached. Concurrent lookups of one key share one resolution.
+What a cached answer means (the README says it too):
+- An answer is as fresh as the stalest part it was composed from: its fresh window and its
+  maximum age are the smallest of its parts'. A part's windows start when the resolution
+  that produced it started.
+- A lookup reuses a part only while it is fresh. When every part is present but one is
+  stale, the answer is served at once, marked stale, while one background refresh runs;
+  when a part is missing, the missing and the stale parts are resolved again.
+- A refresh (`refresh`, the background one, an audit's) resolves every part afresh, and
+  replaces a part only once the resolution completed and only as `policy.replacement`
+  allows: a confirmed answer replaces anything; a transient failure or a broken answer
+  never replaces a good one: the old entry stays, marked with the failure, and is served
+  stale up to its maximum age.
+- Transient failures and cancellations are never cached. Concurrent lookups of one key
+  share one resolution; a caller's deadline bounds only its own wait.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
+import functools
 import json
+import sys
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from resolver import Identity, Resolver, Status
 from resolver.errors import InvalidInput
@@ -34,14 +46,17 @@ from resolver.resolver import invalid_input, now_iso
 from resolver.syntax import Query
 from resolver.verdict import Step
 
-from .policy import Kind, Policy
-from .stores import Store
+from .policy import Action, Answer, Held, Kind, Policy, replacement
+from .stores import Store, StoreUnavailable, in_memory
+
+Part = HandleResolution | DocumentResolution
+P = TypeVar("P", HandleResolution, DocumentResolution)
 
 
-@dataclass(frozen=True, slots=True, eq=False)  # hashed by identity: see _decode
+@dataclass(frozen=True, slots=True)
 class Entry:
     part: dict[str, Any]  # a HandleResolution or DocumentResolution, as JSON
-    checked_at: float
+    checked_at: float  # when the resolution that produced it started
     fresh_until: float
     stale_until: float
     refresh_error: str | None = None
@@ -57,21 +72,42 @@ class Entry:
         return cls(**json.loads(raw))
 
 
-# A hit decodes nothing twice: the same stored bytes give the same Entry object, and an
-# Entry its parts, until these bounded memos forget them.
-@lru_cache(maxsize=16384)
-def _decode(raw: bytes) -> Entry:
-    return Entry.decode(raw)
+@dataclass(frozen=True, slots=True)
+class Cached:
+    """A decoded entry and the part it holds, as the memory tier keeps them."""
+
+    entry: Entry
+    part: Part
 
 
-@lru_cache(maxsize=16384)
-def _handle_of(entry: Entry) -> HandleResolution:
-    return HandleResolution.from_json(entry.part)
+def _decode(raw: bytes, *, dev: bool) -> tuple[Cached, int]:
+    entry = Entry.decode(raw)
+    part: Part
+    if "evidence" in entry.part:
+        part = DocumentResolution.from_json(entry.part, dev=dev)
+    else:
+        part = HandleResolution.from_json(entry.part)
+    return Cached(entry, part), _json_size(entry.part) + 4 * sys.getsizeof(entry)
 
 
-@lru_cache(maxsize=16384)
-def _document_of(entry: Entry, dev: bool) -> DocumentResolution:
-    return DocumentResolution.from_json(entry.part, dev=dev)
+# One decoder per mode: the memory tier keeps what a decoder made while the same decoder
+# asks, so every resolver of a process shares the decoded entries.
+_DECODERS = {dev: functools.partial(_decode, dev=dev) for dev in (False, True)}
+
+
+def _json_size(value: Any) -> int:
+    """About how many bytes decoded JSON occupies here (walked without recursion: a
+    stranger's document may nest deeply)."""
+    size, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        size += sys.getsizeof(item)
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return size
 
 
 def handle_key(handle: str) -> str:
@@ -92,9 +128,10 @@ class CachedResolver:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.resolver = resolver
-        self.store = store
+        self.store = in_memory(store, clock=clock)
         self.policy = policy or Policy()
         self.clock = clock
+        self._decode = _DECODERS[resolver.config.dev]
         self.counters: Counter[str] = Counter()
         self._inflight: dict[str, asyncio.Task[Identity]] = {}
         self._refreshing: dict[str, asyncio.Task[Identity]] = {}
@@ -132,44 +169,39 @@ class CachedResolver:
                 self._refresh_in_background(query)
             return identity
         self.counters["miss"] += 1
-        return await self._shared(query, timeout)
+        return await self._shared(query, timeout, reuse=True)
 
-    async def revalidate(self, identifier: str, *, timeout: float | None = None) -> Identity:
-        """Resolve afresh, whatever is cached (an audit must not be answered from a stale
-        entry), and update the cache with the result. Concurrent calls share one
-        resolution; a transient failure leaves the old entries, marked, as always."""
+    async def refresh(self, identifier: str, *, timeout: float | None = None) -> Identity:
+        """Resolve every part afresh, whatever is cached (a refresh request, an audit), and
+        update the cache as `policy.replacement` allows. The report is the new resolution's:
+        a transient failure is returned as such, while the old entries keep serving
+        lookups, marked. Concurrent calls share one resolution."""
         try:
             query = self.resolver.parse(identifier)
         except InvalidInput as err:
             return invalid_input(identifier, err, now_iso())
-        self.counters["revalidations"] += 1
         return await self._shared(query, timeout, reuse=False)
-
-    async def refresh(self, identifier: str) -> Identity:
-        """Purge both levels of an identity, then resolve it again."""
-        await self.purge(identifier)
-        return await self.lookup(identifier)
 
     async def purge(self, identifier: str) -> list[str]:
         """Forget an identity at both levels (a handle change must not hide behind a cached
         document, nor a document change behind a cached handle). Returns the keys purged
-        (none when the identifier itself was not cached)."""
+        (none when the identifier itself was not cached). Raises `StoreUnavailable` when
+        the shared store did not take it."""
         try:
             query = self.resolver.parse(identifier)
         except InvalidInput:
             return []
         key = self._key(query)
-        entry = await self._entry(key)
-        if entry is None:
+        cached = await self._cached(key)
+        if cached is None:
             await self.store.delete([key])  # an expired leftover, if any
             return []
         keys = [key]
-        if query.kind == "handle":
-            did = _handle_of(entry).answer.did
-            keys += [did_key(did)] if did else []
+        part = cached.part
+        if isinstance(part, HandleResolution):
+            keys += [did_key(part.answer.did)] if part.answer.did else []
         else:
-            document = self._document(entry)
-            declared = document.data.declared_handle if document.data else None
+            declared = part.data.declared_handle if part.data else None
             keys += [handle_key(declared)] if declared else []
         await self.store.delete(keys)
         self.counters["purged"] += len(keys)
@@ -194,74 +226,69 @@ class CachedResolver:
     def _key(self, query: Query) -> str:
         return handle_key(query.value) if query.kind == "handle" else did_key(query.value)
 
-    async def _entry(self, key: str) -> Entry | None:
-        raw = await self.store.get(key)
-        if raw is None:
-            return None
+    async def _cached(self, key: str) -> Cached | None:
+        """The entry under `key` while it may be served at all (within its maximum age)."""
         try:
-            entry = _decode(raw)
+            cached: Cached | None = await self.store.decoded(key, self._decode)
         except (ValueError, TypeError, KeyError):
-            await self.store.delete([key])  # unreadable: drop it, resolve again
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.delete([key])  # unreadable: drop it, resolve again
             return None
-        return entry if self.clock() < entry.stale_until else None
-
-    def _document(self, entry: Entry) -> DocumentResolution:
-        return _document_of(entry, self.resolver.config.dev)
+        if cached is None or self.clock() >= cached.entry.stale_until:
+            return None
+        return cached
 
     async def _from_cache(self, query: Query) -> tuple[Identity, bool, float] | None:
         """The report composed from cached parts, whether any part is stale, and when a
         background refresh may next run; None when a part is missing."""
         entries: list[Entry] = []
+
+        async def part(key: str, kind: type[P]) -> P | None:
+            cached = await self._cached(key)
+            if cached is None or not isinstance(cached.part, kind):
+                return None
+            entries.append(cached.entry)
+            return cached.part
+
+        handle: HandleResolution | None
+        document: DocumentResolution | None = NO_DOCUMENT
         if query.kind == "handle":
-            handle_entry = await self._entry(handle_key(query.value))
-            if handle_entry is None:
-                return None
-            entries.append(handle_entry)
-            handle = _handle_of(handle_entry)
-            document = NO_DOCUMENT
-            if handle.answer.did is not None:
-                document_entry = await self._entry(did_key(handle.answer.did))
-                if document_entry is None:
-                    return None
-                entries.append(document_entry)
-                document = self._document(document_entry)
+            handle = await part(handle_key(query.value), HandleResolution)
+            if handle is not None and handle.answer.did is not None:
+                document = await part(did_key(handle.answer.did), DocumentResolution)
         else:
-            document_entry = await self._entry(did_key(query.value))
-            if document_entry is None:
+            document = await part(did_key(query.value), DocumentResolution)
+            if document is None:
                 return None
-            entries.append(document_entry)
-            document = self._document(document_entry)
             declared = self.resolver.declared_handle(document)
             if isinstance(declared, HandleResolution):
                 handle = declared
             else:
-                handle_entry = await self._entry(handle_key(declared))
-                if handle_entry is None:
-                    return None
-                entries.append(handle_entry)
-                handle = _handle_of(handle_entry)
+                handle = await part(handle_key(declared), HandleResolution)
+        if handle is None or document is None:
+            return None
+        info = self._cache_info(entries, resolved_now=False)
+        stale = info.state == "stale"
+        identity = compose(query, _iso(min(e.checked_at for e in entries)), handle, document)
+        return _with_cache(identity, info), stale, max(e.retry_at for e in entries)
+
+    def _cache_info(self, basis: list[Entry], *, resolved_now: bool) -> CacheInfo:
+        """Freshness of an answer composed from these entries: that of the stalest."""
         now = self.clock()
-        stale = any(now >= e.fresh_until for e in entries)
-        errors = [e.refresh_error for e in entries if e.refresh_error]
-        oldest = min(e.checked_at for e in entries)
-        identity = compose(query, _iso(oldest), handle, document)
-        info = CacheInfo(
-            True,
-            now - oldest,
-            "stale" if stale else "fresh",
+        errors = [e.refresh_error for e in basis if e.refresh_error]
+        stale = any(now >= e.fresh_until for e in basis)
+        return CacheInfo(
+            not resolved_now or stale,
+            now - min(e.checked_at for e in basis),
+            "stale" if stale else ("miss" if resolved_now else "fresh"),
             errors[0] if errors else None,
-            fresh_for_s=max(0.0, min(e.fresh_until for e in entries) - now),
-            servable_for_s=min(e.stale_until for e in entries) - now,
+            fresh_for_s=max(0.0, min(e.fresh_until for e in basis) - now),
+            servable_for_s=min(e.stale_until for e in basis) - now,
         )
-        if errors:
-            identity = dataclasses.replace(
-                identity, warnings=(*identity.warnings, "stale_upstream_failed")
-            )
-        return dataclasses.replace(identity, cache=info), stale, max(e.retry_at for e in entries)
 
     # --- resolving ------------------------------------------------------------------
 
-    async def _shared(self, query: Query, timeout: float | None, *, reuse: bool = True) -> Identity:
+    async def _shared(self, query: Query, timeout: float | None, *, reuse: bool) -> Identity:
         key = ("" if reuse else "fresh:") + self._key(query)
         task = self._inflight.get(key)
         if task is None:
@@ -303,101 +330,153 @@ class CachedResolver:
         return task
 
     async def _resolve_and_store(self, query: Query, *, reuse: bool) -> Identity:
-        """Resolve what is missing (everything, when `reuse` is off), compose, and store
-        the parts resolved now. Runs as its own task: a caller's cancellation never
-        reaches it, so it can never be cached."""
-        checked_at = now_iso()
-        resolved_documents: dict[str, DocumentResolution] = {}
-
-        async def document_for(did: str) -> DocumentResolution:
-            if reuse and (entry := await self._entry(did_key(did))) is not None:
-                return self._document(entry)
-            self.counters["upstream_documents"] += 1
-            resolved_documents[did] = await self.resolver.resolve_document(did)
-            return resolved_documents[did]
-
-        resolved_handle: HandleResolution | None = None
+        """Resolve the parts (with `reuse`, only those missing or stale), compose, store
+        what the replacement table allows. Runs as its own task: a caller's cancellation
+        never reaches it, so it can never be cached."""
+        run = _Run(self, reuse)
         if query.kind == "handle":
-            self.counters["upstream_handles"] += 1
-            handle, document = await self.resolver.resolve_handle_with_document(
-                query.value, document_for
-            )
-            resolved_handle = handle
+            handle = await run.handle(query.value, with_document=True)
+            document = await run.document(handle.answer.did) if handle.answer.did else NO_DOCUMENT
         else:
-            document = await document_for(query.value)
+            document = await run.document(query.value)
             declared = self.resolver.declared_handle(document)
             if isinstance(declared, HandleResolution):
                 handle = declared
-            elif reuse and (entry := await self._entry(handle_key(declared))) is not None:
-                handle = _handle_of(entry)
             else:
-                self.counters["upstream_handles"] += 1
-                handle = resolved_handle = await self.resolver.resolve_handle(declared)
-        identity = compose(query, checked_at, handle, document)
-        self._note_upstreams(resolved_handle, resolved_documents.values())
-        written: list[Entry | None] = []
-        if resolved_handle is not None and resolved_handle.handle is not None:
-            written.append(
-                await self._store(
-                    handle_key(resolved_handle.handle),
-                    resolved_handle.to_json(),
-                    _handle_kind(resolved_handle, identity.status),
-                )
-            )
-        for did, resolved in resolved_documents.items():
-            written.append(
-                await self._store(
-                    did_key(did), resolved.to_json(), _document_kind(resolved, identity.status)
-                )
-            )
-        now = self.clock()
-        kept = [e for e in written if e is not None]
-        cacheable = bool(kept) and None not in written
-        info = CacheInfo(
-            False,
-            0.0,
-            "miss",
-            fresh_for_s=min(e.fresh_until for e in kept) - now if cacheable else 0.0,
-            servable_for_s=min(e.stale_until for e in kept) - now if cacheable else 0.0,
-        )
-        return dataclasses.replace(identity, cache=info)
+                handle = await run.handle(declared, with_document=False)
+        keys = [handle_key(handle.handle)] if handle.handle and handle.handle in run.handles else []
+        keys += [did_key(document.did)] if document.did in run.documents else []
+        identity = compose(query, "", handle, document)
+        basis = await self._store_parts(run, keys, identity.status)
+        kept = [entry for entry in basis if entry is not None]
+        checked = min([e.checked_at for e in kept], default=run.started)
+        identity = dataclasses.replace(identity, checked_at=_iso(checked))
+        if not keys or len(kept) < len(basis):  # it rests on a resolution not cached
+            return dataclasses.replace(identity, cache=CacheInfo(False, 0.0, "miss"))
+        return _with_cache(identity, self._cache_info(kept, resolved_now=True))
 
-    def _note_upstreams(
-        self, handle: HandleResolution | None, documents: Iterable[DocumentResolution]
-    ) -> None:
+    async def _store_parts(self, run: _Run, keys: list[str], status: Status) -> list[Entry | None]:
+        """Write the parts resolved now as `policy.replacement` says; the entry each part of
+        the answer rests on (None: a resolution that was not stored)."""
+        self._note_upstreams(run)
+        now = self.clock()
+        for key, (new, answer, held) in run.resolved.items():
+            if answer is not Answer.CONFIRMED:
+                self.counters["upstream_failures"] += 1
+            if key not in keys:
+                continue  # resolved on the way, not part of the answer: not worth keeping
+            match replacement(_held(held), answer):
+                case Action.STORE:
+                    lifetime = self.policy.lifetime(_kind(new, status))
+                    start = run.started
+                    entry = Entry(
+                        new.to_json(), start, start + lifetime.fresh, start + lifetime.max_age
+                    )
+                    await self.store.put(key, entry.encode(), entry.stale_until)
+                    if run.basis[key] is None:
+                        run.basis[key] = entry
+                case Action.KEEP:
+                    assert held is not None
+                    marked = dataclasses.replace(
+                        held.entry,
+                        refresh_error=_failure(new),
+                        retry_at=now + self.policy.retry_after,
+                    )
+                    await self.store.put(key, marked.encode(), marked.stale_until)
+                    if run.basis[key] is held.entry:
+                        run.basis[key] = marked
+        return [run.basis[key] for key in keys]
+
+    def _note_upstreams(self, run: _Run) -> None:
         """When each kind of upstream last answered, and how long it took (for /_health
         and /metrics)."""
         now = self.clock()
-        evidence = {
-            "plc" if d.did.startswith("did:plc:") else "did_web": d.evidence for d in documents
-        }
-        if handle is not None:
-            evidence.update(dns=handle.dns, https=handle.https)
-        for kind, step in evidence.items():
-            if step.outcome is Outcome.SKIPPED:
-                continue
-            if step.outcome is not Outcome.FAILED:
-                self.upstream_seen[kind] = now
-            if step.ms is not None:
-                self.upstream_latency.append((kind, step.ms / 1000))
+        for new, _, _ in run.resolved.values():
+            if isinstance(new, HandleResolution):
+                evidence = {"dns": new.dns, "https": new.https}
+            else:
+                evidence = {"plc" if new.did.startswith("did:plc:") else "did_web": new.evidence}
+            for kind, step in evidence.items():
+                if step.outcome is Outcome.SKIPPED:
+                    continue
+                if step.outcome is not Outcome.FAILED:
+                    self.upstream_seen[kind] = now
+                if step.ms is not None:
+                    self.upstream_latency.append((kind, step.ms / 1000))
 
-    async def _store(self, key: str, part: dict[str, Any], kind: Kind | str) -> Entry | None:
-        """Write a part; a transient failure only marks the entry it could not replace.
-        Returns what was written (None for a transient failure)."""
-        now = self.clock()
-        if isinstance(kind, Kind):
-            lifetime = self.policy.lifetime(kind)
-            entry = Entry(part, now, now + lifetime.fresh, now + lifetime.max_age)
-            await self.store.put(key, entry.encode(), entry.stale_until)
-            return entry
-        self.counters["upstream_failures"] += 1
-        old = await self._entry(key)
-        if old is not None:  # stale-if-error: keep serving it, and say why
-            marked = dataclasses.replace(
-                old, refresh_error=kind, retry_at=now + self.policy.retry_after
+
+@dataclass
+class _Run:
+    """One resolution of a query's parts: for each part of the answer, the entry it rests
+    on (`basis`: reused while fresh, kept in place of a failed resolution, or None for one
+    just resolved), and what the upstreams said (`resolved`)."""
+
+    owner: CachedResolver
+    reuse: bool
+    started: float = 0.0
+    basis: dict[str, Entry | None] = field(default_factory=dict)
+    resolved: dict[str, tuple[Part, Answer, Cached | None]] = field(default_factory=dict)
+    handles: dict[str, HandleResolution] = field(default_factory=dict)
+    documents: dict[str, DocumentResolution] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.started = self.owner.clock()
+
+    async def handle(self, handle: str, *, with_document: bool) -> HandleResolution:
+        """A handle's resolution; with `with_document`, the document of the DID it names
+        is fetched as soon as a method names it (into `documents`)."""
+        resolver = self.owner.resolver
+
+        async def resolve() -> HandleResolution:
+            self.owner.counters["upstream_handles"] += 1
+            if with_document:
+                found, _ = await resolver.resolve_handle_with_document(handle, self.document)
+                return found
+            return await resolver.resolve_handle(handle)
+
+        key = handle_key(handle)
+        self.handles[handle] = await self._part(key, HandleResolution, resolve, _handle_answer)
+        return self.handles[handle]
+
+    async def document(self, did: str) -> DocumentResolution:
+        if did not in self.documents:
+
+            async def resolve() -> DocumentResolution:
+                self.owner.counters["upstream_documents"] += 1
+                return await self.owner.resolver.resolve_document(did)
+
+            key = did_key(did)
+            self.documents[did] = await self._part(
+                key, DocumentResolution, resolve, _document_answer
             )
-            await self.store.put(key, marked.encode(), old.stale_until)
-        return None
+        return self.documents[did]
+
+    async def _part(
+        self,
+        key: str,
+        kind: type[P],
+        resolve: Callable[[], Awaitable[P]],
+        worth: Callable[[P, Cached | None], Answer],
+    ) -> P:
+        held = await self.owner._cached(key)
+        if held is not None and not isinstance(held.part, kind):
+            held = None
+        if self.reuse and held is not None and self.owner.clock() < held.entry.fresh_until:
+            self.basis[key] = held.entry
+            return held.part  # type: ignore[return-value]
+        new = await resolve()
+        answer = worth(new, held)
+        self.resolved[key] = (new, answer, held)
+        if self.reuse and held is not None and replacement(_held(held), answer) is Action.KEEP:
+            self.basis[key] = held.entry  # stale-if-error: the held copy stands in
+            return held.part  # type: ignore[return-value]
+        self.basis[key] = None
+        return new
+
+
+def _with_cache(identity: Identity, info: CacheInfo) -> Identity:
+    warnings = identity.warnings + (("stale_upstream_failed",) if info.refresh_error else ())
+    return dataclasses.replace(identity, cache=info, warnings=warnings)
 
 
 def _iso(timestamp: float) -> str:
@@ -405,26 +484,48 @@ def _iso(timestamp: float) -> str:
     return moment.isoformat(timespec="milliseconds")
 
 
-def _handle_kind(handle: HandleResolution, status: Status) -> Kind | str:
-    """What a handle resolution is worth caching as; a string is a transient failure's
-    message (never cached)."""
-    match handle.answer.step:
-        case Step.OK:
-            return Kind.VERIFIED if status is Status.VERIFIED else Kind.UNVERIFIED
-        case Step.FAILED:
-            return _first_error(handle.dns, handle.https)
-        case _:
-            return Kind.ABSENT
+def _handle_answer(handle: HandleResolution, held: Cached | None) -> Answer:
+    if handle.answer.step is Step.FAILED:
+        return Answer.UNCONFIRMED
+    if handle.answer.step is Step.OK and not handle.dns.confirmed and held is not None:
+        # HTTPS answered while DNS failed: DNS wins a disagreement (H-RES-2), so the answer
+        # does not override another DID that DNS itself gave.
+        part = held.part
+        if isinstance(part, HandleResolution) and part.dns.did not in (None, handle.answer.did):
+            return Answer.PROVISIONAL
+    return Answer.CONFIRMED
 
 
-def _document_kind(document: DocumentResolution, status: Status) -> Kind | str:
-    if document.transient:
-        return _first_error(document.evidence, document.plc)
-    if document.evidence.outcome is Outcome.OK and document.plc.outcome is not Outcome.INVALID:
+def _document_answer(document: DocumentResolution, _: Cached | None) -> Answer:
+    confirmed = document.evidence.confirmed and document.plc.confirmed
+    return Answer.CONFIRMED if confirmed else Answer.UNCONFIRMED
+
+
+def _is_answer(part: Part) -> bool:
+    """A handle's DID, a DID's document: not an absence, not invalid data."""
+    if isinstance(part, HandleResolution):
+        return part.answer.step is Step.OK
+    return part.evidence.outcome is Outcome.OK and part.plc.outcome is not Outcome.INVALID
+
+
+def _held(cached: Cached | None) -> Held:
+    if cached is None:
+        return Held.NOTHING
+    return Held.GOOD if _is_answer(cached.part) else Held.NEGATIVE
+
+
+def _kind(part: Part, status: Status) -> Kind:
+    """How long a confirmed part is worth keeping: answers by the verdict they led to."""
+    if _is_answer(part):
         return Kind.VERIFIED if status is Status.VERIFIED else Kind.UNVERIFIED
     return Kind.ABSENT
 
 
-def _first_error(*evidence: Evidence) -> str:
-    failed = [e.error for e in evidence if e.outcome is Outcome.FAILED and e.error]
+def _failure(part: Part) -> str:
+    evidence: tuple[Evidence, ...]
+    if isinstance(part, HandleResolution):
+        evidence = (part.dns, part.https)
+    else:
+        evidence = (part.evidence, part.plc)
+    failed = [e.error for e in evidence if not e.confirmed and e.error]
     return failed[0] if failed else "transient failure"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from cache import CachedResolver, open_store
+from cache.stores import StoreUnavailable
 from resolver import Config, Identity, Resolver
 from resolver.config import parse_nameservers, parse_networks
 from resolver.errors import InvalidInput, ResolutionError
@@ -126,6 +127,12 @@ def _lookup_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="answer from this cache (memory:, sqlite:///PATH, redis://...; env ATWHOIS_CACHE)",
     )
+    parser.add_argument(
+        "--refresh",
+        action="store_true",
+        help="with --cache: resolve every part afresh and update the cache (a failure "
+        "leaves the cached answer in place)",
+    )
     parser.add_argument("--version", action="version", version="atwhois 0.1.0")
     return parser
 
@@ -219,9 +226,9 @@ def _source(args: argparse.Namespace, config: Config) -> Source:
     if args.server:
         return ServerSource(args.server)
     url = _cache_url(args)
-    return LocalSource(
-        Resolver(config) if url is None else CachedResolver(Resolver(config), open_store(url))
-    )
+    if url is None:
+        return LocalSource(Resolver(config))
+    return LocalSource(CachedResolver(Resolver(config), open_store(url)), refresh=args.refresh)
 
 
 def lookup(argv: list[str]) -> int:
@@ -377,7 +384,11 @@ def cache_command(argv: list[str]) -> int:
         return 0
     if not args.identifier:
         parser.error("purge needs a handle or DID")
-    purged = asyncio.run(_cached(config, url, lambda c: c.purge(args.identifier)))
+    try:
+        purged = asyncio.run(_cached(config, url, lambda c: c.purge(args.identifier)))
+    except StoreUnavailable as err:
+        print(f"atwhois cache purge: the cache store did not take it: {err}", file=sys.stderr)
+        return 3
     _print(json.dumps({"purged": purged}))
     return 0 if purged else 1
 

@@ -54,6 +54,12 @@ def parser(config_flags: argparse.ArgumentParser) -> argparse.ArgumentParser:
     group.add_argument("--cache", metavar="URL", help="sqlite:///PATH (default), memory:, redis://")
     group.add_argument("--redis", metavar="URL", help="share the cache through this Redis")
     group.add_argument("--refresh-token", help="bearer token that allows refreshIdentity")
+    group.add_argument(
+        "--memory-cache-mb",
+        type=float,
+        metavar="MIB",
+        help="memory for cached entries and answers in this process (default 64)",
+    )
     group.add_argument("--max-concurrency", type=int)
     group.add_argument("--request-timeout", type=float, metavar="SECONDS")
     group.add_argument(
@@ -145,14 +151,19 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
         for k in ("max_concurrency", "request_timeout")
         if merged.get(k)
     }
+    # The memory budget: an eighth for rendered answers, the rest for the entries' tier.
+    budget = int(float(merged.get("memory_cache_mb") or 64) * 1024 * 1024)
     settings = dataclasses.replace(
         Settings(
             refresh_token=merged.get("refresh_token"),
             request_log=merged.get("request_log", True) not in (False, "0", "false"),
+            answer_cache_bytes=budget // 8,
         ),
         **limits,
     )
-    store = open_store(merged.get("redis") or merged.get("cache"))
+    store = open_store(
+        merged.get("redis") or merged.get("cache"), memory_bytes=budget - budget // 8
+    )
     service = Service(CachedResolver(Resolver(config), store, policy), settings)
     app = service.app()
     # Audits resolve afresh, replaying did:plc logs (rotation keys), politely, through the
@@ -183,6 +194,7 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
                 "event": "listening",
                 "url": f"http://{bound[0]}:{bound[1]}",
                 "store": store.name,
+                "memory_cache_mb": round(budget / 1024 / 1024, 1),
                 "plc_url": config.plc_url,
                 "pid": os.getpid(),
             }

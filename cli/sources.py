@@ -25,10 +25,15 @@ class Source(Protocol):
 
 
 class LocalSource:
-    def __init__(self, resolver: Resolver | CachedResolver) -> None:
+    """`refresh`: with a cache, resolve every part afresh and update the cache."""
+
+    def __init__(self, resolver: Resolver | CachedResolver, *, refresh: bool = False) -> None:
         self.resolver = resolver
+        self.refresh = refresh
 
     async def lookup(self, identifier: str) -> Identity:
+        if self.refresh and isinstance(self.resolver, CachedResolver):
+            return await self.resolver.refresh(identifier)
         return await self.resolver.lookup(identifier)
 
     async def history(self, did: str) -> Audit | None:

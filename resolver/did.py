@@ -5,7 +5,7 @@ Pure functions over the config and a fetched `Response` (the fetch itself is the
 from __future__ import annotations
 
 from .config import Config
-from .errors import DidDeactivated, InvalidData, NotFound, UpstreamFailure
+from .errors import DidDeactivated, NotFound, UpstreamFailure
 from .fetch import Response
 from .syntax import did_method, parse_did_web
 from .untrusted import parse_json
@@ -33,7 +33,8 @@ def check_http_response(response: Response, what: str) -> None:
 
 def check_plc_response(response: Response, did: str) -> None:
     """Spec checklist section 12: 404 "not registered" is absence; "DID not available"
-    (404 from the reference server, 410 per the API spec) is a tombstone."""
+    (404 from the reference server, 410 per the API spec) is a tombstone; every other
+    non-2xx status is a transient failure."""
     if 200 <= response.status < 300:
         return
     message = ""
@@ -46,6 +47,6 @@ def check_plc_response(response: Response, did: str) -> None:
         raise DidDeactivated(f"{did} is deactivated (tombstoned): HTTP {response.status}")
     if response.status == 404:
         raise NotFound(f"{did} is not registered in the PLC directory")
-    if 400 <= response.status < 500 and response.status not in (408, 429):
-        raise InvalidData(f"PLC directory refused the request: HTTP {response.status}")
+    # Any other status says nothing about the DID: a 403 from a firewall, a 429, a 400 for
+    # a syntactically valid DID are the directory's trouble, to be retried, never absence.
     raise UpstreamFailure(f"PLC directory: HTTP {response.status}")

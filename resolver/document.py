@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import InvalidData
+from .errors import InvalidData, MalformedAnswer
 from .keys import LEGACY_KEY_TYPES, InvalidKey, PublicKey, parse_legacy_multibase, parse_multikey
 from .syntax import is_valid_handle
 from .untrusted import parse_json
@@ -46,7 +46,7 @@ def parse_json_document(
     try:
         document = parse_json(body)
     except ValueError as err:
-        raise InvalidData(f"DID document is not JSON: {err}") from None
+        raise MalformedAnswer(f"DID document is not JSON: {err}") from None
     return document, extract(did, document, dev=dev)
 
 

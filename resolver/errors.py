@@ -82,6 +82,13 @@ class InvalidData(ResolutionError):
     outcome = Outcome.INVALID
 
 
+class MalformedAnswer(InvalidData):
+    """The answer is broken, not merely unacceptable: an HTML page or other non-JSON where a
+    JSON document belongs, a body cut short. Reported as invalid data, but it confirms
+    nothing about the identity (a firewall, a captive portal or a dropped connection says
+    the same about every DID), so a cache never lets it replace a good answer."""
+
+
 class AmbiguousHandle(InvalidData):
     """DNS holds `did=` records naming different DIDs (H-DNS-3)."""
 

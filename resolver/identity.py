@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ResolutionError
+from .errors import MalformedAnswer, ResolutionError
 from .outcome import Outcome, Status
 from .syntax import INVALID_HANDLE
 
@@ -37,6 +37,13 @@ class Evidence:
     @property
     def did(self) -> str | None:
         return self.dids[0] if self.outcome is Outcome.OK and self.dids else None
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether this answer says something about the identity: an answer, a confirmed
+        absence, invalid data the other side really serves; not a transient failure, nor a
+        broken answer (`MalformedAnswer`). Only a confirmed answer may replace a good one."""
+        return self.outcome is not Outcome.FAILED and self.error_kind != MalformedAnswer.__name__
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Evidence:

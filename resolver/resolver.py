@@ -18,7 +18,7 @@ from .config import Config
 from .did import check_http_response, check_plc_response, document_url
 from .dns import DnsClient
 from .document import parse_json_document
-from .errors import InvalidData, InvalidInput, ResolutionError, UnsupportedDidMethod
+from .errors import InvalidInput, MalformedAnswer, ResolutionError, UnsupportedDidMethod
 from .fetch import Fetcher
 from .handle import (
     WELL_KNOWN_MAX_BYTES,
@@ -265,7 +265,7 @@ class Resolver:
         try:
             log = parse_json(response.body)
         except ValueError:
-            raise InvalidData("the audit log is not JSON") from None
+            raise MalformedAnswer("the audit log is not JSON") from None
         return replay(did, log)
 
 

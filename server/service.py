@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import os
 import re
 import sys
@@ -23,6 +24,8 @@ from typing import Any, TextIO
 from aiohttp import web
 
 from cache import CachedResolver
+from cache.stores import TieredStore
+from cache.stores.memory import Lru
 from resolver import Identity, Outcome, Status
 from resolver.untrusted import parse_json
 
@@ -41,6 +44,13 @@ class Settings:
     max_body: int = 16 * 1024
     retry_after: int = 30  # seconds, on 502 and 503
     request_log: bool = True  # one JSON line per request on stderr
+    answer_cache_bytes: int = 8 * 1024 * 1024  # rendered answers of fresh hits
+
+
+# Operations endpoints answer even when every request slot is taken: a health check that
+# queued behind the load would flap a container exactly when it is busiest.
+_UNGATED = frozenset({"/_health", "/metrics"})
+log = logging.getLogger("atwhois.serve")
 
 
 class XrpcError(Exception):
@@ -124,19 +134,20 @@ class RequestLog:
 
 
 class AnswerCache:
-    """Rendered answers of fresh cache hits, kept for at most a second (never past their
-    fresh window, never stale ones: those must reach the cache to be revalidated)."""
+    """Rendered answers of fresh cache hits, kept for half a second at most (never past
+    their fresh window, never stale ones: those must reach the cache to be revalidated),
+    within a bound in bytes; all dropped when another process changes the store."""
 
-    def __init__(self, size: int = 10_000, seconds: float = 1.0) -> None:
-        self._size, self._seconds = size, seconds
-        self._answers: dict[str, tuple[float, tuple[int, bytes, str]]] = {}
+    def __init__(self, max_bytes: int = 8 * 1024 * 1024, seconds: float = 0.5) -> None:
+        self._seconds = seconds
+        self._answers: Lru[tuple[float, tuple[int, bytes, str]]] = Lru(max_bytes)
 
     def get(self, key: str) -> tuple[int, bytes, str] | None:
         found = self._answers.get(key)
         if found is None:
             return None
         if found[0] < time.monotonic():
-            del self._answers[key]
+            self._answers.pop(key)
             return None
         return found[1]
 
@@ -144,13 +155,11 @@ class AnswerCache:
         info = identity.cache
         if info is None or info.state == "stale" or info.fresh_for_s <= 0:
             return
-        if len(self._answers) >= self._size:
-            self._answers.clear()
         body = response.body
         if isinstance(body, bytes):
             until = time.monotonic() + min(self._seconds, info.fresh_for_s)
             answer = (response.status, body, response.headers["Cache-Control"])
-            self._answers[key] = (until, answer)
+            self._answers.put(key, (until, answer), 200 + len(key) + len(body))
 
     def clear(self) -> None:
         self._answers.clear()
@@ -175,7 +184,8 @@ class Service:
         self.metrics = Metrics()
         self.started = time.time()
         self._gate = asyncio.Semaphore(settings.max_concurrency)
-        self.answers = AnswerCache()
+        self.answers = AnswerCache(settings.answer_cache_bytes)
+        cached.store.listeners.append(self.answers.clear)
         self.request_log = RequestLog(sys.stderr)
         self.metric_sources: list[Callable[[], str]] = []  # more Prometheus text (audits)
 
@@ -220,6 +230,8 @@ class Service:
             if answer is not None:
                 self.cached.counters["fresh"] += 1  # what the cached lookup would have counted
                 response = _json_bytes(*answer)
+            elif request.path in _UNGATED:
+                response = await handler(request)
             else:
                 response = await self._limited(request, handler)
         except XrpcError as err:
@@ -233,6 +245,13 @@ class Service:
             if err.status == 405:
                 name = "MethodNotAllowed"
             response = _json({"error": name, "message": err.reason}, err.status)
+        except Exception:
+            log.exception(
+                "request %s %s failed (request id %s)", request.method, request.path, request_id
+            )
+            message = f"unexpected error; the daemon logged it under request id {request_id}"
+            body = {"error": "InternalServerError", "message": message}
+            response = _json(body, 500, {"Cache-Control": "no-store"})
         seconds = time.perf_counter() - started
         response.headers["X-Request-Id"] = request_id
         self.metrics.request(endpoint, response.status, seconds)
@@ -272,10 +291,8 @@ class Service:
         return value
 
     async def _lookup(self, identifier: str, *, refresh: bool = False) -> Identity:
-        if refresh:
-            identity = await self.cached.refresh(identifier)
-        else:
-            identity = await self.cached.lookup(identifier, timeout=self.settings.request_timeout)
+        look = self.cached.refresh if refresh else self.cached.lookup
+        identity = await look(identifier, timeout=self.settings.request_timeout)
         self._note_upstream_latency()
         if identity.status is Status.INVALID_INPUT:
             raise XrpcError(400, "InvalidRequest", identity.error or "invalid identifier")
@@ -415,11 +432,16 @@ class Service:
     # --- operations -----------------------------------------------------------------
 
     async def health(self, _: web.Request) -> web.Response:
+        """200 while the daemon answers; `status` says `degraded`, and why, while it
+        answers with less than it should (a store away: memory and upstreams only)."""
         now = time.time()
         seen = {k: round(now - t, 1) for k, t in self.cached.upstream_seen.items()}
+        reasons = await self.cached.store.health()
         return _json(
             {
                 "ok": True,
+                "status": "degraded" if reasons else "ok",
+                "reasons": reasons,
                 "uptime_s": round(now - self.started, 1),
                 "store": self.cached.store.name,
                 "upstream_last_answer_s_ago": seen,
@@ -429,11 +451,22 @@ class Service:
 
     async def prometheus(self, _: web.Request) -> web.Response:
         self._note_upstream_latency()
+        store = self.cached.store
+        degraded = bool(await store.health())
         gauges = {
             "inflight_resolutions": self.cached.inflight,
-            "cache_entries": await self.cached.store.count(),
+            "cache_entries": await store.count(),
+            "cache_memory_bytes": store.memory.used_bytes
+            if isinstance(store, TieredStore)
+            else store.used_bytes,
+            "degraded": int(degraded),
         }
         text = self.metrics.render(dict(self.cached.counters), gauges)
+        if isinstance(store, TieredStore):
+            text += (
+                "# TYPE atwhois_store_errors_total counter\n"
+                f'atwhois_store_errors_total{{store="{store.below.name}"}} {store.errors}\n'
+            )
         text += "".join(source() for source in self.metric_sources)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 

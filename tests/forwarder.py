@@ -1,44 +1,169 @@
-"""A stand-in for the PLC directory: a real HTTP server on loopback that forwards every GET to
-the reference one, optionally editing chosen answers (a lying mirror), and that a test can
-stop (an upstream outage)."""
+"""A stand-in for the PLC directory: a real HTTP server on loopback, on a thread of its own,
+that forwards every request to the reference directory, and can lie or fail on command.
+
+- `edits` maps a request path to a change of its 200 answer (a lying mirror);
+- `fault` makes every answer misbehave the way real upstreams and their firewalls do:
+  `"status:403"` (any status, with a short HTML page), `"html"` (200 with an HTML page),
+  `"truncated"` (200 with the first half of the real body, its length announced correctly,
+  so the answer looks complete), `"cut"` (the full length announced, half sent, then the
+  connection closed), `"reset"` (the connection reset before any answer), `"hang"` (no answer
+  ever), `"down"` (nothing listening: connections refused).
+
+It runs on its own thread and loop, so the code under test may call it from anywhere, and
+a test may switch faults between two requests.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+import socket
+import struct
+import threading
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 Edit = Callable[[Any], Any]  # parsed JSON in, parsed JSON out
 
-
-async def forwarding_server(target: str, edits: dict[str, Edit] | None = None) -> web.AppRunner:
-    """Forward to `target`; `edits` maps a request path to a change of its 200 answer.
-    The server's address is `runner.addresses[0]`; `await runner.cleanup()` stops it."""
-    session = aiohttp.ClientSession()
-    edits = edits or {}
-
-    async def forward(request: web.Request) -> web.Response:
-        async with session.get(target + request.path) as upstream:
-            body = await upstream.read()
-            if upstream.status == 200 and request.path in edits:
-                body = json.dumps(edits[request.path](json.loads(body))).encode()
-            return web.Response(status=upstream.status, body=body, content_type="application/json")
-
-    async def close(_: web.Application) -> None:
-        await session.close()
-
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", forward)
-    app.on_cleanup.append(close)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner
+_HTML = b"<!doctype html><html><body><h1>Request blocked</h1></body></html>"
+_REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found"}
 
 
-def url_of(runner: web.AppRunner) -> str:
-    host, port = runner.addresses[0][:2]
-    return f"http://{host}:{port}"
+class PlcStandIn:
+    def __init__(self, target: str, edits: dict[str, Edit] | None = None) -> None:
+        self.target = target.rstrip("/")
+        self.edits = edits or {}
+        self.fault: str | None = None
+        self.requests = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._server: asyncio.Server | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.port = 0
+        self._call(self._listen())
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def set_fault(self, fault: str | None) -> None:
+        """Switch how the next requests are answered (`None`: forward faithfully)."""
+        if fault == "down" and self.fault != "down":
+            self._call(self._close_listener())
+        elif fault != "down" and self.fault == "down":
+            self._call(self._listen())
+        self.fault = fault
+
+    def stop(self) -> None:
+        self._call(self._shutdown())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def __enter__(self) -> PlcStandIn:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    # --- on the stand-in's own loop ---------------------------------------------------
+
+    def _call(self, work: Coroutine[Any, Any, None]) -> None:
+        asyncio.run_coroutine_threadsafe(work, self._loop).result(30)
+
+    async def _listen(self) -> None:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def _close_listener(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for writer in list(self._writers):
+            writer.close()
+
+    async def _shutdown(self) -> None:
+        await self._close_listener()
+        if self._session is not None:
+            await self._session.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                method, path, _ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
+                headers = dict(
+                    (k.strip().lower(), v.strip())
+                    for k, v in (
+                        line.split(":", 1)
+                        for line in head.decode("latin-1").split("\r\n")[1:]
+                        if ":" in line
+                    )
+                )
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                self.requests += 1
+                if not await self._answer(writer, method, path, body):
+                    return
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _answer(
+        self, writer: asyncio.StreamWriter, method: str, path: str, body: bytes
+    ) -> bool:
+        """Write one answer; False when the connection must end."""
+        fault = self.fault
+        if fault == "hang":
+            await asyncio.sleep(3600)
+            return False
+        if fault == "reset":
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+            return False
+        if fault == "html":
+            return await _send(writer, 200, _HTML, "text/html")
+        if fault is not None and fault.startswith("status:"):
+            return await _send(writer, int(fault.split(":")[1]), _HTML, "text/html")
+        status, answer = await self._forward(method, path, body)
+        if status == 200 and path in self.edits:
+            answer = json.dumps(self.edits[path](json.loads(answer))).encode()
+        if fault == "truncated":
+            return await _send(writer, status, answer[: len(answer) // 2], "application/json")
+        if fault == "cut":
+            head = _head(status, len(answer), "application/json")
+            writer.write(head + answer[: len(answer) // 2])
+            await writer.drain()
+            return False
+        return await _send(writer, status, answer, "application/json")
+
+    async def _forward(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        assert self._session is not None
+        headers = {"Content-Type": "application/json"} if body else {}
+        async with self._session.request(
+            method, self.target + path, data=body or None, headers=headers
+        ) as upstream:
+            return upstream.status, await upstream.read()
+
+
+def _head(status: int, length: int, content_type: str) -> bytes:
+    reason = _REASONS.get(status, "Status")
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+async def _send(writer: asyncio.StreamWriter, status: int, body: bytes, content_type: str) -> bool:
+    writer.write(_head(status, len(body), content_type) + body)
+    with contextlib.suppress(ConnectionError):
+        await writer.drain()
+    return True

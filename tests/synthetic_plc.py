@@ -5,47 +5,14 @@ then. For the export tests and the verification benchmark."""
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import coincurve
-
-from resolver.keys import Curve, PublicKey
-from resolver.plc.encoding import cid_of, dag_cbor, did_of_genesis, unsigned
+from resolver.plc.encoding import cid_of, dag_cbor, did_of_genesis
+from tests.plc_ops import Key, plc_operation
 
 EPOCH = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
-
-
-class _Key:
-    def __init__(self, seed: str) -> None:
-        self.private = coincurve.PrivateKey(hashlib.sha256(seed.encode()).digest())
-        self.did_key = PublicKey(Curve.K256, self.private.public_key.format()).did_key
-
-    def sign(self, op: dict[str, Any]) -> dict[str, Any]:
-        compact = self.private.sign_recoverable(dag_cbor(unsigned(op)))[:64]  # low-S r||s
-        return {**op, "sig": _b64url(compact)}
-
-
-def _b64url(data: bytes) -> str:
-    import base64
-
-    return base64.urlsafe_b64encode(data).decode().rstrip("=")
-
-
-def _update(prev: str, keys: list[_Key], handle: str) -> dict[str, Any]:
-    return {
-        "type": "plc_operation",
-        "rotationKeys": [k.did_key for k in keys],
-        "verificationMethods": {"atproto": keys[0].did_key},
-        "alsoKnownAs": [f"at://{handle}"],
-        "services": {
-            "atproto_pds": {"type": "AtprotoPersonalDataServer", "endpoint": "https://pds.test"}
-        },
-        "prev": prev,
-    }
 
 
 def export_lines(dids: int, ops_per_did: int, *, recover_every: int = 50) -> Iterator[str]:
@@ -53,7 +20,7 @@ def export_lines(dids: int, ops_per_did: int, *, recover_every: int = 50) -> Ite
     the 72-hour window and older ops fall out of it. Every `recover_every`-th DID has its
     op 1 signed by the hot key (index 1) and nullified by op 2, signed by key 0."""
     seconds_per_op = 60 * 3600 / dids
-    keys = [[_Key(f"{d}/0"), _Key(f"{d}/1")] for d in range(dids)]
+    keys = [[Key(f"{d}/0"), Key(f"{d}/1")] for d in range(dids)]
     heads: list[tuple[str, str]] = []  # (did, cid of head)
     history: list[list[str]] = [[] for _ in range(dids)]
     clock = 0.0
@@ -64,14 +31,14 @@ def export_lines(dids: int, ops_per_did: int, *, recover_every: int = 50) -> Ite
             created = stamp.isoformat(timespec="milliseconds")
             recovering = d % recover_every == 0 and ops_per_did >= 3
             if round_ == 0:
-                op = keys[d][0].sign({**_update("", keys[d], f"user{d}.test"), "prev": None})
+                op = keys[d][0].sign(plc_operation(None, keys[d], [f"at://user{d}.test"]))
                 did = did_of_genesis(dag_cbor(op))
                 heads.append((did, ""))
             else:
                 did = heads[d][0]
                 prev = history[d][0] if recovering and round_ == 2 else history[d][-1]
                 signer = keys[d][1] if recovering and round_ == 1 else keys[d][0]
-                op = signer.sign(_update(prev, keys[d], f"user{d}-v{round_}.test"))
+                op = signer.sign(plc_operation(prev, keys[d], [f"at://user{d}-v{round_}.test"]))
             cid = cid_of(dag_cbor(op))
             history[d].append(cid)
             nullified = recovering and round_ == 1

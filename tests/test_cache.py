@@ -19,7 +19,7 @@ from resolver import Config, Resolver, Status
 from resolver.dns import DnsClient
 from resolver.fetch import Fetcher, Response
 from tests.devnet.network import DevnetState
-from tests.forwarder import forwarding_server, url_of
+from tests.forwarder import PlcStandIn
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -167,27 +167,27 @@ async def test_stale_while_revalidate(devnet_config: Config) -> None:
 
 
 async def test_stale_if_error_when_the_plc_directory_is_down(devnet: DevnetState) -> None:
-    proxy = await forwarding_server(devnet.plc_url)
-    config = devnet.config(plc_url=url_of(proxy))
     clock = Clock()
-    async with CachedResolver(Resolver(config), MemoryStore(clock=clock), clock=clock) as c:
-        assert (await c.lookup(devnet.did("carol"))).status is Status.VERIFIED
-        await proxy.cleanup()  # the directory is gone: connections are refused
-        clock.now += Policy().verified.fresh + 1
-        first = await c.lookup(devnet.did("carol"))
-        assert first.status is Status.VERIFIED and first.cache.state == "stale"
-        while (await c.stats())["refreshing"]:
-            await asyncio.sleep(0.05)
-        served = await c.lookup(devnet.did("carol"))
-        assert served.status is Status.VERIFIED and served.cache.state == "stale"
-        assert served.cache.refresh_error and "cannot connect" in served.cache.refresh_error
-        report = served.to_json()
-        assert report["evidence"]["refresh"]["outcome"] == "failed"
-        assert "stale_upstream_failed" in report["warnings"]
-        assert (await c.stats())["refreshes"] == 1  # no retry before retry_after
-        clock.now = clock.now + Policy().verified.max_age  # past the hard maximum
-        gone = await c.lookup(devnet.did("carol"))
-        assert gone.status is Status.UNAVAILABLE and not gone.cache.cached
+    with PlcStandIn(devnet.plc_url) as stand_in:
+        config = devnet.config(plc_url=stand_in.url)
+        async with CachedResolver(Resolver(config), MemoryStore(clock=clock), clock=clock) as c:
+            assert (await c.lookup(devnet.did("carol"))).status is Status.VERIFIED
+            stand_in.set_fault("down")  # the directory is gone: connections are refused
+            clock.now += Policy().verified.fresh + 1
+            first = await c.lookup(devnet.did("carol"))
+            assert first.status is Status.VERIFIED and first.cache.state == "stale"
+            while (await c.stats())["refreshing"]:
+                await asyncio.sleep(0.05)
+            served = await c.lookup(devnet.did("carol"))
+            assert served.status is Status.VERIFIED and served.cache.state == "stale"
+            assert served.cache.refresh_error and "cannot connect" in served.cache.refresh_error
+            report = served.to_json()
+            assert report["evidence"]["refresh"]["outcome"] == "failed"
+            assert "stale_upstream_failed" in report["warnings"]
+            assert (await c.stats())["refreshes"] == 1  # no retry before retry_after
+            clock.now = clock.now + Policy().verified.max_age  # past the hard maximum
+            gone = await c.lookup(devnet.did("carol"))
+            assert gone.status is Status.UNAVAILABLE and not gone.cache.cached
 
 
 async def test_coalescing_one_upstream_resolution(devnet_config: Config) -> None:
@@ -256,3 +256,46 @@ async def test_invalid_input_is_answered_without_touching_the_cache(
         assert (await c.lookup("bad..handle")).status is Status.INVALID_INPUT
         assert await c.purge("bad..handle") == []
         assert await store.count() == 0
+
+
+async def test_an_answer_is_as_fresh_as_its_stalest_part(
+    devnet_config: Config, devnet: DevnetState
+) -> None:
+    clock = Clock()
+    policy = Policy(verified=Lifetime(100, 1000), unverified=Lifetime(100, 1000))
+    resolver, _, _, plc = counting_resolver(devnet_config)
+    async with CachedResolver(resolver, MemoryStore(clock=clock), policy, clock=clock) as c:
+        await c.lookup(devnet.did("bob"))  # the document: fresh until t=100
+        clock.now += 60
+        old = await c.lookup("bob-old.test")  # a new handle part, fresh until t=160
+        assert old.cache.state == "miss" and plc.urls[f"{devnet.plc_url}/{devnet.did('bob')}"] == 1
+        assert round(old.cache.fresh_for_s) == 40  # the document's, not the new part's 100
+        assert old.cache.age_s == pytest.approx(60)
+        clock.now += 41
+        assert (await c.lookup("bob-old.test")).cache.state == "stale"
+
+
+async def test_a_miss_resolves_a_stale_part_again_rather_than_reuse_it(
+    devnet_config: Config, devnet: DevnetState
+) -> None:
+    clock = Clock()
+    policy = Policy(unverified=Lifetime(10, 1000))
+    resolver, _, _, plc = counting_resolver(devnet_config)
+    async with CachedResolver(resolver, MemoryStore(clock=clock), policy, clock=clock) as c:
+        await c.lookup("bob-old.test")  # unverified: the document is fresh for 10 s
+        clock.now += 20
+        await c.lookup("bob.test")  # a miss: bob's document is stale, so it is fetched again
+        assert plc.urls[f"{devnet.plc_url}/{devnet.did('bob')}"] == 2
+
+
+async def test_refresh_resolves_every_part_afresh(
+    devnet_config: Config, devnet: DevnetState
+) -> None:
+    resolver, dns, _, plc = counting_resolver(devnet_config)
+    async with CachedResolver(resolver, MemoryStore()) as c:
+        await c.lookup("alice.test")
+        refreshed = await c.refresh("alice.test")
+        assert refreshed.status is Status.VERIFIED and refreshed.cache.state == "miss"
+        assert dns.txt_queries["_atproto.alice.test"] == 2
+        assert plc.urls[f"{devnet.plc_url}/{devnet.did('alice')}"] == 2
+        assert (await c.lookup("alice.test")).cache.state == "fresh"

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from resolver import document, errors
+from resolver.identity import Evidence
+from resolver.outcome import Outcome
 from tests.vectors import did_documents
 
 DOCS = did_documents()
@@ -163,3 +165,28 @@ def test_pds_type_is_checked_and_unknown_entries_tolerated() -> None:
 def test_document_round_trips_through_json() -> None:
     raw, data = document.parse_json_document(DID, json.dumps(_doc()).encode())
     assert raw["id"] == DID and data.declared_handle == "atproto.com"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"<!doctype html><h1>Request blocked</h1>", b'{"id": "did:plc:ewvi7nxzyo', b"[" * 5000],
+)
+def test_a_body_that_is_not_json_is_a_malformed_answer_which_confirms_nothing(
+    body: bytes,
+) -> None:
+    """An HTML page, half a document, nesting past the recursion limit: the other side's
+    trouble, reported as invalid data but never confirming anything about the DID."""
+    with pytest.raises(errors.MalformedAnswer) as info:
+        document.parse_json_document(DID, body)
+    evidence = Evidence.failure(info.value, 1.0, "https://example.com")
+    assert evidence.outcome is Outcome.INVALID and not evidence.confirmed
+
+
+def test_a_well_formed_but_unacceptable_document_is_confirmed_invalid_data() -> None:
+    """What the other side really serves (a JSON array, a document for another DID) says
+    something about the DID: it may replace a cached answer."""
+    for body in (b"[1, 2]", json.dumps(_doc(id="did:plc:someoneelseaaaaaaaaaaaaa")).encode()):
+        with pytest.raises(errors.InvalidData) as info:
+            document.parse_json_document(DID, body)
+        assert not isinstance(info.value, errors.MalformedAnswer)
+        assert Evidence.failure(info.value, 1.0, None).confirmed

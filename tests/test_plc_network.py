@@ -10,7 +10,7 @@ import pytest
 
 from resolver import Config, Outcome, Resolver, Status
 from tests.devnet.network import DevnetState
-from tests.forwarder import Edit, forwarding_server, url_of
+from tests.forwarder import Edit, PlcStandIn
 
 NAMES = [
     "alice",
@@ -100,7 +100,7 @@ async def test_a_lying_directory_is_caught(devnet: DevnetState) -> None:
     def doc_lie(doc: Any) -> None:  # the document says something nobody signed
         doc["alsoKnownAs"] = ["at://evil.test"]
 
-    runner = await forwarding_server(
+    stand_in = PlcStandIn(
         devnet.plc_url,
         {
             f"/{bob}/log/audit": _edit(changed_field),
@@ -108,7 +108,7 @@ async def test_a_lying_directory_is_caught(devnet: DevnetState) -> None:
             f"/{alice}": _edit(doc_lie),
         },
     )
-    mirror = url_of(runner)
+    mirror = stand_in.url
     config: Config = devnet.config(verify_plc=True, plc_url=mirror)
     try:
         async with Resolver(config) as resolver:
@@ -118,7 +118,7 @@ async def test_a_lying_directory_is_caught(devnet: DevnetState) -> None:
         async with Resolver(devnet.config(plc_url=mirror)) as trusting_resolver:
             trusting = await trusting_resolver.lookup(alice)
     finally:
-        await runner.cleanup()
+        stand_in.stop()
     assert bob_identity.status is Status.PLC_LOG_INVALID
     assert bob_identity.plc_log.outcome is Outcome.INVALID
     assert any("[P-CID-1]" in f for f in bob_identity.plc_findings)

@@ -343,7 +343,9 @@ async def test_cancellation_leaves_no_task_behind(resolver: Resolver) -> None:
         (404, b"<html>not json</html>", "NotFound"),
         (500, b"", "UpstreamFailure"),
         (429, b"", "UpstreamFailure"),
-        (400, b'{"message": "bad"}', "InvalidData"),
+        # Any other status says nothing about the DID: never absence, never invalid data.
+        (400, b'{"message": "bad"}', "UpstreamFailure"),
+        (403, b"<html>Request blocked</html>", "UpstreamFailure"),
     ],
 )
 def test_plc_directory_statuses(status: int, body: bytes, error: str) -> None:

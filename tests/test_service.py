@@ -11,10 +11,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
+from cache import CachedResolver, MemoryStore
+from resolver import Config, Identity, Resolver
+from server import Service, Settings
 from tests.daemon import Daemon, running_daemon
 from tests.devnet.network import DevnetState
-from tests.forwarder import forwarding_server, url_of
+from tests.forwarder import PlcStandIn
 
 XRPC = "/xrpc/com.atproto.identity."
 TOKEN = "test-refresh-token"
@@ -216,15 +220,21 @@ async def test_the_python_sdk_client_calls_it_unchanged(
 async def test_upstream_down_with_and_without_a_cached_answer(
     devnet: DevnetState, tmp_path: Path
 ) -> None:
-    proxy = await forwarding_server(devnet.plc_url)
-    env = {**devnet.env(), "ATWHOIS_PLC_URL": url_of(proxy)}
     config = tmp_path / "serve.toml"
     config.write_text('cache = "memory:"\nttl_verified = "1:3600"\n')
-    with running_daemon(env, tmp_path / "serve.log", "--config", str(config)) as daemon:
+    with (
+        PlcStandIn(devnet.plc_url) as stand_in,
+        running_daemon(
+            {**devnet.env(), "ATWHOIS_PLC_URL": stand_in.url},
+            tmp_path / "serve.log",
+            "--config",
+            str(config),
+        ) as daemon,
+    ):
         async with httpx.AsyncClient(base_url=daemon.url, timeout=30) as client:
             carol = {"did": devnet.did("carol")}
             assert (await client.get(XRPC + "resolveDid", params=carol)).status_code == 200
-            await proxy.cleanup()  # the PLC directory goes away
+            stand_in.set_fault("down")  # the PLC directory goes away
             await asyncio.sleep(1.2)  # carol's entry is now stale
             stale = await client.get(XRPC + "resolveDid", params=carol)
             assert stale.status_code == 200 and stale.json()["didDoc"]["id"] == carol["did"]
@@ -291,3 +301,25 @@ def test_concurrency_limit_and_request_deadline(devnet: DevnetState, tmp_path: P
         time.sleep(0.5)  # the shared resolution finished meanwhile, and was cached
         again = get(daemon, XRPC + "resolveHandle", handle="slow.test")
         assert again.status_code == 200
+
+
+async def test_an_unexpected_error_is_an_xrpc_body_with_the_request_id(
+    devnet_config: Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug must not become a bare 500: the caller gets an XRPC body naming the request
+    id, and the log has the traceback under that id, once. (A fake cache: no input is
+    known to raise here, which is the point.)"""
+
+    class Broken(CachedResolver):
+        async def lookup(self, identifier: str, *, timeout: float | None = None) -> Identity:
+            raise RuntimeError("a bug")
+
+    service = Service(Broken(Resolver(devnet_config), MemoryStore()), Settings(request_log=False))
+    async with TestClient(TestServer(service.app())) as client:
+        response = await client.get(XRPC + "resolveHandle", params={"handle": "alice.test"})
+        body = await response.json()
+    request_id = response.headers["X-Request-Id"]
+    assert response.status == 500 and body["error"] == "InternalServerError"
+    assert request_id in body["message"]
+    logged = [r for r in caplog.records if request_id in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info and "a bug" in str(logged[0].exc_info[1])

@@ -1,27 +1,46 @@
 """One behaviour suite for every store (memory, SQLite, Redis, and the memory tier in front
-of SQLite), against real SQLite files and the real Redis server on 127.0.0.1:6379."""
+of SQLite and Redis), against real SQLite files and real Redis servers; then what the memory
+tier promises: a bound in bytes, other processes' changes followed, a store outage
+survived."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from cache.stores import MemoryStore, RedisStore, SqliteStore, Store, TieredStore, open_store
+from cache.stores import (
+    MemoryStore,
+    RedisStore,
+    SqliteStore,
+    Store,
+    Stored,
+    StoreUnavailable,
+    TieredStore,
+    open_store,
+)
 from cache.stores.sqlite import SCHEMA_VERSION
+from tests.redis_server import RedisServer
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def _prefix() -> str:
+    return f"atwhois-test-{uuid.uuid4().hex}:"
+
 
 Factory = Callable[[Path], Store]
 FACTORIES: dict[str, Factory] = {
     "memory": lambda _: MemoryStore(),
     "sqlite": lambda tmp: SqliteStore(tmp / "cache.db"),
-    "redis": lambda _: RedisStore(REDIS_URL, prefix=f"atwhois-test-{uuid.uuid4().hex}:"),
+    "redis": lambda _: RedisStore(REDIS_URL, prefix=_prefix()),
     "memory+sqlite": lambda tmp: TieredStore(MemoryStore(), SqliteStore(tmp / "tier.db")),
+    "memory+redis": lambda _: TieredStore(MemoryStore(), RedisStore(REDIS_URL, prefix=_prefix())),
 }
 
 
@@ -29,60 +48,97 @@ FACTORIES: dict[str, Factory] = {
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     made = FACTORIES[request.param](tmp_path)
     yield made
-    if isinstance(made, RedisStore):
-        await made.delete(
-            [
-                k.decode().removeprefix(made.prefix)
-                async for k in made._redis.scan_iter(match=made.prefix + "*")
-            ]
-        )
+    redis = made.below if isinstance(made, TieredStore) else made
+    if isinstance(redis, RedisStore):
+        keys = [k async for k in redis._redis.scan_iter(match=redis.prefix + "*")]
+        await redis.delete([k.decode().removeprefix(redis.prefix) for k in keys])
     await made.close()
+
+
+async def value(store: Store, key: str) -> bytes | None:
+    found = await store.get(key)
+    return found.value if found else None
 
 
 async def test_put_get_overwrite_delete(store: Store) -> None:
     later = time.time() + 60
     assert await store.get("h:alice.test") is None
     await store.put("h:alice.test", b"one", later)
-    assert await store.get("h:alice.test") == b"one"
+    assert await value(store, "h:alice.test") == b"one"
     await store.put("h:alice.test", b"two", later)
-    assert await store.get("h:alice.test") == b"two"
+    assert await value(store, "h:alice.test") == b"two"
     await store.put("d:did:plc:x", b"\x00\xffbinary", later)
-    assert await store.get("d:did:plc:x") == b"\x00\xffbinary"
+    assert await value(store, "d:did:plc:x") == b"\x00\xffbinary"
     assert await store.count() == 2
     await store.delete(["h:alice.test", "h:never-there.test"])
     assert await store.get("h:alice.test") is None
     assert await store.count() == 1
 
 
-async def test_entries_expire(store: Store) -> None:
-    await store.put("h:short.test", b"soon gone", time.time() + 0.3)
-    await store.put("h:long.test", b"stays", time.time() + 60)
-    assert await store.get("h:short.test") == b"soon gone"
+async def test_entries_expire_and_say_when(store: Store) -> None:
+    soon, later = time.time() + 0.3, time.time() + 60
+    await store.put("h:short.test", b"soon gone", soon)
+    await store.put("h:long.test", b"stays", later)
+    found = await store.get("h:short.test")
+    assert found is not None and found.value == b"soon gone"
+    assert abs(found.expires_at - soon) < 0.01  # the tier in front expires it with the store
     await asyncio.sleep(0.45)
     assert await store.get("h:short.test") is None
-    assert await store.get("h:long.test") == b"stays"
+    assert await value(store, "h:long.test") == b"stays"
 
 
 async def test_keys_are_opaque_strings(store: Store) -> None:
     odd = "h:" + "x" * 240 + ".test"
     await store.put(odd, b"v", time.time() + 60)
     await store.put("d:did:web:localhost%3A8080", b"w", time.time() + 60)
-    assert await store.get(odd) == b"v"
-    assert await store.get("d:did:web:localhost%3A8080") == b"w"
+    assert await value(store, odd) == b"v"
+    assert await value(store, "d:did:web:localhost%3A8080") == b"w"
 
 
-async def test_memory_store_is_bounded_by_entries_and_bytes() -> None:
-    store = MemoryStore(max_entries=3, max_bytes=10_000)
+# --- the memory tier: a bound in bytes, decoded entries counted -------------------------
+
+
+async def test_memory_store_is_bounded_in_bytes_and_keeps_the_recently_used() -> None:
+    store = MemoryStore(max_bytes=4 * (200 + 2 + 1000))  # four slots of a 1000-byte value
     for i in range(5):
-        await store.put(f"k{i}", b"x", time.time() + 60)
-    assert await store.count() == 3 and await store.get("k0") is None
-    await store.get("k2")  # recently used survives
-    await store.put("k5", b"x", time.time() + 60)
-    assert await store.get("k2") == b"x" and await store.get("k3") is None
-    small = MemoryStore(max_entries=100, max_bytes=1000)
-    for i in range(10):
-        await small.put(f"k{i}", b"y" * 300, time.time() + 60)
-    assert small.bytes <= 1000 and await small.count() == 3
+        await store.put(f"k{i}", b"x" * 1000, time.time() + 60)
+    assert await store.count() == 4 and await store.get("k0") is None
+    await store.get("k1")  # recently used survives
+    await store.put("k5", b"x" * 1000, time.time() + 60)
+    assert await store.get("k1") is not None and await store.get("k2") is None
+    assert store.used_bytes <= store.max_bytes
+
+
+async def test_decoded_entries_are_decoded_once_and_count_against_the_bound() -> None:
+    store = MemoryStore(max_bytes=10_000)
+    calls: list[bytes] = []
+
+    def decode(raw: bytes) -> tuple[Any, int]:
+        calls.append(raw)
+        return raw.decode().upper(), 3000
+
+    await store.put("a", b"alpha", time.time() + 60)
+    assert await store.decoded("a", decode) == "ALPHA"
+    assert await store.decoded("a", decode) == "ALPHA" and calls == [b"alpha"]
+    assert store.used_bytes == 200 + 1 + 5 + 3000
+    for key in "bcd":  # each 3,206 bytes decoded: the oldest goes
+        await store.put(key, b"value", time.time() + 60)
+        await store.decoded(key, decode)
+    assert await store.get("a") is None and store.used_bytes <= 10_000
+    assert await store.decoded("nothing", decode) is None
+
+
+async def test_expired_entries_are_swept_even_if_never_read_again() -> None:
+    now = [1000.0]
+    store = MemoryStore(clock=lambda: now[0])
+    for i in range(100):
+        await store.put(f"old{i}", b"v" * 100, now[0] + 10)
+    now[0] += 31  # past their expiry and the sweep interval
+    await store.put("new", b"v", now[0] + 10)
+    assert await store.count() == 1 and store.used_bytes < 400
+
+
+# --- SQLite and Redis specifics ---------------------------------------------------------
 
 
 async def test_sqlite_survives_reopening_and_versions_its_schema(tmp_path: Path) -> None:
@@ -91,7 +147,7 @@ async def test_sqlite_survives_reopening_and_versions_its_schema(tmp_path: Path)
     await first.put("h:alice.test", b"kept", time.time() + 60)
     await first.close()
     second = SqliteStore(path)
-    assert await second.get("h:alice.test") == b"kept"
+    assert await value(second, "h:alice.test") == b"kept"
     version = second._db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()
     assert version == (str(SCHEMA_VERSION),)
     # A cache written by another schema version is dropped, not misread.
@@ -103,8 +159,8 @@ async def test_sqlite_survives_reopening_and_versions_its_schema(tmp_path: Path)
 
 
 async def test_redis_prefixes_keep_instances_apart() -> None:
-    one = RedisStore(REDIS_URL, prefix=f"atwhois-test-{uuid.uuid4().hex}:")
-    two = RedisStore(REDIS_URL, prefix=f"atwhois-test-{uuid.uuid4().hex}:")
+    one = RedisStore(REDIS_URL, prefix=_prefix())
+    two = RedisStore(REDIS_URL, prefix=_prefix())
     try:
         await one.put("h:alice.test", b"mine", time.time() + 60)
         assert await two.get("h:alice.test") is None and await one.count() == 1
@@ -116,9 +172,155 @@ async def test_redis_prefixes_keep_instances_apart() -> None:
 
 def test_open_store_urls(tmp_path: Path) -> None:
     assert isinstance(open_store("memory:"), MemoryStore)
-    tiered = open_store(f"sqlite://{tmp_path}/a.db")
+    tiered = open_store(f"sqlite://{tmp_path}/a.db", memory_bytes=1 << 20)
     assert isinstance(tiered, TieredStore) and isinstance(tiered.below, SqliteStore)
+    assert tiered.memory.max_bytes == 1 << 20
     assert isinstance(open_store(str(tmp_path / "b.db")), TieredStore)
-    redis = open_store("redis://127.0.0.1:6379/0?prefix=x:")
-    assert isinstance(redis, RedisStore) and redis.prefix == "x:"
-    assert isinstance(open_store("redis://127.0.0.1:6379/0?memory=1"), TieredStore)
+    redis = open_store("redis://127.0.0.1:6379/0?prefix=x:")  # always with a memory tier
+    assert isinstance(redis, TieredStore) and isinstance(redis.below, RedisStore)
+    assert redis.below.prefix == "x:"
+
+
+# --- the tier follows what other processes change ---------------------------------------
+
+TwoTiers = Callable[[Path], tuple[TieredStore, TieredStore]]
+
+
+def _two_on_sqlite(tmp: Path) -> tuple[TieredStore, TieredStore]:
+    path = tmp / "shared.db"
+    return (
+        TieredStore(MemoryStore(), SqliteStore(path)),
+        TieredStore(MemoryStore(), SqliteStore(path)),
+    )
+
+
+def _two_on_redis(_: Path) -> tuple[TieredStore, TieredStore]:
+    prefix = _prefix()
+    return (
+        TieredStore(MemoryStore(), RedisStore(REDIS_URL, prefix=prefix)),
+        TieredStore(MemoryStore(), RedisStore(REDIS_URL, prefix=prefix)),
+    )
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]], within: float) -> float:
+    started = time.monotonic()
+    while not await check():
+        assert time.monotonic() - started < within, f"not within {within}s"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("make", [_two_on_sqlite, _two_on_redis], ids=["sqlite", "redis"])
+async def test_a_change_by_another_process_reaches_the_memory_tier(
+    tmp_path: Path, make: TwoTiers
+) -> None:
+    one, two = make(tmp_path)
+    told: list[str] = []
+    two.listeners.append(lambda: told.append("changed"))
+    try:
+        await one.put("h:alice.test", b"old", time.time() + 60)
+        assert await value(two, "h:alice.test") == b"old"  # now in two's memory tier
+
+        async def following() -> bool:
+            return not await two.health()
+
+        await _eventually(following, within=2)
+        await one.put("h:alice.test", b"new", time.time() + 60)
+
+        async def sees_new() -> bool:
+            return await value(two, "h:alice.test") == b"new"
+
+        assert await _eventually(sees_new, within=1.0) < 1.0
+        await one.delete(["h:alice.test"])
+
+        async def sees_purge() -> bool:
+            return await two.get("h:alice.test") is None
+
+        await _eventually(sees_purge, within=1.0)
+        assert told  # the answers rendered from the old value are dropped too
+    finally:
+        await one.close()
+        await two.close()
+
+
+# --- the store below fails: the tier answers alone, and catches up ----------------------
+
+
+class Flaky:
+    """A store that fails on command (a fake: this tests the tier's logic alone; the real
+    outages are in tests/test_cache_truth.py)."""
+
+    name = "flaky"
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.down = False
+        self.deleted: list[str] = []
+
+    async def _check(self) -> None:
+        if self.down:
+            raise ConnectionError("refused")
+
+    async def get(self, key: str) -> Stored | None:
+        await self._check()
+        return await self.inner.get(key)
+
+    async def put(self, key: str, value: bytes, expires_at: float) -> None:
+        await self._check()
+        await self.inner.put(key, value, expires_at)
+
+    async def delete(self, keys: Any) -> None:
+        await self._check()
+        self.deleted += list(keys)
+        await self.inner.delete(keys)
+
+    async def count(self) -> int:
+        await self._check()
+        return await self.inner.count()
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_when_the_store_below_fails_the_tier_answers_and_catches_up() -> None:
+    now = [1000.0]
+    below = Flaky()
+    tier = TieredStore(MemoryStore(clock=lambda: now[0]), below)
+    await tier.put("h:kept.test", b"kept", now[0] + 600)
+    await below.inner.put("h:stale.test", b"old", now[0] + 600)  # written by someone else
+    below.down = True
+    assert await value(tier, "h:kept.test") == b"kept"  # from memory
+    await tier.put("h:new.test", b"new", now[0] + 600)  # memory only, for now
+    with pytest.raises(StoreUnavailable):
+        await tier.delete(["h:stale.test"])  # a purge the store did not take
+    assert await tier.count() == 2  # what memory holds
+    assert tier.errors >= 1 and (await tier.health())[0].startswith("cache store flaky failing")
+    below.down = False
+    now[0] += 2  # past the pause before the store is tried again
+    assert await tier.health() == []  # the probe answered: recovered by itself
+    assert set(below.deleted) == {"h:stale.test", "h:new.test"}  # what it missed, replayed
+    assert await below.inner.get("h:stale.test") is None  # the purged value cannot come back
+
+
+async def test_a_real_redis_outage_is_survived(tmp_path: Path) -> None:
+    with RedisServer(tmp_path) as server:
+        tier = TieredStore(MemoryStore(), RedisStore(server.url, prefix=_prefix()))
+        try:
+            await tier.put("h:alice.test", b"v", time.time() + 60)
+            server.stop()
+            started = time.monotonic()
+            assert await value(tier, "h:alice.test") == b"v"
+            await tier.put("h:bob.test", b"w", time.time() + 60)
+            assert await value(tier, "h:bob.test") == b"w"
+            assert time.monotonic() - started < 2  # refused fast, then not asked for a second
+            assert await tier.health()
+            server.start()
+            await asyncio.sleep(1.1)
+
+            async def recovered() -> bool:
+                return not await tier.health()
+
+            await _eventually(recovered, within=10)
+            assert await value(tier, "h:bob.test") is None  # not written below: re-resolved
+        finally:
+            await tier.close()

@@ -1,4 +1,5 @@
-"""Where cache entries live. One small interface, four implementations, one behaviour suite."""
+"""Where cache entries live. One small interface, three stores (memory, SQLite, Redis), a
+memory tier in front of the shared ones, one behaviour suite."""
 
 from __future__ import annotations
 
@@ -6,13 +7,27 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from .base import Store
+from .base import SharedStore, Store, Stored
 from .memory import MemoryStore
 from .redis import RedisStore
 from .sqlite import SqliteStore
-from .tiered import TieredStore
+from .tiered import StoreUnavailable, Tier, TieredStore, in_memory
 
-__all__ = ["MemoryStore", "RedisStore", "SqliteStore", "Store", "TieredStore", "open_store"]
+__all__ = [
+    "MemoryStore",
+    "RedisStore",
+    "SharedStore",
+    "SqliteStore",
+    "Store",
+    "StoreUnavailable",
+    "Stored",
+    "Tier",
+    "TieredStore",
+    "in_memory",
+    "open_store",
+]
+
+DEFAULT_MEMORY_BYTES = 64 * 1024 * 1024
 
 
 def default_sqlite_path() -> Path:
@@ -20,21 +35,18 @@ def default_sqlite_path() -> Path:
     return Path(base) / "atwhois" / "cache.db"
 
 
-def open_store(url: str | None = None) -> Store:
+def open_store(url: str | None = None, *, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> Tier:
     """`memory:`, `sqlite:///PATH` (or a plain path; the default is the embedded SQLite file
-    under the user's cache folder), `redis://HOST:PORT/DB?prefix=atwhois:`. SQLite gets a
-    memory tier in front; Redis does not (entries shared by several daemons are read there,
-    so a purge by one is seen by all), unless `?memory=1`."""
+    under the user's cache folder), `redis://HOST:PORT/DB?prefix=atwhois:`. The shared
+    stores get a memory tier of `memory_bytes` in front, which follows their changes."""
     if url is None or url == "":
-        return TieredStore(MemoryStore(), SqliteStore(default_sqlite_path()))
+        return TieredStore(MemoryStore(memory_bytes), SqliteStore(default_sqlite_path()))
     parts = urlsplit(url)
     if parts.scheme in ("memory", "mem"):
-        return MemoryStore()
+        return MemoryStore(memory_bytes)
     if parts.scheme in ("redis", "rediss"):
-        query = parse_qs(parts.query)
-        prefix = query.get("prefix", ["atwhois:"])[0]
+        prefix = parse_qs(parts.query).get("prefix", ["atwhois:"])[0]
         clean = parts._replace(query="").geturl()
-        redis = RedisStore(clean, prefix=prefix)
-        return TieredStore(MemoryStore(), redis) if query.get("memory") == ["1"] else redis
+        return TieredStore(MemoryStore(memory_bytes), RedisStore(clean, prefix=prefix))
     path = Path(parts.path) if parts.scheme == "sqlite" else Path(url)
-    return TieredStore(MemoryStore(), SqliteStore(path))
+    return TieredStore(MemoryStore(memory_bytes), SqliteStore(path))

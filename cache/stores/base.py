@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import NamedTuple, Protocol
+
+# Told of changes another process made: the keys, or None when anything may have changed.
+OnChange = Callable[[Sequence[str] | None], None]
+
+
+class Stored(NamedTuple):
+    value: bytes
+    expires_at: float  # seconds since the epoch
 
 
 class Store(Protocol):
     name: str
 
-    async def get(self, key: str) -> bytes | None:
-        """The value, or None if absent or past its expiry."""
+    async def get(self, key: str) -> Stored | None:
+        """The value and its expiry, or None if absent or past its expiry."""
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
         """Store `value` until `expires_at` (seconds since the epoch)."""
@@ -21,3 +29,12 @@ class Store(Protocol):
         """How many entries are held (expired ones may still be counted)."""
 
     async def close(self) -> None: ...
+
+
+class SharedStore(Store, Protocol):
+    """A store other processes write too (a SQLite file, a Redis server)."""
+
+    async def watch(self, on_change: OnChange, ready: Callable[[], Awaitable[None]]) -> None:
+        """Follow the changes other processes make: await `ready()` once following, then
+        call `on_change` for each change. Runs until cancelled; raises when it loses track
+        (the caller starts it again, and must assume it missed changes meanwhile)."""

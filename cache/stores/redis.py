@@ -1,34 +1,94 @@
 """Redis, for several daemons sharing one cache. Keys carry a prefix, so instances (and test
-runs) can share a server without colliding; Redis expires entries itself."""
+runs) can share a server without colliding; Redis expires entries itself.
+
+Every write also publishes its keys on `<prefix>changes`, so each daemon's memory tier drops
+what another daemon changed as soon as it is told (`watch`). Commands fail fast (a short
+timeout, no retries): the memory tier in front answers while Redis is away.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import contextlib
+import os
+from collections.abc import Awaitable, Callable, Iterable
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from .base import OnChange, Stored
+
+_SILENCE = 1.0  # seconds without a message before the subscription is pinged
+_DEAD = 3.0  # seconds without any message (not even a pong) before it is given up
 
 
 class RedisStore:
     name = "redis"
 
-    def __init__(self, url: str, *, prefix: str = "atwhois:") -> None:
+    def __init__(self, url: str, *, prefix: str = "atwhois:", timeout: float = 0.5) -> None:
         self.prefix = prefix
-        self._redis = aioredis.Redis.from_url(url)
+        self.channel = prefix + "changes"
+        self._origin = os.urandom(8).hex().encode()  # our own notices are not news to us
+        self._redis = aioredis.Redis.from_url(
+            url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
 
-    async def get(self, key: str) -> bytes | None:
-        value = await self._redis.get(self.prefix + key)
-        return value if isinstance(value, bytes) else None
+    async def get(self, key: str) -> Stored | None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(self.prefix + key)
+            pipe.pexpiretime(self.prefix + key)
+            value, expires_ms = await pipe.execute()
+        if not isinstance(value, bytes) or expires_ms < 0:
+            return None
+        return Stored(value, expires_ms / 1000)
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
-        await self._redis.set(self.prefix + key, value, pxat=int(expires_at * 1000))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.set(self.prefix + key, value, pxat=int(expires_at * 1000))
+            pipe.publish(self.channel, self._notice([key]))
+            await pipe.execute()
 
     async def delete(self, keys: Iterable[str]) -> None:
-        names = [self.prefix + k for k in keys]
-        if names:
-            await self._redis.delete(*names)
+        keys = list(keys)
+        if keys:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.delete(*(self.prefix + k for k in keys))
+                pipe.publish(self.channel, self._notice(keys))
+                await pipe.execute()
+
+    def _notice(self, keys: list[str]) -> bytes:
+        return b"\n".join([self._origin, *(k.encode() for k in keys)])
 
     async def count(self) -> int:
         return sum([1 async for _ in self._redis.scan_iter(match=self.prefix + "*", count=1000)])
+
+    async def watch(self, on_change: OnChange, ready: Callable[[], Awaitable[None]]) -> None:
+        pubsub = self._redis.pubsub()
+        try:
+            await pubsub.subscribe(self.channel)
+            await ready()
+            loop = asyncio.get_running_loop()
+            heard = loop.time()
+            while True:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+                now = loop.time()
+                if message is not None:
+                    heard = now
+                    if message["type"] == "message":
+                        origin, *keys = bytes(message["data"]).split(b"\n")
+                        if origin != self._origin:
+                            on_change([k.decode() for k in keys])
+                elif now - heard > _DEAD:
+                    raise TimeoutError(f"no word from Redis on {self.channel} for {_DEAD:.0f}s")
+                elif now - heard > _SILENCE:
+                    await pubsub.ping()
+        finally:
+            with contextlib.suppress(Exception):  # the connection may be gone already
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -1,15 +1,24 @@
 """The embedded default: one SQLite file in WAL mode, a versioned schema, survives restarts.
 
 Queries are point lookups on a primary key of a local file, so they run on the event loop
-thread: a thread hop would cost more than the query.
+thread: a thread hop would cost more than the query. A lock held by another process is
+waited for briefly only (`busy_timeout`); past that the query fails and the memory tier in
+front answers alone, rather than stalling every request behind it.
+
+Other processes may write the same file (`atwhois cache purge`, a cron audit, a second
+daemon): `watch` notices their commits through SQLite's `data_version`, which changes only
+when *another* connection committed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+
+from .base import OnChange, Stored
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -22,6 +31,7 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE INDEX IF NOT EXISTS entries_expiry ON entries (expires_at);
 """
 _SWEEP_EVERY = 1000  # writes between deletions of expired rows
+_WATCH_SECONDS = 0.1  # how often another process's commits are looked for
 
 
 class SqliteStore:
@@ -32,9 +42,9 @@ class SqliteStore:
         self.path = path
         self._clock = clock
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA busy_timeout=250")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
         self._migrate()
         self._writes = 0
 
@@ -48,11 +58,12 @@ class SqliteStore:
             "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
 
-    async def get(self, key: str) -> bytes | None:
+    async def get(self, key: str) -> Stored | None:
         row = self._db.execute(
-            "SELECT value FROM entries WHERE key = ? AND expires_at > ?", (key, self._clock())
+            "SELECT value, expires_at FROM entries WHERE key = ? AND expires_at > ?",
+            (key, self._clock()),
         ).fetchone()
-        return bytes(row[0]) if row else None
+        return Stored(bytes(row[0]), float(row[1])) if row else None
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
         self._db.execute(
@@ -68,6 +79,19 @@ class SqliteStore:
 
     async def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM entries").fetchone()[0])
+
+    async def watch(self, on_change: OnChange, ready: Callable[[], Awaitable[None]]) -> None:
+        version = self._data_version()
+        await ready()
+        while True:
+            await asyncio.sleep(_WATCH_SECONDS)
+            now = self._data_version()
+            if now != version:
+                version = now
+                on_change(None)  # which keys is not recorded: anything may have changed
+
+    def _data_version(self) -> int:
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
 
     async def close(self) -> None:
         self._db.close()

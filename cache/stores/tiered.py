@@ -1,13 +1,45 @@
-"""A memory tier in front of a slower store: reads fill it, writes and deletes go to both."""
+"""A memory tier in front of a shared store (SQLite, Redis): what a daemon reads comes from
+memory, and must not be older there than in the store.
+
+- While the tier follows the store's changes (`watch`: Redis pub/sub, SQLite's data
+  version), a memory entry is dropped as soon as another process changes or purges it; when
+  it cannot follow them, a value read from below is trusted for half a second only.
+- When the store below fails, the tier answers alone: degraded, never failing. Failures
+  are counted and described (`health`), the store is left alone for a second before it is
+  tried again, and the keys it could not be told about are deleted there once it answers
+  again, so an old value is never read back after a write or purge it missed.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
-from .base import Store
-from .memory import MemoryStore
+from .base import Store, Stored
+from .memory import Decoder, MemoryStore, Slot
 
-_L1_SECONDS = 60.0  # how long the memory tier trusts a value read from below
+T = TypeVar("T")
+log = logging.getLogger("atwhois.cache")
+
+_UNWATCHED_TRUST = 0.5  # seconds a value read from below is trusted when changes are not followed
+_RETRY_AFTER = 1.0  # seconds the store below is left alone after a failure
+_DEGRADED_FOR = 5.0  # seconds a failure keeps the tier reported as degraded
+_MAX_UNSYNCED = 10_000  # keys remembered for deletion below once it answers again
+
+
+class StoreUnavailable(Exception):
+    """The store below did not take a change (a purge); the memory tier did."""
+
+
+class _Failed:
+    """What a call to the store below gives when it failed or was not tried."""
+
+
+_FAILED = _Failed()
 
 
 class TieredStore:
@@ -15,30 +47,185 @@ class TieredStore:
         self.memory = memory
         self.below = below
         self.name = f"memory+{below.name}"
+        self.listeners: list[Callable[[], None]] = []  # told of other processes' changes
+        self.errors = 0  # failures of the store below, ever
+        self._clock = memory.clock
+        self._error: str | None = None
+        self._failed_at = 0.0
+        self._retry_at = 0.0
+        self._unsynced: dict[str, None] = {}  # keys to delete below when it answers again
+        self._watcher: asyncio.Task[None] | None = None
+        self._watching = False
+        self._watch_error: str | None = None
+        self._closed = False
 
-    async def get(self, key: str) -> bytes | None:
-        value = await self.memory.get(key)
-        if value is not None:
-            return value
-        value = await self.below.get(key)
-        if value is not None:
-            # The real expiry is inside the entry; the tier only bounds how stale it may be
-            # relative to the store below (another process may have purged it there).
-            await self.memory.put(key, value, self.memory.clock() + _L1_SECONDS)
-        return value
+    # --- reads ------------------------------------------------------------------------
+
+    async def get(self, key: str) -> Stored | None:
+        slot = await self._current(key)
+        return Stored(slot.value, slot.expires_at) if slot is not None else None
+
+    async def decoded(self, key: str, decode: Decoder) -> Any:
+        slot = await self._current(key)
+        return self.memory.decode(key, slot, decode) if slot is not None else None
+
+    async def _current(self, key: str) -> Slot | None:
+        self._follow_changes()
+        slot = self.memory.slot(key)
+        now = self._clock()
+        if slot is not None and (self._watching or now - slot.loaded_at < _UNWATCHED_TRUST):
+            return slot
+        found = await self._below(lambda: self.below.get(key))
+        if isinstance(found, _Failed):
+            return slot  # degraded: memory is all there is
+        if found is None:
+            await self.memory.delete([key])
+            return None
+        if slot is not None and slot.value == found.value:
+            slot.loaded_at, slot.expires_at = now, found.expires_at
+            return slot
+        return self.memory.keep(key, found.value, found.expires_at)
+
+    # --- writes -----------------------------------------------------------------------
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
-        await self.below.put(key, value, expires_at)
-        await self.memory.put(key, value, min(expires_at, self.memory.clock() + _L1_SECONDS))
+        self.memory.keep(key, value, expires_at)
+        if isinstance(await self._below(lambda: self.below.put(key, value, expires_at)), _Failed):
+            self._remember_unsynced([key])
 
     async def delete(self, keys: Iterable[str]) -> None:
+        """Raises `StoreUnavailable` when the store below did not take it (it is retried
+        there once the store answers again)."""
         keys = list(keys)
         await self.memory.delete(keys)
-        await self.below.delete(keys)
+        if isinstance(await self._below(lambda: self.below.delete(keys)), _Failed):
+            self._remember_unsynced(keys)
+            raise StoreUnavailable(f"{self.below.name}: {self._error or 'unavailable'}")
+
+    def _remember_unsynced(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self._unsynced[key] = None
+        while len(self._unsynced) > _MAX_UNSYNCED:
+            del self._unsynced[next(iter(self._unsynced))]
+
+    # --- the store below, failing ------------------------------------------------------
+
+    async def _below(self, call: Callable[[], Awaitable[T]]) -> T | _Failed:
+        if self._clock() < self._retry_at:
+            return _FAILED
+        try:
+            result = await call()
+        except Exception as err:  # whatever the store raises, the tier answers alone
+            self._fail(err)
+            return _FAILED
+        if self._error is not None or self._unsynced:
+            await self._resync()
+        return result
+
+    def _fail(self, err: Exception) -> None:
+        now = self._clock()
+        self.errors += 1
+        if self._error is None:
+            log.warning("cache store %s failed, answering from memory", self.below.name)
+        self._error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        self._failed_at, self._retry_at = now, now + _RETRY_AFTER
+
+    async def _resync(self) -> None:
+        """The store answers again: delete there what it missed, then say so."""
+        keys = list(self._unsynced)
+        try:
+            if keys:
+                await self.below.delete(keys)
+        except Exception as err:
+            self._fail(err)
+            return
+        for key in keys:
+            self._unsynced.pop(key, None)
+        if self._error is not None:
+            log.warning("cache store %s answers again", self.below.name)
+        self._error = None
+
+    async def health(self) -> list[str]:
+        """Why the tier is degraded (empty: it is not). Tries the store below first when
+        it failed, so the answer recovers by itself."""
+        if self._error is not None:
+            await self._below(lambda: self.below.get("health:probe"))
+        reasons = []
+        if self._error is not None and self._clock() - self._failed_at < _DEGRADED_FOR:
+            reasons.append(f"cache store {self.below.name} failing, answering from memory")
+        elif self._error is not None or self._unsynced:
+            reasons.append(f"cache store {self.below.name} missed changes not yet replayed")
+        if self._watcher is not None and not self._watching:
+            why = f": {self._watch_error}" if self._watch_error else ""
+            reasons.append(f"changes by other processes are not followed{why}")
+        return reasons
+
+    @property
+    def used_bytes(self) -> int:
+        return self.memory.used_bytes
+
+    # --- following other processes' changes ------------------------------------------
+
+    def _follow_changes(self) -> None:
+        if self._watcher is None and not self._closed and hasattr(self.below, "watch"):
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                await self.below.watch(self._changed, self._following)  # type: ignore[attr-defined]
+            except Exception as err:
+                self._watch_error = f"{type(err).__name__}: {err}"
+            if self._watching:
+                backoff = 0.1
+            self._watching = False
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    async def _following(self) -> None:
+        # What changed while nobody listened is unknown: forget what memory holds, once the
+        # store has been told what it missed (so nothing forgotten is read back from it).
+        await self._resync()
+        self.memory.clear()
+        self._notify()
+        self._watching, self._watch_error = True, None
+
+    def _changed(self, keys: Sequence[str] | None) -> None:
+        if keys is None:
+            self.memory.clear()
+        else:
+            for key in keys:
+                self.memory.forget(key)
+        self._notify()
+
+    def _notify(self) -> None:
+        for listener in self.listeners:
+            listener()
+
+    # --- the rest ---------------------------------------------------------------------
 
     async def count(self) -> int:
-        return await self.below.count()
+        counted = await self._below(self.below.count)
+        return await self.memory.count() if isinstance(counted, _Failed) else counted
 
     async def close(self) -> None:
+        self._closed = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
         await self.memory.close()
         await self.below.close()
+
+
+Tier = MemoryStore | TieredStore  # what a `CachedResolver` reads through
+
+
+def in_memory(
+    store: Store, max_bytes: int = 64 * 1024 * 1024, clock: Callable[[], float] = time.time
+) -> Tier:
+    """`store` with a memory tier in front, unless it is one or has one already."""
+    if isinstance(store, MemoryStore | TieredStore):
+        return store
+    return TieredStore(MemoryStore(max_bytes, clock), store)

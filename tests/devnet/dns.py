@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import socket
 import struct
 import subprocess
@@ -19,6 +18,7 @@ import dns.message
 import dns.rcode
 
 from . import world
+from .faults import Faults
 from .process import Child
 
 LOOPBACK = "127.0.0.1"
@@ -53,6 +53,8 @@ def render_zone(fill: Callable[[str], str], serial: int = 1, bulk: int = 0) -> s
     lines.extend(f"{n} A {LOOPBACK}" for n in sorted(world.NODATA_NAMES))
     lines.extend(f"{host}. A {LOOPBACK}" for host in world.HTTPS_HOSTS)
     lines.extend(f"{host}. A {addr}" for host, addr in sorted(world.FORBIDDEN_HOSTS.items()))
+    # Any other name under bulk.test is a web host too: tests make up did:web identities.
+    lines.append(f"*{world.BULK_SUFFIX}. A {LOOPBACK}")
     for index in range(bulk):
         host = world.bulk_host(index)
         lines += [f'_atproto.{host}. TXT "did=did:web:{host}"', f"{host}. A {LOOPBACK}"]
@@ -138,21 +140,11 @@ class DnsProxy:
         self.upstream = (LOOPBACK, upstream_port)
         self.delay = delay
         self.queries = 0
-        # Tests break names at run time: a JSON file {name: "servfail" | "never"}, reread
-        # when it changes.
-        self._faults_file = faults
-        self._faults: dict[str, str] = {}
-        self._faults_mtime = 0.0
+        # Tests break names at run time: {name: "servfail" | "never"} (see `faults`).
+        self._faults = Faults(faults) if faults is not None else None
 
     def _fault(self, name: str) -> str | None:
-        if self._faults_file is not None and self._faults_file.exists():
-            mtime = self._faults_file.stat().st_mtime
-            if mtime != self._faults_mtime:
-                self._faults = json.loads(self._faults_file.read_text() or "{}")
-                self._faults_mtime = mtime
-        elif self._faults:
-            self._faults = {}
-        return self._faults.get(name)
+        return self._faults.of(name) if self._faults is not None else None
 
     async def start(self, port: int = 0) -> int:
         loop = asyncio.get_running_loop()

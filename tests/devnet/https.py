@@ -8,12 +8,15 @@ import asyncio
 import datetime
 import gzip
 import json
+import socket
 import ssl
+import struct
 from pathlib import Path
 
 import trustme
 
 from . import world
+from .faults import Faults
 
 LOOPBACK = "127.0.0.1"
 _MAX_REQUEST_HEAD = 16 * 1024
@@ -63,11 +66,18 @@ class HttpsHosts:
     """One TLS listener. Files live in `root/<host><path>`, so tests can change a body
     between two requests; the hosts of `world.HTTPS_BEHAVIOURS` are scripted here."""
 
-    def __init__(self, root: Path, certificates: Certificates, delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        certificates: Certificates,
+        delay: float = 0.0,
+        faults: Path | None = None,
+    ) -> None:
         self.root = root
         self.certificates = certificates
         self.delay = delay
         self.requests = 0
+        self._faults = Faults(faults) if faults is not None else None
 
     async def start(self, port: int = 0) -> int:
         self._server = await asyncio.start_server(
@@ -115,8 +125,21 @@ class HttpsHosts:
     async def _respond(
         self, writer: asyncio.StreamWriter, host: str, path: str, method: str
     ) -> None:
+        fault = self._faults.of(host) if self._faults is not None else None
+        if fault == "503":
+            return await _send(writer, 503, b"try later")
+        if fault == "html":
+            return await _send(writer, 200, b"<!doctype html><p>maintenance</p>")
+        if fault == "reset":
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+            return None
+        if fault == "hang":
+            await asyncio.sleep(3600)
+            return None
         if host.endswith(world.BULK_SUFFIX) and path == world.DID_JSON:
-            document = json.dumps(world.did_web_document(host)).encode()
+            document = json.dumps(world.bulk_document(host)).encode()
             return await _send(writer, 200, document, [("Content-Type", "application/json")])
         if host.endswith(world.BULK_SUFFIX) and path == world.WELL_KNOWN:
             return await _send(writer, 200, f"did:web:{host}".encode())

@@ -25,6 +25,7 @@ from resolver import Config
 
 from . import world
 from .dns import DnsProxy, Knot, render_zone
+from .faults import write_faults
 from .https import Certificates, HttpsHosts
 from .plc import seed_world, start_plc
 from .process import Child
@@ -82,11 +83,14 @@ class DevnetState:
         file.write_text(body)
 
     def set_dns_faults(self, faults: dict[str, str]) -> None:
-        """Names the DNS proxy answers with SERVFAIL ("servfail") or never ("never")."""
-        target = Path(self.workdir) / "dns-faults.json"
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(faults))
-        tmp.rename(target)
+        """Names the DNS proxy answers with SERVFAIL ("servfail") or never ("never");
+        `"*"` stands for every other name."""
+        write_faults(Path(self.workdir) / "dns-faults.json", faults)
+
+    def set_https_faults(self, faults: dict[str, str]) -> None:
+        """Hosts the TLS server mistreats: "503", "html" (a 200 page), "reset", "hang";
+        `"*"` stands for every other host."""
+        write_faults(Path(self.workdir) / "https-faults.json", faults)
 
     def submit(self, name: str, op: str, **fields: str) -> None:
         """Sign an operation with the world's key for `name` and submit it to the directory:
@@ -196,7 +200,12 @@ async def run(workdir: Path, state_file: Path, delay: float, bulk: int = 0) -> N
         dns_port = await proxy.start()
 
         write_files(workdir / "www", dids)
-        hosts = HttpsHosts(workdir / "www", Certificates(workdir / "tls"), delay=delay)
+        hosts = HttpsHosts(
+            workdir / "www",
+            Certificates(workdir / "tls"),
+            delay=delay,
+            faults=workdir / "https-faults.json",
+        )
         https_port = await hosts.start()
 
         state = DevnetState(

@@ -1,0 +1,340 @@
+"""What a cached answer means, tried the way a hostile world would try it: the world changes
+between steps (DNS zone reloads, new PLC operations, well-known bodies), upstreams fail in
+every way they do (403 from a firewall, an HTML page, half a body, a reset, a hang), the
+shared store goes away, and every reader is asked what it sees after each step.
+
+Each test drives the real `atwhois serve` as a child process over HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.daemon import Daemon, running_daemon
+from tests.devnet.network import DevnetState
+from tests.forwarder import PlcStandIn
+from tests.plc_ops import PlcAccount
+from tests.redis_server import RedisServer
+
+XRPC = "/xrpc/com.atproto.identity."
+TOKEN = "truth-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def new_handle(tag: str) -> str:
+    return f"{tag}-{uuid.uuid4().hex[:10]}.test"
+
+
+def get(daemon: Daemon, path: str, **params: str) -> httpx.Response:
+    return httpx.get(daemon.url + path, params=params, timeout=30)
+
+
+def refresh(daemon: Daemon, identifier: str) -> httpx.Response:
+    return httpx.post(
+        daemon.url + XRPC + "refreshIdentity",
+        json={"identifier": identifier},
+        headers=AUTH,
+        timeout=30,
+    )
+
+
+def max_age(response: httpx.Response) -> int:
+    found = re.search(r"max-age=(\d+)", response.headers["Cache-Control"])
+    return int(found.group(1)) if found else 0
+
+
+def report(daemon: Daemon, identifier: str) -> dict[str, object]:
+    data: dict[str, object] = get(daemon, f"/v1/identity/{identifier}").json()
+    return data
+
+
+def wait_until_idle(daemon: Daemon, timeout: float = 10) -> None:
+    """Until no resolution (lookup or background refresh) is under way in the daemon."""
+    deadline = time.monotonic() + timeout
+    while "atwhois_inflight_resolutions 0" not in get(daemon, "/metrics").text:
+        assert time.monotonic() < deadline, "the daemon never became idle"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def plc_stand_in(devnet: DevnetState) -> Iterator[PlcStandIn]:
+    with PlcStandIn(devnet.plc_url) as stand_in:
+        yield stand_in
+
+
+# --- 1. freshness of a composed answer is that of its stalest part ----------------------
+
+
+def test_a_stale_document_is_never_composed_into_a_fresh_answer(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    old, new = new_handle("old"), new_handle("new")
+    account = PlcAccount(devnet.plc_url, old)
+    devnet.set_dns_faults({f"_atproto.{old}.": "servfail"})
+    args = ("--cache", "memory:", "--ttl-unverified", "1:60", "--ttl-verified", "60:600")
+    try:
+        with running_daemon(devnet.env(), tmp_path / "serve.log", *args) as daemon:
+            # Only the document is cached: the declared handle failed transiently.
+            assert get(daemon, XRPC + "resolveDid", did=account.did).status_code == 200
+            # The world changes: the old handle points at the DID, which now declares another.
+            devnet.set_dns_faults({})
+            devnet.set_txt(old, [f"did={account.did}"])
+            account.set_handle(new)
+            time.sleep(1.2)  # the cached document is past its fresh window
+            answer = get(daemon, XRPC + "resolveHandle", handle=old)
+            assert answer.status_code == 404, (answer.text, answer.headers["Cache-Control"])
+            assert answer.json()["error"] == "HandleNotFound"
+            assert report(daemon, old)["status"] == "handle_mismatch"
+    finally:
+        devnet.set_dns_faults({})
+
+
+def test_refresh_re_resolves_every_part(devnet: DevnetState, tmp_path: Path) -> None:
+    handle = new_handle("moving")
+    first, second = PlcAccount(devnet.plc_url, handle), PlcAccount(devnet.plc_url, handle)
+    devnet.set_txt(handle, [f"did={first.did}"])
+    with running_daemon(
+        devnet.env(), tmp_path / "serve.log", "--cache", "memory:", "--refresh-token", TOKEN
+    ) as daemon:
+        # The second DID claims the handle too: its document is cached, declaring the handle.
+        claimed = get(daemon, XRPC + "resolveIdentity", identifier=second.did).json()
+        assert claimed["handle"] == "handle.invalid"
+        assert get(daemon, XRPC + "resolveHandle", handle=handle).json() == {"did": first.did}
+        # The handle moves to the second DID, whose document now declares another handle.
+        devnet.set_txt(handle, [f"did={second.did}"])
+        second.set_handle(new_handle("elsewhere"))
+        refreshed = refresh(daemon, handle)
+        assert refreshed.status_code == 404, refreshed.text  # not verified: it no longer holds
+        assert refreshed.json()["error"] == "HandleNotFound"
+        assert get(daemon, XRPC + "resolveHandle", handle=handle).status_code == 404
+        assert report(daemon, handle)["status"] == "handle_mismatch"
+
+
+# --- 2. only a confirmed answer may replace a good one ----------------------------------
+
+BROKEN_ANSWERS = ["status:403", "status:400", "status:429", "html", "truncated", "cut", "reset"]
+
+
+@pytest.mark.parametrize("fault", [*BROKEN_ANSWERS, "hang"])
+def test_a_broken_directory_answer_never_replaces_a_good_entry(
+    devnet: DevnetState, plc_stand_in: PlcStandIn, tmp_path: Path, fault: str
+) -> None:
+    handle = new_handle("kept")
+    account = PlcAccount(devnet.plc_url, handle)
+    devnet.set_txt(handle, [f"did={account.did}"])
+    env = {**devnet.env(), "ATWHOIS_PLC_URL": plc_stand_in.url}
+    args = ("--cache", "memory:", "--ttl-verified", "1:600", "--timeout", "1")
+    with running_daemon(env, tmp_path / "serve.log", *args) as daemon:
+        good = get(daemon, XRPC + "resolveDid", did=account.did)
+        assert good.status_code == 200
+        plc_stand_in.set_fault(fault)
+        time.sleep(1.1)  # stale now: the next read refreshes in the background
+        assert get(daemon, XRPC + "resolveDid", did=account.did).json() == good.json()
+        wait_until_idle(daemon)
+        kept = get(daemon, XRPC + "resolveDid", did=account.did)
+        assert kept.status_code == 200 and kept.json() == good.json()
+        assert max_age(kept) == 0  # served stale, and says so
+        cached = report(daemon, account.did)
+        assert cached["status"] == "verified"
+        assert cached["cache"]["state"] == "stale"  # type: ignore[index]
+        assert cached["cache"]["refresh_error"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("fault", BROKEN_ANSWERS)
+def test_a_broken_directory_answer_is_never_cached_as_absence(
+    devnet: DevnetState, plc_stand_in: PlcStandIn, tmp_path: Path, fault: str
+) -> None:
+    account = PlcAccount(devnet.plc_url, None)
+    env = {**devnet.env(), "ATWHOIS_PLC_URL": plc_stand_in.url}
+    with running_daemon(env, tmp_path / "serve.log", "--cache", "memory:") as daemon:
+        plc_stand_in.set_fault(fault)
+        failed = get(daemon, XRPC + "resolveDid", did=account.did)
+        assert failed.status_code == 502, failed.text
+        assert failed.headers["Cache-Control"] == "no-store"
+        plc_stand_in.set_fault(None)
+        assert get(daemon, XRPC + "resolveDid", did=account.did).status_code == 200
+
+
+# --- 3. memory has a bound in bytes ------------------------------------------------------
+
+
+def test_distinct_large_documents_do_not_grow_memory_past_the_cap(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """1,500 distinct did:web identities with 60 KB documents, through the default
+    configuration (64 MiB for the in-process tiers): the daemon's RSS must stay near
+    its start-up size plus that cap, not grow by the documents' decoded size."""
+    with running_daemon(devnet.env(), tmp_path / "serve.log", "--cache", "memory:") as daemon:
+        get(daemon, XRPC + "resolveDid", did="did:web:pad60-warmup.bulk.test")
+        start = _rss_mib(daemon)
+
+        async def load() -> Counter[int]:
+            codes: Counter[int] = Counter()
+            gate = asyncio.Semaphore(16)
+            async with httpx.AsyncClient(base_url=daemon.url, timeout=60) as client:
+
+                async def one(i: int) -> None:
+                    async with gate:
+                        did = f"did:web:pad60-{i}.bulk.test"
+                        response = await client.get(XRPC + "resolveDid", params={"did": did})
+                        codes[response.status_code] += 1
+
+                await asyncio.gather(*(one(i) for i in range(1500)))
+            return codes
+
+        codes = asyncio.run(load())
+        grown = _rss_mib(daemon) - start
+    assert codes == Counter({200: 1500})
+    assert grown < 64 + 40, f"RSS grew by {grown:.0f} MiB"
+
+
+def _rss_mib(daemon: Daemon) -> float:
+    status = Path(f"/proc/{daemon.process.pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+
+
+# --- 4. a store outage degrades, never fails --------------------------------------------
+
+
+def test_a_redis_outage_degrades_the_daemon_and_it_recovers(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    identifiers = ["alice.test", "bob.test", "carol.test", "grace.test", "henry.test"]
+    identifiers += [devnet.did(name) for name in ("alice", "dave", "frank", "quinn")]
+    with (
+        RedisServer(tmp_path) as redis,
+        running_daemon(devnet.env(), tmp_path / "serve.log", "--redis", redis.url) as daemon,
+    ):
+        for identifier in identifiers[:4]:  # some cached before the outage, some not
+            assert get(daemon, XRPC + "resolveIdentity", identifier=identifier).status_code == 200
+        assert get(daemon, "/_health").json()["status"] == "ok"
+
+        async def load(stop_after: float) -> list[httpx.Response]:
+            answers: list[httpx.Response] = []
+            end = time.monotonic() + stop_after
+            async with httpx.AsyncClient(base_url=daemon.url, timeout=30) as client:
+
+                async def worker(offset: int) -> None:
+                    i = offset
+                    while time.monotonic() < end:
+                        i += 1
+                        identifier = identifiers[i % len(identifiers)]
+                        params = {"identifier": identifier}
+                        answers.append(await client.get(XRPC + "resolveIdentity", params=params))
+
+                await asyncio.gather(*(worker(n) for n in range(8)))
+            return answers
+
+        async def scenario() -> tuple[list[httpx.Response], dict[str, object]]:
+            running = asyncio.create_task(load(3.0))
+            await asyncio.sleep(1.0)
+            redis.stop()  # mid-load
+            await asyncio.sleep(1.0)
+            async with httpx.AsyncClient(base_url=daemon.url, timeout=10) as client:
+                health = (await client.get("/_health")).json()
+            return await running, health
+
+        answers, health = asyncio.run(scenario())
+        assert len(answers) > 50
+        for answer in answers:
+            assert answer.status_code == 200, answer.text  # resolved, or served from memory
+        assert health["status"] == "degraded" and health["reasons"], health
+        # Uncached identities are still answered (by resolving them directly).
+        for identifier in identifiers:
+            assert get(daemon, XRPC + "resolveIdentity", identifier=identifier).status_code == 200
+        redis.start()
+        deadline = time.monotonic() + 10
+        while get(daemon, "/_health").json()["status"] != "ok":
+            assert time.monotonic() < deadline, "the daemon never recovered from the outage"
+            time.sleep(0.2)
+        metrics = get(daemon, "/metrics").text
+        failures = re.search(r'atwhois_store_errors_total\{store="redis"\} (\d+)', metrics)
+        assert failures and int(failures.group(1)) > 0
+
+
+# --- 5. a refresh during an outage keeps the fallback copy ------------------------------
+
+
+def test_a_refresh_during_an_outage_keeps_the_copy_readers_fall_back_on(
+    devnet: DevnetState, plc_stand_in: PlcStandIn, tmp_path: Path
+) -> None:
+    handle = new_handle("outage")
+    account = PlcAccount(devnet.plc_url, handle)
+    devnet.set_txt(handle, [f"did={account.did}"])
+    env = {**devnet.env(), "ATWHOIS_PLC_URL": plc_stand_in.url}
+    args = ("--cache", "memory:", "--refresh-token", TOKEN)
+    with running_daemon(env, tmp_path / "serve.log", *args) as daemon:
+        good = get(daemon, XRPC + "resolveIdentity", identifier=handle)
+        assert good.status_code == 200 and good.json()["handle"] == handle
+        plc_stand_in.set_fault("status:500")
+        failed = refresh(daemon, handle)
+        assert failed.status_code == 502 and failed.json()["error"] == "UpstreamFailure"
+        for _ in range(3):  # every later read still has the copy, marked
+            kept = get(daemon, XRPC + "resolveIdentity", identifier=handle)
+            assert kept.status_code == 200 and kept.json() == good.json()
+        cached = report(daemon, handle)
+        assert cached["cache"]["refresh_error"]  # type: ignore[index]
+        plc_stand_in.set_fault(None)
+        assert refresh(daemon, handle).status_code == 200
+
+
+# --- also seen: daemons sharing a store, the load gate, unexpected errors ----------------
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_a_refresh_reaches_every_daemon_on_the_store_within_a_second(
+    devnet: DevnetState, tmp_path: Path, store: str
+) -> None:
+    handle = new_handle("shared")
+    first, second = PlcAccount(devnet.plc_url, handle), PlcAccount(devnet.plc_url, None)
+    devnet.set_txt(handle, [f"did={first.did}"])
+    with RedisServer(tmp_path) as redis:
+        args = ["--refresh-token", TOKEN]
+        args += ["--redis", redis.url] if store == "redis" else ["--cache", str(tmp_path / "c.db")]
+        with (
+            running_daemon(devnet.env(), tmp_path / "one.log", *args) as one,
+            running_daemon(devnet.env(), tmp_path / "two.log", *args) as two,
+        ):
+            for daemon in (one, two):
+                answer = get(daemon, XRPC + "resolveHandle", handle=handle)
+                assert answer.json() == {"did": first.did}
+            devnet.set_txt(handle, [f"did={second.did}"])
+            first.set_handle(None)
+            second.set_handle(handle)
+            assert refresh(one, handle).json()["did"] == second.did
+            refreshed_at = time.monotonic()
+            while get(two, XRPC + "resolveHandle", handle=handle).json() != {"did": second.did}:
+                assert time.monotonic() - refreshed_at < 1.0, "the other daemon kept the old DID"
+                time.sleep(0.05)
+
+
+def test_health_and_metrics_answer_while_the_daemon_is_saturated(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    args = ("--cache", "memory:", "--max-concurrency", "1")
+    with running_daemon(devnet.env(), tmp_path / "serve.log", *args) as daemon:
+
+        async def scenario() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=daemon.url, timeout=30) as client:
+                slow = asyncio.create_task(  # holds the only slot for 1.5 s
+                    client.get(XRPC + "resolveHandle", params={"handle": "slow.test"})
+                )
+                await asyncio.sleep(0.2)
+                started = time.monotonic()
+                answers = [await client.get("/_health"), await client.get("/metrics")]
+                assert time.monotonic() - started < 0.5  # not queued behind the gate
+                await slow
+                return answers
+
+        health, metrics = asyncio.run(scenario())
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert metrics.status_code == 200 and "atwhois_requests_total" in metrics.text

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test lint devnet bench setup clean
+.PHONY: run test lint devnet bench soak setup clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ lint: $(STAMP)
 ## The test network in the foreground; prints how to point atwhois at it.
 devnet: setup
 	$(PY) -m tests.devnet
+
+## A long model-based run of the cache (20,000 steps for each store unless
+## ATWHOIS_SOAK_STEPS says otherwise): prints how many steps it ran and what it found.
+soak: setup
+	ATWHOIS_SOAK_STEPS=$${ATWHOIS_SOAK_STEPS:-20000} $(PY) -m pytest -s -p no:cacheprovider tests/test_cache_model.py
 
 bench: setup
 	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import audit_run, cache_lookups, cold_resolution, plc_verify, serve_load
+from bench import audit_run, cache_lookups, cold_resolution, memory_load, plc_verify, serve_load
 
 BENCHMARKS = {
     "cold": cold_resolution.main,
@@ -12,6 +12,7 @@ BENCHMARKS = {
     "cache": cache_lookups.main,
     "serve": serve_load.main,
     "audit": audit_run.main,
+    "memory": memory_load.main,
 }
 
 

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.cold_resolution import DNS_HANDLES
-from cache import CachedResolver, MemoryStore, RedisStore, SqliteStore, Store, TieredStore
+from cache import CachedResolver, MemoryStore, SqliteStore, Store, TieredStore
+from cache.stores.redis import RedisStore
 from resolver import Resolver
 from tests.devnet.network import DevnetState, running_devnet
 

@@ -2,14 +2,13 @@
 
 from .policy import Lifetime, Policy
 from .resolver import CachedResolver
-from .stores import MemoryStore, RedisStore, SqliteStore, Store, TieredStore, open_store
+from .stores import MemoryStore, SqliteStore, Store, TieredStore, open_store
 
 __all__ = [
     "CachedResolver",
     "Lifetime",
     "MemoryStore",
     "Policy",
-    "RedisStore",
     "SqliteStore",
     "Store",
     "TieredStore",

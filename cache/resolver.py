@@ -61,15 +61,20 @@ class Entry:
     stale_until: float
     refresh_error: str | None = None
     retry_at: float = 0.0  # no background refresh before this (after a failed one)
+    body: bytes | None = None  # a DID document's bytes, as served
 
     def encode(self) -> bytes:
+        """The fields as one line of JSON, then the document's bytes as they are (JSON
+        never holds a raw newline): a document is neither escaped nor decoded to be kept."""
         # Not dataclasses.asdict: it deep-copies the part, the costliest step of a write.
-        fields = {name: getattr(self, name) for name in self.__slots__}
-        return json.dumps(fields, separators=(",", ":")).encode()
+        fields = {name: getattr(self, name) for name in self.__slots__ if name != "body"}
+        head = json.dumps(fields, separators=(",", ":")).encode()
+        return head if self.body is None else head + b"\n" + self.body
 
     @classmethod
     def decode(cls, raw: bytes) -> Entry:
-        return cls(**json.loads(raw))
+        head, newline, body = raw.partition(b"\n")
+        return cls(**json.loads(head), body=body if newline else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +89,11 @@ def _decode(raw: bytes, *, dev: bool) -> tuple[Cached, int]:
     entry = Entry.decode(raw)
     part: Part
     if "evidence" in entry.part:
-        part = DocumentResolution.from_json(entry.part, dev=dev)
+        part = DocumentResolution.from_json(entry.part, entry.body, dev=dev)
     else:
         part = HandleResolution.from_json(entry.part)
-    return Cached(entry, part), _json_size(entry.part) + 4 * sys.getsizeof(entry)
+    size = _json_size(entry.part) + len(entry.body or b"") + 4 * sys.getsizeof(entry)
+    return Cached(entry, part), size
 
 
 # One decoder per mode: the memory tier keeps what a decoder made while the same decoder
@@ -126,9 +132,13 @@ class CachedResolver:
         policy: Policy | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        max_resolutions: int = 32,
     ) -> None:
         self.resolver = resolver
         self.store = in_memory(store, clock=clock)
+        # Each resolution may hold a stranger's 64 KiB document decoded (half a MiB and
+        # more): a flood of misses waits for a slot rather than growing memory without end.
+        self._slots = asyncio.Semaphore(max_resolutions)
         self.policy = policy or Policy()
         self.clock = clock
         self._decode = _DECODERS[resolver.config.dev]
@@ -333,6 +343,10 @@ class CachedResolver:
         """Resolve the parts (with `reuse`, only those missing or stale), compose, store
         what the replacement table allows. Runs as its own task: a caller's cancellation
         never reaches it, so it can never be cached."""
+        async with self._slots:
+            return await self._resolve_and_store_now(query, reuse=reuse)
+
+    async def _resolve_and_store_now(self, query: Query, *, reuse: bool) -> Identity:
         run = _Run(self, reuse)
         if query.kind == "handle":
             handle = await run.handle(query.value, with_document=True)
@@ -367,10 +381,10 @@ class CachedResolver:
                 continue  # resolved on the way, not part of the answer: not worth keeping
             match replacement(_held(held), answer):
                 case Action.STORE:
-                    lifetime = self.policy.lifetime(_kind(new, status))
-                    start = run.started
+                    life, start = self.policy.lifetime(_kind(new, status)), run.started
+                    body = new.body if isinstance(new, DocumentResolution) else None
                     entry = Entry(
-                        new.to_json(), start, start + lifetime.fresh, start + lifetime.max_age
+                        new.to_json(), start, start + life.fresh, start + life.max_age, body=body
                     )
                     await self.store.put(key, entry.encode(), entry.stale_until)
                     if run.basis[key] is None:

@@ -27,6 +27,7 @@ from audit.api import AuditApi
 from audit.webhook import Webhook
 from cache import CachedResolver, Lifetime, Policy, open_store
 from resolver import Config, Resolver
+from server.memory import small_tls_buffers, trim_periodically
 from server.service import Service, Settings
 
 DEFAULT_PORT = 2584
@@ -61,6 +62,11 @@ def parser(config_flags: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="memory for cached entries and answers in this process (default 64)",
     )
     group.add_argument("--max-concurrency", type=int)
+    group.add_argument(
+        "--max-resolutions",
+        type=int,
+        help="upstream resolutions at once; more lookups of uncached identities wait (32)",
+    )
     group.add_argument("--request-timeout", type=float, metavar="SECONDS")
     group.add_argument(
         "--no-request-log",
@@ -164,8 +170,12 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
     store = open_store(
         merged.get("redis") or merged.get("cache"), memory_bytes=budget - budget // 8
     )
-    service = Service(CachedResolver(Resolver(config), store, policy), settings)
+    resolutions = int(merged.get("max_resolutions") or 32)
+    cached = CachedResolver(Resolver(config), store, policy, max_resolutions=resolutions)
+    service = Service(cached, settings)
+    small_tls_buffers()
     app = service.app()
+    trim_periodically(app)
     # Audits resolve afresh, replaying did:plc logs (rotation keys), politely, through the
     # same store: their results refresh the answers the daemon serves.
     audit_config = dataclasses.replace(config, verify_plc=True, per_host_limit=8)

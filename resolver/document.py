@@ -7,6 +7,7 @@ signing key, no valid PDS) are reported as warnings, never as a crash (DOC-KEY-4
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,6 +18,7 @@ from .syntax import is_valid_handle
 from .untrusted import parse_json
 
 PDS_SERVICE_TYPE = "AtprotoPersonalDataServer"
+KEPT_ENTRIES = 16  # aliases and services a report lists (the document itself has them all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +41,28 @@ class AtprotoData:
     warnings: tuple[str, ...] = field(default=())
 
 
-def parse_json_document(
-    did: str, body: bytes, *, dev: bool = False
-) -> tuple[dict[str, Any], AtprotoData]:
-    """Decode a document body and extract its atproto data (DOC-ID-1 checked)."""
+def parse_json_document(did: str, body: bytes, *, dev: bool = False) -> tuple[bytes, AtprotoData]:
+    """Decode a document body and extract its atproto data (DOC-ID-1 checked). Returns the
+    document as UTF-8 JSON bytes (the body as served, unless it came in another encoding)
+    and the data: the decoded document is held only while it is read, since a stranger's
+    64 KiB of JSON decodes to several times that."""
     try:
         document = parse_json(body)
     except ValueError as err:
         raise MalformedAnswer(f"DID document is not JSON: {err}") from None
-    return document, extract(did, document, dev=dev)
+    data = extract(did, document, dev=dev)
+    return body if _plain_utf8(body) else json.dumps(document).encode(), data
+
+
+def _plain_utf8(body: bytes) -> bool:
+    """UTF-8 without a byte-order mark: bytes that can go into a UTF-8 answer as they are."""
+    if body.startswith(b"\xef\xbb\xbf"):
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def extract(did: str, document: Any, *, dev: bool = False) -> AtprotoData:
@@ -65,13 +80,17 @@ def extract(did: str, document: Any, *, dev: bool = False) -> AtprotoData:
         warnings.append("legacy_key_format")  # DOC-KEY-3
     services = _services(_object_list(document, "service"))
     pds = _pds(services, warnings, dev=dev)
+    # The handle and the PDS come from every entry; the report keeps the first few of
+    # each list: a stranger's document may hold thousands, and a cache holds many reports.
+    if len(aliases) > KEPT_ENTRIES or len(services) > KEPT_ENTRIES:
+        warnings.append("long_document_lists")
     return AtprotoData(
         did=did,
-        also_known_as=tuple(aliases),
+        also_known_as=tuple(aliases[:KEPT_ENTRIES]),
         declared_handle=declared_handle(aliases),
         signing_key=key,
         pds=pds,
-        services=tuple(services),
+        services=tuple(services[:KEPT_ENTRIES]),
         warnings=tuple(warnings),
     )
 

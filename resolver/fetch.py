@@ -165,12 +165,16 @@ class Fetcher:
             resolver = (
                 GuardedResolver(self._guard, self._config.https_port) if self._guard else None
             )
+            # A stranger's host is asked once or twice per lookup: a connection kept open
+            # for it would only hold a TLS session's buffers (tens of KiB each, hundreds of
+            # hosts a second under load). The PLC directory's connections are reused.
             connector = aiohttp.TCPConnector(
                 resolver=resolver,
                 use_dns_cache=False,
                 ssl=self._ssl,
                 limit=256,
-                keepalive_timeout=5.0,
+                force_close=self._guard is not None,
+                keepalive_timeout=None if self._guard is not None else 5.0,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -251,12 +255,13 @@ class Fetcher:
                     raise ResponseTooLarge(
                         f"{_origin(url)}: body of {response.content_length} bytes, cap {max_bytes}"
                     )
-                body = bytearray()
+                chunks, size = [], 0
                 async for chunk in response.content.iter_any():
-                    body += chunk
-                    if len(body) > max_bytes:
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > max_bytes:
                         raise ResponseTooLarge(f"{_origin(url)}: body over {max_bytes} bytes")
-                return response.status, response.headers.get("Location"), bytes(body)
+                return response.status, response.headers.get("Location"), b"".join(chunks)
         except aiohttp.InvalidURL:
             raise InvalidData(f"{url[:80]}: not a valid URL") from None
         except aiohttp.ClientError as err:

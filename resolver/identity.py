@@ -6,6 +6,7 @@ service, audits and tests.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,10 +114,15 @@ class Identity:
     error: str | None = None  # the reason, when not verified
     checked_at: str = ""
     handle_queried: str | None = None  # the handle whose resolution the evidence shows
-    did_document: dict[str, Any] | None = field(default=None, repr=False)
+    did_document_json: bytes | None = field(default=None, repr=False)  # as served, UTF-8
     cache: CacheInfo | None = None
     services: tuple[tuple[str, str, str], ...] = ()  # (id, type, endpoint) from the document
     rotation_keys: tuple[str, ...] = ()  # did:plc, from the replayed log (with --verify-plc)
+
+    @property
+    def did_document(self) -> dict[str, Any] | None:
+        """The DID document as served, decoded (anew on each call)."""
+        return json.loads(self.did_document_json) if self.did_document_json is not None else None
 
     @property
     def verified(self) -> bool:
@@ -184,6 +190,10 @@ class Identity:
             error=data["error"],
             checked_at=data["checked_at"],
             handle_queried=evidence["handle"],
-            did_document=data.get("did_document"),
+            did_document_json=_document_json(data.get("did_document")),
             cache=CacheInfo(**cache) if cache else None,
         )
+
+
+def _document_json(document: Any) -> bytes | None:
+    return json.dumps(document).encode() if document is not None else None

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import verdict
-from .document import AtprotoData, extract
+from .document import AtprotoData, parse_json_document
 from .errors import InvalidData
 from .identity import SKIPPED, Evidence, Identity
 from .outcome import Outcome, Status
 from .syntax import Query
+from .untrusted import parse_json
 from .verdict import Binding, HandleAnswer, Step
 
 
@@ -61,37 +62,40 @@ class DocumentResolution:
     did: str
     evidence: Evidence
     data: AtprotoData | None = None
-    raw: dict[str, Any] | None = None
+    body: bytes | None = None  # the document as served, UTF-8 JSON (see parse_json_document)
     plc: Evidence = SKIPPED
     plc_findings: tuple[str, ...] = ()
     rotation_keys: tuple[str, ...] = ()  # from the replayed log (with --verify-plc)
 
     @property
-    def transient(self) -> bool:
-        return Outcome.FAILED in (self.evidence.outcome, self.plc.outcome)
+    def document(self) -> dict[str, Any] | None:
+        """The document, decoded anew on each call (it is kept as the bytes served)."""
+        return parse_json(self.body) if self.body is not None else None
 
     def to_json(self) -> dict[str, Any]:
+        """Everything but the document's bytes (`body`), which travel beside it."""
         return {
             "did": self.did,
             "evidence": self.evidence.to_json(),
-            "raw": self.raw,
             "plc": self.plc.to_json(),
             "plc_findings": list(self.plc_findings),
             "rotation_keys": list(self.rotation_keys),
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], *, dev: bool) -> DocumentResolution:
-        did, raw = data["did"], data["raw"]
+    def from_json(
+        cls, data: dict[str, Any], body: bytes | None, *, dev: bool
+    ) -> DocumentResolution:
+        did = data["did"]
         try:
-            extracted = extract(did, raw, dev=dev) if raw is not None else None
+            extracted = parse_json_document(did, body, dev=dev)[1] if body is not None else None
         except InvalidData:
             extracted = None
         return cls(
             did,
             Evidence.from_json(data["evidence"]),
             extracted,
-            raw,
+            body,
             Evidence.from_json(data["plc"]),
             tuple(data["plc_findings"]),
             tuple(data.get("rotation_keys", ())),
@@ -145,7 +149,7 @@ def compose(
         error=_reason(status, handle, document),
         checked_at=checked_at,
         handle_queried=handle.handle,
-        did_document=document.raw,
+        did_document_json=document.body,
     )
 
 

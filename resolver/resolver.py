@@ -205,7 +205,7 @@ class Resolver:
             return dataclasses.replace(fetched, plc=evidence)
         findings = list(audit.findings)
         if fetched.evidence.outcome in (Outcome.OK, Outcome.NOT_FOUND):
-            findings += compare(audit, fetched.raw)
+            findings += compare(audit, fetched.document)
         if findings:
             evidence = dataclasses.replace(
                 evidence,
@@ -236,11 +236,11 @@ class Resolver:
                 check_plc_response(response, did)
             else:
                 check_http_response(response, "did.json")
-            raw, data = parse_json_document(did, response.body, dev=self.config.dev)
+            body, data = parse_json_document(did, response.body, dev=self.config.dev)
         except ResolutionError as err:
             return DocumentResolution(did, Evidence.failure(err, _ms(started), url))
         evidence = Evidence(Outcome.OK, (did,), ms=round(_ms(started), 2), source=url)
-        return DocumentResolution(did, evidence, data, raw)
+        return DocumentResolution(did, evidence, data, body)
 
     async def _replayed_audit_log(self, did: str) -> tuple[Evidence, Audit | None]:
         started = time.perf_counter()

@@ -78,6 +78,13 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
     )
 
 
+def _with_document(fields: dict[str, Any], document: bytes) -> bytes:
+    """`fields` and `didDoc` as one JSON object, the document spliced in as served (valid
+    UTF-8 JSON, checked when it was fetched): neither decoded nor encoded again."""
+    head = json.dumps(fields, separators=(",", ":")).encode()[:-1]
+    return head + (b',"didDoc":' if fields else b'"didDoc":') + document + b"}"
+
+
 def _json_bytes(status: int, body: bytes, cache: str) -> web.Response:
     return web.Response(
         body=body,
@@ -138,18 +145,27 @@ class AnswerCache:
     their fresh window, never stale ones: those must reach the cache to be revalidated),
     within a bound in bytes; all dropped when another process changes the store."""
 
-    def __init__(self, max_bytes: int = 8 * 1024 * 1024, seconds: float = 0.5) -> None:
-        self._seconds = seconds
-        self._answers: Lru[tuple[float, tuple[int, bytes, str]]] = Lru(max_bytes)
+    def __init__(
+        self,
+        max_bytes: int = 8 * 1024 * 1024,
+        seconds: float = 0.5,
+        clock: Callable[[], float] = time.time,  # the cache's: answers age with its entries
+    ) -> None:
+        self._seconds, self._clock = seconds, clock
+        # key -> (kept until, status, body, fresh until, servable until)
+        self._answers: Lru[tuple[float, int, bytes, float, float]] = Lru(max_bytes)
 
     def get(self, key: str) -> tuple[int, bytes, str] | None:
+        """The answer, its Cache-Control counted from now (it aged while kept)."""
         found = self._answers.get(key)
         if found is None:
             return None
-        if found[0] < time.monotonic():
+        until, status, body, fresh_end, servable_end = found
+        now = self._clock()
+        if until < now:
             self._answers.pop(key)
             return None
-        return found[1]
+        return status, body, _cache_control(fresh_end - now, servable_end - now)
 
     def put(self, key: str, identity: Identity, response: web.Response) -> None:
         info = identity.cache
@@ -157,22 +173,32 @@ class AnswerCache:
             return
         body = response.body
         if isinstance(body, bytes):
-            until = time.monotonic() + min(self._seconds, info.fresh_for_s)
-            answer = (response.status, body, response.headers["Cache-Control"])
-            self._answers.put(key, (until, answer), 200 + len(key) + len(body))
+            now = self._clock()
+            until = now + min(self._seconds, info.fresh_for_s)
+            fresh_end, servable_end = now + info.fresh_for_s, now + info.servable_for_s
+            kept = (until, response.status, body, fresh_end, servable_end)
+            self._answers.put(key, kept, 200 + len(key) + len(body))
 
     def clear(self) -> None:
         self._answers.clear()
+
+    @property
+    def used_bytes(self) -> int:
+        return self._answers.bytes
 
 
 def cache_control(identity: Identity) -> str:
     """From the freshness policy: fresh for what is left of the fresh window; after that a
     shared cache may serve it stale while revalidating, or on error, up to the maximum."""
     info = identity.cache
-    if info is None or info.servable_for_s <= 0:
+    return _cache_control(info.fresh_for_s, info.servable_for_s) if info else "no-store"
+
+
+def _cache_control(fresh_for: float, servable_for: float) -> str:
+    if servable_for <= 0:
         return "no-store"
-    fresh = int(info.fresh_for_s)
-    extra = int(info.servable_for_s) - fresh
+    fresh = max(0, int(fresh_for))
+    extra = int(servable_for) - fresh
     header = f"public, max-age={fresh}"
     return header + (f", stale-while-revalidate={extra}, stale-if-error={extra}" if extra else "")
 
@@ -184,7 +210,7 @@ class Service:
         self.metrics = Metrics()
         self.started = time.time()
         self._gate = asyncio.Semaphore(settings.max_concurrency)
-        self.answers = AnswerCache(settings.answer_cache_bytes)
+        self.answers = AnswerCache(settings.answer_cache_bytes, clock=cached.clock)
         cached.store.listeners.append(self.answers.clear)
         self.request_log = RequestLog(sys.stderr)
         self.metric_sources: list[Callable[[], str]] = []  # more Prometheus text (audits)
@@ -312,12 +338,12 @@ class Service:
             retry_after=self.settings.retry_after,
         )
 
-    def _document_or_error(self, identity: Identity) -> dict[str, Any]:
-        """The DID document, when the DID resolved; the lexicon's errors otherwise."""
+    def _document_or_error(self, identity: Identity) -> bytes:
+        """The DID document as served, when the DID resolved; the lexicon's errors otherwise."""
         if identity.status is Status.PLC_LOG_INVALID:
             raise XrpcError(502, "PlcLogInvalid", identity.error or "PLC log invalid")
-        if identity.did_doc.outcome is Outcome.OK and identity.did_document is not None:
-            return identity.did_document
+        if identity.did_doc.outcome is Outcome.OK and identity.did_document_json is not None:
+            return identity.did_document_json
         absent = cache_control(identity)
         match identity.status:
             case Status.DID_DEACTIVATED:
@@ -344,10 +370,11 @@ class Service:
             raise XrpcError(400, "InvalidRequest", "handle must be a handle, not a DID")
         identity = await self._lookup(handle)
         self._verified_handle_or_error(identity)
-        return self._answer(request, identity, {"did": identity.did})
+        body = json.dumps({"did": identity.did}, separators=(",", ":")).encode()
+        return self._answer(request, identity, body)
 
-    def _answer(self, request: web.Request, identity: Identity, data: Any) -> web.Response:
-        response = _json(data, headers={"Cache-Control": cache_control(identity)})
+    def _answer(self, request: web.Request, identity: Identity, body: bytes) -> web.Response:
+        response = _json_bytes(200, body, cache_control(identity))
         self.answers.put(request.path_qs, identity, response)
         return response
 
@@ -357,19 +384,24 @@ class Service:
             raise XrpcError(400, "InvalidRequest", "did must be a DID")
         identity = await self._lookup(did)
         document = self._document_or_error(identity)
-        return self._answer(request, identity, {"didDoc": document})
+        return self._answer(request, identity, _with_document({}, document))
 
-    def _identity_info(self, identity: Identity, by_handle: bool) -> dict[str, Any]:
+    def _identity_info(self, identity: Identity, by_handle: bool) -> tuple[dict[str, Any], bytes]:
+        """DID and verified handle (or `handle.invalid`), and the document. A handle that
+        could not be checked now is an upstream failure, never `handle.invalid`: that
+        would say the binding fails when nobody knows."""
         if by_handle:
             self._verified_handle_or_error(identity)
+        if identity.status is Status.UNAVAILABLE:
+            raise self._unavailable(identity)
         document = self._document_or_error(identity)
-        return {"did": identity.did, "handle": identity.handle, "didDoc": document}
+        return {"did": identity.did, "handle": identity.handle}, document
 
     async def resolve_identity(self, request: web.Request) -> web.Response:
         identifier = self._param(request, "identifier")
         identity = await self._lookup(identifier)
-        info = self._identity_info(identity, not identifier.startswith("did:"))
-        return self._answer(request, identity, info)
+        fields, document = self._identity_info(identity, not identifier.startswith("did:"))
+        return self._answer(request, identity, _with_document(fields, document))
 
     def authorize(self, request: web.Request, what: str) -> None:
         """Changes (refresh, watch-list edits) need the configured bearer token."""
@@ -401,21 +433,20 @@ class Service:
             raise XrpcError(400, "InvalidRequest", "identifier is required")
         self.answers.clear()
         identity = await self._lookup(identifier, refresh=True)
-        info = self._identity_info(identity, not identifier.startswith("did:"))
-        return _json(info, headers={"Cache-Control": "no-store"})
+        fields, document = self._identity_info(identity, not identifier.startswith("did:"))
+        return _json_bytes(200, _with_document(fields, document), "no-store")
 
     async def resolve_mini_doc(self, request: web.Request) -> web.Response:
         identifier = self._param(request, "identifier")
         identity = await self._lookup(identifier)
-        info = self._identity_info(identity, not identifier.startswith("did:"))
+        fields, _ = self._identity_info(identity, not identifier.startswith("did:"))
         key = identity.signing_key.removeprefix("did:key:") if identity.signing_key else None
         mini = {
-            "did": info["did"],
-            "handle": info["handle"],
+            **fields,
             "pds": identity.pds,
             "signing_key": key,
         }
-        return self._answer(request, identity, mini)
+        return self._answer(request, identity, json.dumps(mini, separators=(",", ":")).encode())
 
     async def identity_report(self, request: web.Request) -> web.Response:
         identity = await self.cached.lookup(
@@ -456,9 +487,7 @@ class Service:
         gauges = {
             "inflight_resolutions": self.cached.inflight,
             "cache_entries": await store.count(),
-            "cache_memory_bytes": store.memory.used_bytes
-            if isinstance(store, TieredStore)
-            else store.used_bytes,
+            "cache_memory_bytes": store.used_bytes + self.answers.used_bytes,
             "degraded": int(degraded),
         }
         text = self.metrics.render(dict(self.cached.counters), gauges)

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from cache import CachedResolver, MemoryStore, Policy, RedisStore, SqliteStore, Store
+from cache import CachedResolver, MemoryStore, Policy, SqliteStore, Store
 from cache.policy import Lifetime
+from cache.stores.redis import RedisStore
 from resolver import Config, Resolver, Status
 from resolver.dns import DnsClient
 from resolver.fetch import Fetcher, Response

@@ -338,3 +338,25 @@ def test_health_and_metrics_answer_while_the_daemon_is_saturated(
         health, metrics = asyncio.run(scenario())
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert metrics.status_code == 200 and "atwhois_requests_total" in metrics.text
+
+
+def test_a_handle_that_cannot_be_checked_now_is_never_called_invalid(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """resolveIdentity by DID while the declared handle's DNS fails: the document is there,
+    but whether the handle verifies is unknown, so the answer is an upstream failure, not
+    `handle.invalid` (which says the binding fails). resolveDid needs no handle: 200."""
+    handle = new_handle("blip")
+    account = PlcAccount(devnet.plc_url, handle)
+    devnet.set_txt(handle, [f"did={account.did}"])
+    devnet.set_dns_faults({f"_atproto.{handle}.": "servfail"})
+    try:
+        with running_daemon(devnet.env(), tmp_path / "serve.log", "--cache", "memory:") as d:
+            unknown = get(d, XRPC + "resolveIdentity", identifier=account.did)
+            assert unknown.status_code == 502 and unknown.json()["error"] == "UpstreamFailure"
+            assert get(d, XRPC + "resolveDid", did=account.did).status_code == 200
+            devnet.set_dns_faults({})
+            known = get(d, XRPC + "resolveIdentity", identifier=account.did)
+            assert known.status_code == 200 and known.json()["handle"] == handle
+    finally:
+        devnet.set_dns_faults({})

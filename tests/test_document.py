@@ -163,8 +163,22 @@ def test_pds_type_is_checked_and_unknown_entries_tolerated() -> None:
 
 
 def test_document_round_trips_through_json() -> None:
-    raw, data = document.parse_json_document(DID, json.dumps(_doc()).encode())
-    assert raw["id"] == DID and data.declared_handle == "atproto.com"
+    served = json.dumps(_doc(), indent=1).encode()
+    body, data = document.parse_json_document(DID, served)
+    assert body is served and data.declared_handle == "atproto.com"  # kept as served
+
+
+def test_a_document_in_another_encoding_is_kept_as_utf8() -> None:
+    """JSON may come as UTF-16 or with a byte-order mark; what is kept (and spliced into
+    answers) is always UTF-8, saying the same thing."""
+    for served in (
+        json.dumps(_doc()).encode("utf-16"),
+        b"\xef\xbb\xbf" + json.dumps(_doc()).encode(),
+    ):
+        body, data = document.parse_json_document(DID, served)
+        body.decode("utf-8")
+        assert not body.startswith(b"\xef\xbb\xbf") and json.loads(body) == _doc()
+        assert data.declared_handle == "atproto.com"
 
 
 @pytest.mark.parametrize(
@@ -190,3 +204,23 @@ def test_a_well_formed_but_unacceptable_document_is_confirmed_invalid_data() -> 
             document.parse_json_document(DID, body)
         assert not isinstance(info.value, errors.MalformedAnswer)
         assert Evidence.failure(info.value, 1.0, None).confirmed
+
+
+def test_a_report_keeps_the_first_entries_of_long_lists_and_reads_them_all() -> None:
+    """Thousands of services or aliases are a stranger's way to make every cached report
+    heavy: the report lists the first few and says so, while the handle and the PDS are
+    still taken from every entry (the PDS here is the last service)."""
+    pds = {
+        "id": "#atproto_pds",
+        "type": "AtprotoPersonalDataServer",
+        "serviceEndpoint": "https://p.com",
+    }
+    padding = [
+        {"id": f"#s{i}", "type": "X", "serviceEndpoint": f"https://s{i}.com"} for i in range(500)
+    ]
+    aliases = [f"https://a{i}.example" for i in range(500)] + ["at://late.example.com"]
+    data = document.extract(DID, _doc(service=[*padding, pds], alsoKnownAs=aliases))
+    assert data.pds == "https://p.com" and data.declared_handle == "late.example.com"
+    assert len(data.services) == len(data.also_known_as) == document.KEPT_ENTRIES
+    assert "long_document_lists" in data.warnings
+    assert "long_document_lists" not in document.extract(DID, _doc()).warnings

@@ -16,7 +16,6 @@ import pytest
 
 from cache.stores import (
     MemoryStore,
-    RedisStore,
     SqliteStore,
     Store,
     Stored,
@@ -24,6 +23,7 @@ from cache.stores import (
     TieredStore,
     open_store,
 )
+from cache.stores.redis import RedisStore
 from cache.stores.sqlite import SCHEMA_VERSION
 from tests.redis_server import RedisServer
 
@@ -285,7 +285,7 @@ class Flaky:
 async def test_when_the_store_below_fails_the_tier_answers_and_catches_up() -> None:
     now = [1000.0]
     below = Flaky()
-    tier = TieredStore(MemoryStore(clock=lambda: now[0]), below)
+    tier = TieredStore(MemoryStore(clock=lambda: now[0]), below, timer=lambda: now[0])
     await tier.put("h:kept.test", b"kept", now[0] + 600)
     await below.inner.put("h:stale.test", b"old", now[0] + 600)  # written by someone else
     below.down = True

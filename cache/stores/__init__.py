@@ -1,5 +1,5 @@
-"""Where cache entries live. One small interface, three stores (memory, SQLite, Redis), a
-memory tier in front of the shared ones, one behaviour suite."""
+"""Where cache entries live. One small interface, three stores (memory, SQLite, Redis in
+`cache.stores.redis`), a memory tier in front of the shared ones, one behaviour suite."""
 
 from __future__ import annotations
 
@@ -9,13 +9,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from .base import SharedStore, Store, Stored
 from .memory import MemoryStore
-from .redis import RedisStore
 from .sqlite import SqliteStore
 from .tiered import StoreUnavailable, Tier, TieredStore, in_memory
 
 __all__ = [
     "MemoryStore",
-    "RedisStore",
     "SharedStore",
     "SqliteStore",
     "Store",
@@ -45,6 +43,8 @@ def open_store(url: str | None = None, *, memory_bytes: int = DEFAULT_MEMORY_BYT
     if parts.scheme in ("memory", "mem"):
         return MemoryStore(memory_bytes)
     if parts.scheme in ("redis", "rediss"):
+        from .redis import RedisStore  # only when asked for: the client costs 6 MiB of RSS
+
         prefix = parse_qs(parts.query).get("prefix", ["atwhois:"])[0]
         clean = parts._replace(query="").geturl()
         return TieredStore(MemoryStore(memory_bytes), RedisStore(clean, prefix=prefix))

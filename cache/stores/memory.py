@@ -67,7 +67,7 @@ Decoder = Callable[[bytes], tuple[Any, int]]
 class Slot:
     value: bytes
     expires_at: float
-    loaded_at: float  # when this process last saw this value in the store below
+    loaded_at: float = 0.0  # when a tier last saw this value in the store below (its timer)
     decoder: Decoder | None = None
     decoded: Any = None
     decoded_size: int = 0
@@ -115,7 +115,7 @@ class MemoryStore:
         now = self.clock()
         if now - self._swept_at > _SWEEP_SECONDS:
             self._sweep(now)
-        slot = Slot(value, expires_at, now)
+        slot = Slot(value, expires_at)
         self._slots.put(key, slot, len(key) + slot.size)
         return slot
 

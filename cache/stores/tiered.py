@@ -43,13 +43,21 @@ _FAILED = _Failed()
 
 
 class TieredStore:
-    def __init__(self, memory: MemoryStore, below: Store) -> None:
+    def __init__(
+        self,
+        memory: MemoryStore,
+        below: Store,
+        *,
+        timer: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.memory = memory
         self.below = below
         self.name = f"memory+{below.name}"
         self.listeners: list[Callable[[], None]] = []  # told of other processes' changes
         self.errors = 0  # failures of the store below, ever
-        self._clock = memory.clock
+        # Entries expire by the memory tier's clock; how long the store below is trusted or
+        # left alone is a matter of elapsed real time.
+        self._timer = timer
         self._error: str | None = None
         self._failed_at = 0.0
         self._retry_at = 0.0
@@ -72,7 +80,7 @@ class TieredStore:
     async def _current(self, key: str) -> Slot | None:
         self._follow_changes()
         slot = self.memory.slot(key)
-        now = self._clock()
+        now = self._timer()
         if slot is not None and (self._watching or now - slot.loaded_at < _UNWATCHED_TRUST):
             return slot
         found = await self._below(lambda: self.below.get(key))
@@ -81,15 +89,15 @@ class TieredStore:
         if found is None:
             await self.memory.delete([key])
             return None
-        if slot is not None and slot.value == found.value:
-            slot.loaded_at, slot.expires_at = now, found.expires_at
-            return slot
-        return self.memory.keep(key, found.value, found.expires_at)
+        if slot is None or slot.value != found.value:
+            slot = self.memory.keep(key, found.value, found.expires_at)
+        slot.loaded_at, slot.expires_at = now, found.expires_at
+        return slot
 
     # --- writes -----------------------------------------------------------------------
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
-        self.memory.keep(key, value, expires_at)
+        self.memory.keep(key, value, expires_at).loaded_at = self._timer()
         if isinstance(await self._below(lambda: self.below.put(key, value, expires_at)), _Failed):
             self._remember_unsynced([key])
 
@@ -111,7 +119,7 @@ class TieredStore:
     # --- the store below, failing ------------------------------------------------------
 
     async def _below(self, call: Callable[[], Awaitable[T]]) -> T | _Failed:
-        if self._clock() < self._retry_at:
+        if self._timer() < self._retry_at:
             return _FAILED
         try:
             result = await call()
@@ -123,7 +131,7 @@ class TieredStore:
         return result
 
     def _fail(self, err: Exception) -> None:
-        now = self._clock()
+        now = self._timer()
         self.errors += 1
         if self._error is None:
             log.warning("cache store %s failed, answering from memory", self.below.name)
@@ -151,7 +159,7 @@ class TieredStore:
         if self._error is not None:
             await self._below(lambda: self.below.get("health:probe"))
         reasons = []
-        if self._error is not None and self._clock() - self._failed_at < _DEGRADED_FOR:
+        if self._error is not None and self._timer() - self._failed_at < _DEGRADED_FOR:
             reasons.append(f"cache store {self.below.name} failing, answering from memory")
         elif self._error is not None or self._unsynced:
             reasons.append(f"cache store {self.below.name} missed changes not yet replayed")
@@ -181,7 +189,7 @@ class TieredStore:
                 backoff = 0.1
             self._watching = False
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+            backoff = min(backoff * 2, 1.0)
 
     async def _following(self) -> None:
         # What changed while nobody listened is unknown: forget what memory holds, once the

@@ -146,14 +146,22 @@ class DnsProxy:
     def _fault(self, name: str) -> str | None:
         return self._faults.of(name) if self._faults is not None else None
 
-    async def start(self, port: int = 0) -> int:
+    async def start(self) -> int:
+        """UDP and TCP on one free port (a port free for UDP may be taken for TCP: then
+        another is tried)."""
         loop = asyncio.get_running_loop()
-        self._udp, _ = await loop.create_datagram_endpoint(
-            lambda: _UdpProtocol(self), local_addr=(LOOPBACK, port)
-        )
-        bound = self._udp.get_extra_info("sockname")[1]
-        self._tcp = await asyncio.start_server(self._serve_tcp, LOOPBACK, bound)
-        return int(bound)
+        for _ in range(50):
+            self._udp, _ = await loop.create_datagram_endpoint(
+                lambda: _UdpProtocol(self), local_addr=(LOOPBACK, 0)
+            )
+            bound = int(self._udp.get_extra_info("sockname")[1])
+            try:
+                self._tcp = await asyncio.start_server(self._serve_tcp, LOOPBACK, bound)
+            except OSError:
+                self._udp.close()
+                continue
+            return bound
+        raise RuntimeError("no port free for both UDP and TCP")
 
     def close(self) -> None:
         self._udp.close()

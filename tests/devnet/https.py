@@ -138,10 +138,11 @@ class HttpsHosts:
         if fault == "hang":
             await asyncio.sleep(3600)
             return None
-        if host.endswith(world.BULK_SUFFIX) and path == world.DID_JSON:
-            document = json.dumps(world.bulk_document(host)).encode()
+        generated = world.bulk_document(host) if host.endswith(world.BULK_SUFFIX) else None
+        if generated is not None and path == world.DID_JSON:
+            document = json.dumps(generated).encode()
             return await _send(writer, 200, document, [("Content-Type", "application/json")])
-        if host.endswith(world.BULK_SUFFIX) and path == world.WELL_KNOWN:
+        if generated is not None and path == world.WELL_KNOWN:
             return await _send(writer, 200, f"did:web:{host}".encode())
         if host == "redirect.test":
             return await _send(writer, 302, b"", [("Location", "https://files.test/nina")])

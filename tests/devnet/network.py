@@ -57,17 +57,30 @@ class DevnetState:
 
     def set_txt(self, handle: str, values: list[str]) -> None:
         """Replace the `_atproto` TXT records of `handle` and have Knot load the zone now."""
+        self.set_txts({handle: values})
+
+    def set_txts(self, records: dict[str, list[str]]) -> None:
+        """`set_txt` for several handles, in one zone reload. A handle under bulk.test also
+        gets an A record of its own (its `_atproto` node would otherwise hide it from the
+        zone's wildcard)."""
         knot = Path(self.workdir) / "knot"
         zone_file = knot / "test.zone"
-        owner = f"_atproto.{handle}."
-        lines = [ln for ln in zone_file.read_text().splitlines() if not ln.startswith(owner + " ")]
-        lines += [f'{owner} TXT "{value}"' for value in values]
+        owners = {f"_atproto.{handle}." for handle in records}
+        hosts = {f"{handle}." for handle in records if handle.endswith(world.BULK_SUFFIX)}
+        lines = [
+            ln
+            for ln in zone_file.read_text().splitlines()
+            if ln.split(" ", 1)[0] not in owners | hosts
+        ]
+        for handle, values in records.items():
+            lines += [f'_atproto.{handle}. TXT "{value}"' for value in values]
+        lines += [f"{host} A 127.0.0.1" for host in sorted(hosts)]
         text = "\n".join(lines) + "\n"
         serial = int(re.search(r"hostmaster\.test\. (\d+)", text).group(1))  # type: ignore[union-attr]
         text = text.replace(f"hostmaster.test. {serial} ", f"hostmaster.test. {serial + 1} ", 1)
         zone_file.write_text(text)
         subprocess.run(
-            ["knotc", "-c", str(knot / "knot.conf"), "zone-reload", "test."],
+            ["knotc", "-b", "-c", str(knot / "knot.conf"), "zone-reload", "test."],
             check=True,
             capture_output=True,
             timeout=20,

@@ -136,8 +136,9 @@ class CachedResolver:
     ) -> None:
         self.resolver = resolver
         self.store = in_memory(store, clock=clock)
-        # Each resolution may hold a stranger's 64 KiB document decoded (half a MiB and
-        # more): a flood of misses waits for a slot rather than growing memory without end.
+        # Each resolution holds TLS connections and a stranger's document (up to 64 KiB,
+        # several times that while it is read): a flood of misses waits for a slot rather
+        # than growing memory without end.
         self._slots = asyncio.Semaphore(max_resolutions)
         self.policy = policy or Policy()
         self.clock = clock
@@ -344,20 +345,18 @@ class CachedResolver:
         what the replacement table allows. Runs as its own task: a caller's cancellation
         never reaches it, so it can never be cached."""
         async with self._slots:
-            return await self._resolve_and_store_now(query, reuse=reuse)
-
-    async def _resolve_and_store_now(self, query: Query, *, reuse: bool) -> Identity:
-        run = _Run(self, reuse)
-        if query.kind == "handle":
-            handle = await run.handle(query.value, with_document=True)
-            document = await run.document(handle.answer.did) if handle.answer.did else NO_DOCUMENT
-        else:
-            document = await run.document(query.value)
-            declared = self.resolver.declared_handle(document)
-            if isinstance(declared, HandleResolution):
-                handle = declared
+            run = _Run(self, reuse)
+            if query.kind == "handle":
+                handle = await run.handle(query.value, with_document=True)
+                did = handle.answer.did
+                document = await run.document(did) if did else NO_DOCUMENT
             else:
-                handle = await run.handle(declared, with_document=False)
+                document = await run.document(query.value)
+                declared = self.resolver.declared_handle(document)
+                if isinstance(declared, HandleResolution):
+                    handle = declared
+                else:
+                    handle = await run.handle(declared, with_document=False)
         keys = [handle_key(handle.handle)] if handle.handle and handle.handle in run.handles else []
         keys += [did_key(document.did)] if document.did in run.documents else []
         identity = compose(query, "", handle, document)
@@ -387,8 +386,7 @@ class CachedResolver:
                         new.to_json(), start, start + life.fresh, start + life.max_age, body=body
                     )
                     await self.store.put(key, entry.encode(), entry.stale_until)
-                    if run.basis[key] is None:
-                        run.basis[key] = entry
+                    run.basis[key] = entry
                 case Action.KEEP:
                     assert held is not None
                     marked = dataclasses.replace(
@@ -397,7 +395,7 @@ class CachedResolver:
                         retry_at=now + self.policy.retry_after,
                     )
                     await self.store.put(key, marked.encode(), marked.stale_until)
-                    if run.basis[key] is held.entry:
+                    if run.basis[key] is not None:  # the held copy stood in for it
                         run.basis[key] = marked
         return [run.basis[key] for key in keys]
 

@@ -69,9 +69,13 @@ class XrpcError(Exception):
         self.status, self.error, self.retry_after, self.cache = status, error, retry_after, cache
 
 
+def _compact(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
-        body=json.dumps(data, separators=(",", ":")).encode(),
+        body=_compact(data),
         status=status,
         content_type="application/json",
         headers=headers,
@@ -81,7 +85,7 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
 def _with_document(fields: dict[str, Any], document: bytes) -> bytes:
     """`fields` and `didDoc` as one JSON object, the document spliced in as served (valid
     UTF-8 JSON, checked when it was fetched): neither decoded nor encoded again."""
-    head = json.dumps(fields, separators=(",", ":")).encode()[:-1]
+    head = _compact(fields)[:-1]
     return head + (b',"didDoc":' if fields else b'"didDoc":') + document + b"}"
 
 
@@ -370,8 +374,7 @@ class Service:
             raise XrpcError(400, "InvalidRequest", "handle must be a handle, not a DID")
         identity = await self._lookup(handle)
         self._verified_handle_or_error(identity)
-        body = json.dumps({"did": identity.did}, separators=(",", ":")).encode()
-        return self._answer(request, identity, body)
+        return self._answer(request, identity, _compact({"did": identity.did}))
 
     def _answer(self, request: web.Request, identity: Identity, body: bytes) -> web.Response:
         response = _json_bytes(200, body, cache_control(identity))
@@ -446,7 +449,7 @@ class Service:
             "pds": identity.pds,
             "signing_key": key,
         }
-        return self._answer(request, identity, json.dumps(mini, separators=(",", ":")).encode())
+        return self._answer(request, identity, _compact(mini))
 
     async def identity_report(self, request: web.Request) -> web.Response:
         identity = await self.cached.lookup(

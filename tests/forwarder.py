@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import struct
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import aiohttp
+
+from tests.devnet.faults import reset
 
 Edit = Callable[[Any], Any]  # parsed JSON in, parsed JSON out
 
@@ -43,7 +43,7 @@ class PlcStandIn:
         self._thread.start()
         self._server: asyncio.Server | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
         self._call(self._listen())
         self.url = f"http://127.0.0.1:{self.port}"
@@ -84,8 +84,9 @@ class PlcStandIn:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
-        for writer in list(self._writers):
-            writer.close()
+        for connection in list(self._connections):  # their connections go too
+            connection.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def _shutdown(self) -> None:
         await self._close_listener()
@@ -93,7 +94,9 @@ class PlcStandIn:
             await self._session.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -113,7 +116,7 @@ class PlcStandIn:
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             pass
         finally:
-            self._writers.discard(writer)
+            self._connections.discard(task)
             writer.close()
 
     async def _answer(
@@ -125,9 +128,7 @@ class PlcStandIn:
             await asyncio.sleep(3600)
             return False
         if fault == "reset":
-            sock = writer.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.transport.abort()
+            reset(writer)
             return False
         if fault == "html":
             return await _send(writer, 200, _HTML, "text/html")

@@ -324,3 +324,32 @@ async def test_a_real_redis_outage_is_survived(tmp_path: Path) -> None:
             assert await value(tier, "h:bob.test") is None  # not written below: re-resolved
         finally:
             await tier.close()
+
+
+async def test_a_value_read_while_a_change_is_announced_is_not_kept() -> None:
+    """A read from below can be overtaken by another process's change: the notice arrives
+    while the old value is on its way. That value answers the read, but is not kept as if
+    it were current (it would stay wrong until the next change)."""
+    below = Flaky()
+    arrived = asyncio.Event()
+    original_get = below.get
+
+    async def slow_get(key: str) -> Stored | None:
+        found = await original_get(key)
+        await arrived.wait()
+        return found
+
+    below.get = slow_get  # type: ignore[method-assign]
+    tier = TieredStore(MemoryStore(), below)
+    await below.inner.put("h:alice.test", b"old", time.time() + 60)
+    reading = asyncio.create_task(tier.get("h:alice.test"))
+    await asyncio.sleep(0.01)
+    await below.inner.put("h:alice.test", b"new", time.time() + 60)  # another process
+    tier._changed(["h:alice.test"])  # its notice, while the old value is on its way
+    arrived.set()
+    found = await reading
+    assert found is not None and found.value == b"old"
+    assert await tier.memory.get("h:alice.test") is None  # not kept
+    arrived.clear()
+    arrived.set()
+    assert await value(tier, "h:alice.test") == b"new"

@@ -34,6 +34,10 @@ class Lru(Generic[V]):
         self._items.move_to_end(key)
         return found[0]
 
+    def peek(self, key: str) -> V | None:
+        found = self._items.get(key)
+        return found[0] if found is not None else None
+
     def put(self, key: str, value: V, size: int) -> None:
         self.pop(key)
         self._items[key] = (value, size)
@@ -125,11 +129,14 @@ class MemoryStore:
         return self.decode(key, slot, decode) if slot is not None else None
 
     def decode(self, key: str, slot: Slot, decode: Decoder) -> Any:
-        if slot.decoder is not decode:
-            slot.decoded, slot.decoded_size = decode(slot.value)
-            slot.decoder = decode
+        """What `decode` makes of `slot`, kept with it when it is the slot held for `key`."""
+        if slot.decoder is decode:
+            return slot.decoded
+        decoded, size = decode(slot.value)
+        if self._slots.peek(key) is slot:
+            slot.decoded, slot.decoded_size, slot.decoder = decoded, size, decode
             self._slots.put(key, slot, len(key) + slot.size)  # its size changed
-        return slot.decoded
+        return decoded
 
     async def delete(self, keys: Iterable[str]) -> None:
         for key in keys:

@@ -65,6 +65,7 @@ class TieredStore:
         self._watcher: asyncio.Task[None] | None = None
         self._watching = False
         self._watch_error: str | None = None
+        self._changes = 0  # notices of other processes' changes received, ever
         self._closed = False
 
     # --- reads ------------------------------------------------------------------------
@@ -83,12 +84,17 @@ class TieredStore:
         now = self._timer()
         if slot is not None and (self._watching or now - slot.loaded_at < _UNWATCHED_TRUST):
             return slot
+        changes = self._changes
         found = await self._below(lambda: self.below.get(key))
         if isinstance(found, _Failed):
             return slot  # degraded: memory is all there is
         if found is None:
             await self.memory.delete([key])
             return None
+        if self._changes != changes:
+            # A change was announced while this value was on its way: it may be older than
+            # the change, so it answers this read only and is not kept.
+            return Slot(found.value, found.expires_at)
         if slot is None or slot.value != found.value:
             slot = self.memory.keep(key, found.value, found.expires_at)
         slot.loaded_at, slot.expires_at = now, found.expires_at
@@ -195,11 +201,13 @@ class TieredStore:
         # What changed while nobody listened is unknown: forget what memory holds, once the
         # store has been told what it missed (so nothing forgotten is read back from it).
         await self._resync()
+        self._changes += 1
         self.memory.clear()
         self._notify()
         self._watching, self._watch_error = True, None
 
     def _changed(self, keys: Sequence[str] | None) -> None:
+        self._changes += 1
         if keys is None:
             self.memory.clear()
         else:

@@ -4,7 +4,11 @@ name `"*"` stands for every name without an entry of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
+import struct
+import time
 from pathlib import Path
 
 
@@ -17,7 +21,7 @@ def write_faults(path: Path, faults: dict[str, str]) -> None:
 class Faults:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._seen: tuple[int, int] | None = None  # (inode, mtime in ns): a rename is a change
+        self._seen: tuple[int, int, int] | None = None  # inode, mtime (ns), size
         self._faults: dict[str, str] = {}
 
     def of(self, name: str) -> str | None:
@@ -26,7 +30,17 @@ class Faults:
         except FileNotFoundError:
             self._seen, self._faults = None, {}
             return None
-        if (stat.st_ino, stat.st_mtime_ns) != self._seen:
+        seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        # A file rewritten twice within one tick of the file system's clock may come back
+        # with the same inode and time: a recent file is read again whatever its stat says.
+        if seen != self._seen or time.time() - stat.st_mtime < 1.0:
             self._faults = json.loads(self.path.read_text() or "{}")
-            self._seen = (stat.st_ino, stat.st_mtime_ns)
+            self._seen = seen
         return self._faults.get(name, self._faults.get("*"))
+
+
+def reset(writer: asyncio.StreamWriter) -> None:
+    """Close the connection with a TCP reset (RST), not a graceful close."""
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()

@@ -8,15 +8,13 @@ import asyncio
 import datetime
 import gzip
 import json
-import socket
 import ssl
-import struct
 from pathlib import Path
 
 import trustme
 
 from . import world
-from .faults import Faults
+from .faults import Faults, reset
 
 LOOPBACK = "127.0.0.1"
 _MAX_REQUEST_HEAD = 16 * 1024
@@ -131,10 +129,7 @@ class HttpsHosts:
         if fault == "html":
             return await _send(writer, 200, b"<!doctype html><p>maintenance</p>")
         if fault == "reset":
-            sock = writer.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.transport.abort()
-            return None
+            return reset(writer)
         if fault == "hang":
             await asyncio.sleep(3600)
             return None

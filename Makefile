@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test lint devnet bench soak setup clean
+.PHONY: run test lint devnet bench soak fuzz mutate setup clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,9 +37,21 @@ devnet: setup
 soak: setup
 	ATWHOIS_SOAK_STEPS=$${ATWHOIS_SOAK_STEPS:-20000} $(PY) -m pytest -s -p no:cacheprovider tests/test_cache_model.py
 
+## Fuzz every parser that takes a stranger's bytes, 100,000 inputs per target unless
+## FUZZ_EXAMPLES says otherwise; prints each target's count and any crash (exit 1 on one).
+fuzz: setup
+	$(PY) -m tests.fuzz --examples $${FUZZ_EXAMPLES:-100000}
+
+## Mutation testing of the rules' modules (resolver/plc, verdict, handle, document, syntax,
+## configured in pyproject.toml): prints the kill rate and the surviving mutants.
+mutate: setup
+	rm -rf mutants
+	$(VENV)/bin/mutmut run --max-children 2 || true
+	$(PY) -m tests.mutation_report
+
 bench: setup
 	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) tests/devnet/plc/node_modules
+	rm -rf $(VENV) mutants tests/devnet/plc/node_modules

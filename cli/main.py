@@ -240,8 +240,9 @@ def lookup(argv: list[str]) -> int:
     if args.file is not None or args.identifier == "-":
         try:
             text = args.file.read_text() if args.file is not None else sys.stdin.read()
-        except OSError as err:
-            print(f"atwhois: {err}", file=sys.stderr)
+        except (OSError, UnicodeDecodeError) as err:
+            where = args.file or "standard input"
+            print(f"atwhois: cannot read identifiers from {where}: {err}", file=sys.stderr)
             return 2
         identifiers = [line.strip() for line in text.splitlines()]
         identifiers = [i for i in identifiers if i and not i.startswith("#")]

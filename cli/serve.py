@@ -27,18 +27,14 @@ from audit.api import AuditApi
 from audit.webhook import Webhook
 from cache import CachedResolver, Lifetime, Policy, open_store
 from resolver import Config, Resolver
+from resolver.config import parse_nameservers, parse_networks
+from resolver.errors import InvalidInput
 from server.memory import small_tls_buffers, trim_periodically
 from server.service import Service, Settings
 
+from . import settings
+
 DEFAULT_PORT = 2584
-_ENV = {  # setting -> environment variable
-    "host": "ATWHOIS_HOST",
-    "port": "ATWHOIS_PORT",
-    "cache": "ATWHOIS_CACHE",
-    "redis": "ATWHOIS_REDIS",
-    "refresh_token": "ATWHOIS_REFRESH_TOKEN",
-    "audit_db": "ATWHOIS_AUDIT_DB",
-}
 
 
 def parser(config_flags: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -127,26 +123,33 @@ def _policy(merged: dict[str, Any]) -> Policy:
 
 
 def settings_from(args: argparse.Namespace) -> dict[str, Any]:
-    """Flags, then environment, then the TOML file."""
-    merged: dict[str, Any] = tomllib.loads(args.config.read_text()) if args.config else {}
-    for name, variable in _ENV.items():
-        if os.environ.get(variable):
-            merged[name] = os.environ[variable]
+    """Flags, then environment, then the TOML file; every value checked (`cli.settings`)."""
+    merged = settings.from_file(tomllib.loads(args.config.read_text())) if args.config else {}
+    merged.update(settings.from_environment())
     for name, value in vars(args).items():
         if value is not None and name != "config":
-            merged[name] = value
+            merged[name] = settings.check(name, value)
     return merged
 
 
 def resolver_config(merged: dict[str, Any], from_flags: Config) -> Config:
     """TOML resolution settings fill what flags and environment left at their defaults."""
     defaults = Config()
-    toml_keys = {"plc_url", "ca_bundle", "dev", "verify_plc", "https_port"}
-    values = {
+    given: dict[str, Any] = {
         k: merged[k]
-        for k in toml_keys
-        if k in merged and getattr(from_flags, k) == getattr(defaults, k)
+        for k in ("plc_url", "ca_bundle", "dev", "verify_plc", "https_port")
+        if k in merged
     }
+    if "dns_server" in merged:
+        given["dns_servers"] = parse_nameservers(merged["dns_server"])
+    if "dns_fallback" in merged:
+        given["dns_fallback_servers"] = parse_nameservers(merged["dns_fallback"])
+    if "allow_net" in merged:
+        given["allow_nets"] = parse_networks(merged["allow_net"])
+    if "timeout" in merged:
+        for k in ("dns_timeout", "https_timeout", "document_timeout"):
+            given[k] = merged["timeout"]
+    values = {k: v for k, v in given.items() if getattr(from_flags, k) == getattr(defaults, k)}
     return dataclasses.replace(from_flags, **values)
 
 
@@ -162,7 +165,7 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
     settings = dataclasses.replace(
         Settings(
             refresh_token=merged.get("refresh_token"),
-            request_log=merged.get("request_log", True) not in (False, "0", "false"),
+            request_log=merged.get("request_log", True),
             answer_cache_bytes=budget // 8,
         ),
         **limits,
@@ -221,7 +224,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         merged = settings_from(args)
         config = resolver_config(merged, config)
         asyncio.run(serve(merged, config))
-    except (OSError, ValueError, tomllib.TOMLDecodeError) as err:
-        print(f"atwhois serve: {err}", file=sys.stderr)
+    except (OSError, ValueError, InvalidInput) as err:  # TOMLDecodeError is a ValueError
+        print(f"atwhois serve: bad configuration: {err}", file=sys.stderr)
         return 2
     return 0

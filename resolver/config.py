@@ -6,11 +6,13 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from .errors import InvalidInput
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 DEFAULT_PLC_URL = "https://plc.directory"
+_MAX_TIMEOUT = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,34 @@ class Config:
     user_agent: str = "atwhois/0.1 (+identity resolver)"
     extra_headers: tuple[tuple[str, str], ...] = field(default=())
 
+    def __post_init__(self) -> None:
+        """Refuse what would quietly do something else: a flag that is not a boolean (the
+        string "false" is truthy), a deadline that never ends or is already over, a CA file
+        that is not there, a directory that is not an http(s) URL."""
+        for name in ("dev", "verify_plc"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidInput(
+                    f"{name} must be true or false, not {getattr(self, name)!r}", "config"
+                )
+        for name in ("dns_timeout", "https_timeout", "document_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InvalidInput(f"{name} must be a number of seconds", "config")
+            if not (0 < value <= _MAX_TIMEOUT):
+                raise InvalidInput(
+                    f"{name} must be more than 0 and at most {_MAX_TIMEOUT:g} s, not {value}",
+                    "config",
+                )
+        for name in ("max_redirects", "document_max_bytes", "audit_log_max_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInput(f"{name} must be a whole number >= 0, not {value!r}", "config")
+        parts = urlsplit(self.plc_url) if isinstance(self.plc_url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput(f"plc_url {self.plc_url!r} is not an http(s) URL", "config")
+        if self.ca_bundle is not None and not os.path.isfile(self.ca_bundle):
+            raise InvalidInput(f"ca_bundle {self.ca_bundle!r} is not a readable file", "config")
+
     @property
     def allow_test_tld(self) -> bool:
         return self.dev  # H-TLD-2
@@ -86,14 +116,33 @@ class Config:
             values["ca_bundle"] = env["ATWHOIS_CA_BUNDLE"]
         if env.get("ATWHOIS_ALLOW_NETS"):
             values["allow_nets"] = parse_networks(env["ATWHOIS_ALLOW_NETS"].split(","))
-        if env.get("ATWHOIS_DEV", "") not in ("", "0", "false", "no"):
-            values["dev"] = True
-        if env.get("ATWHOIS_VERIFY_PLC", "") not in ("", "0", "false", "no"):
-            values["verify_plc"] = True
+        for name in ("dev", "verify_plc"):
+            variable = f"ATWHOIS_{name.upper()}"
+            if parse_bool(variable, env.get(variable, "")):
+                values[name] = True
         if env.get("ATWHOIS_HTTPS_PORT"):
-            values["https_port"] = int(env["ATWHOIS_HTTPS_PORT"])
+            try:
+                values["https_port"] = int(env["ATWHOIS_HTTPS_PORT"])
+            except ValueError:
+                raise InvalidInput("ATWHOIS_HTTPS_PORT must be a port number", "config") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
+
+
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+
+
+def parse_bool(name: str, text: str) -> bool:
+    """A boolean written as text (an environment variable): only the usual spellings; any
+    other word is refused rather than read as true."""
+    word = text.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise InvalidInput(
+        f"{name} must be one of 1/true/yes/on or 0/false/no/off, not {text!r}", "config"
+    )
 
 
 def parse_nameservers(items: list[str]) -> tuple[Nameserver, ...]:

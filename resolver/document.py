@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from .errors import InvalidData, MalformedAnswer
 from .keys import LEGACY_KEY_TYPES, InvalidKey, PublicKey, parse_legacy_multibase, parse_multikey
 from .syntax import is_valid_handle
-from .untrusted import parse_json
+from .untrusted import DuplicateKey, parse_json
 
 PDS_SERVICE_TYPE = "AtprotoPersonalDataServer"
 KEPT_ENTRIES = 16  # aliases and services a report lists (the document itself has them all)
@@ -48,6 +48,8 @@ def parse_json_document(did: str, body: bytes, *, dev: bool = False) -> tuple[by
     64 KiB of JSON decodes to several times that."""
     try:
         document = parse_json(body)
+    except DuplicateKey as err:  # deliberate, not a broken answer: it confirms the document bad
+        raise InvalidData(f"DID document is ambiguous: {err}") from None
     except ValueError as err:
         raise MalformedAnswer(f"DID document is not JSON: {err}") from None
     data = extract(did, document, dev=dev)

@@ -69,8 +69,8 @@ class AddressGuard:
         literal = _ip_literal(host)
         if literal is not None:
             candidates = [literal]
-        elif host == "localhost" and self._dev:  # D-WEB-3: development only
-            return ["127.0.0.1"]
+        elif host == "localhost" and self._dev:  # D-WEB-3: development only, still guarded
+            candidates = [ipaddress.ip_address("127.0.0.1")]
         else:
             candidates = [ipaddress.ip_address(a) for a in await self._dns.addresses(host)]
         allowed = [str(a) for a in candidates if self.permits(a)]

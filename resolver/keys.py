@@ -90,7 +90,10 @@ def parse_multikey(text: str) -> PublicKey:
     raw = _multibase(text)
     for curve, prefix in _MULTICODEC.items():
         if raw.startswith(prefix):
-            return _point(curve, raw[len(prefix) :])
+            point = raw[len(prefix) :]
+            if len(point) != 33:  # DOC-KEY-1: a Multikey holds the compressed point only
+                raise InvalidKey(f"a multikey holds a 33-byte compressed point, not {len(point)}")
+            return _point(curve, point)
     raise InvalidKey("multikey is neither p256-pub nor secp256k1-pub")
 
 

@@ -124,7 +124,7 @@ def parse_did_web(did: str, *, dev: bool, allow_test_tld: bool) -> WebHost:
     ident = did.removeprefix("did:web:")
     if ":" in ident:
         raise InvalidDid("path-based did:web is not supported in atproto", "D-WEB-1")
-    if ident.lower().startswith("localhost"):
+    if ident.lower() == "localhost" or ident.lower().startswith("localhost%3a"):
         if not dev:
             raise InvalidDid("did:web:localhost is allowed only in development", "D-WEB-3")
         if ident == "localhost":

@@ -126,13 +126,18 @@ def did_first(document: Step, handle: Step, binding: Binding) -> Status:
 
 
 def with_plc_log(status: Status, plc_log: Step) -> Status:
-    """With --verify-plc: the directory's answer stands only if its signed log agrees."""
+    """With --verify-plc: the directory's answer stands only if its signed log agrees. Total:
+    every step the audit-log fetch can end in has a row, whatever the document said."""
     match plc_log, status:
         case Step.SKIPPED | Step.OK, _:
             return status
         case Step.NOT_FOUND, Status.DID_NOT_FOUND:
             return status  # no document and no log: absent either way
-        case Step.NOT_FOUND | Step.INVALID, _:
+        case Step.DEACTIVATED, Status.DID_DEACTIVATED | Status.UNAVAILABLE:
+            return status  # the log refused as tombstoned: agrees, or nothing to compare
+        case Step.DEACTIVATED, _:
+            return Status.PLC_LOG_INVALID  # a live document, yet the log says tombstoned
+        case Step.NOT_FOUND | Step.INVALID | Step.AMBIGUOUS, _:
             return Status.PLC_LOG_INVALID
         case Step.FAILED, _:
             return Status.UNAVAILABLE  # asked to verify, could not

@@ -2,9 +2,9 @@
 answered from the cache of verified bindings, plus atwhois's own detailed report.
 
 Unlike the lexicon's minimum, `resolveHandle` answers only with a bidirectionally verified
-DID. Errors are XRPC bodies `{"error", "message"}`: 400 `InvalidRequest`, 404
-`HandleNotFound` / `DidNotFound` / `DidDeactivated`, 401/403 on `refreshIdentity`, and 502
-(with `Retry-After`) when the upstream failed and nothing usable is cached.
+DID. Inputs are checked against the lexicon formats (400 `InvalidRequest`); failures get the
+error names each method's lexicon declares (`xrpc_errors`), 401/403 on `refreshIdentity`,
+and 502 (with `Retry-After`) when the upstream failed and nothing usable is cached.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from aiohttp import web
 
@@ -27,12 +27,21 @@ from cache import CachedResolver
 from cache.stores import TieredStore
 from cache.stores.memory import Lru
 from resolver import Identity, Outcome, Status
+from resolver.syntax import is_valid_at_identifier, is_valid_did, is_valid_handle
 from resolver.untrusted import parse_json
 
+from . import xrpc_errors
 from .metrics import Metrics
 from .openapi import openapi
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Failure = xrpc_errors.Failure
+Format = Literal["handle", "did", "at-identifier"]
+_FORMATS: dict[Format, Callable[[str], bool]] = {
+    "handle": is_valid_handle,
+    "did": is_valid_did,
+    "at-identifier": is_valid_at_identifier,
+}
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
@@ -67,6 +76,14 @@ class XrpcError(Exception):
     ) -> None:
         super().__init__(message)
         self.status, self.error, self.retry_after, self.cache = status, error, retry_after, cache
+
+
+def _in_format(name: str, value: str, kind: Format) -> str:
+    """The lexicon's string formats, strictly: no `@`, no at:// URI, no profile URL (those
+    are UI conveniences, H-SYN-7); the CLI accepts them, the API does not."""
+    if not _FORMATS[kind](value):
+        raise XrpcError(400, "InvalidRequest", f"{name} must be a {kind} (got {value[:80]!r})")
+    return value
 
 
 def _compact(data: Any) -> bytes:
@@ -303,7 +320,7 @@ class Service:
                     await self._gate.acquire()
             except TimeoutError:
                 raise XrpcError(
-                    503, "Overloaded", "too many requests in flight", retry_after=1
+                    503, "NotEnoughResources", "too many requests in flight", retry_after=1
                 ) from None
         else:
             await self._gate.acquire()
@@ -314,11 +331,12 @@ class Service:
 
     # --- lookups ----------------------------------------------------------------------
 
-    def _param(self, request: web.Request, name: str) -> str:
+    def _param(self, request: web.Request, name: str, kind: Format) -> str:
+        """A query parameter, which its lexicon requires, in its lexicon format."""
         value = request.query.get(name)
         if not value:
             raise XrpcError(400, "InvalidRequest", f"the {name} parameter is required")
-        return value
+        return _in_format(name, value, kind)
 
     async def _lookup(self, identifier: str, *, refresh: bool = False) -> Identity:
         look = self.cached.refresh if refresh else self.cached.lookup
@@ -334,46 +352,30 @@ class Service:
             kind, seconds = latencies.popleft()
             self.metrics.upstream_seconds[kind].observe(seconds)
 
-    def _unavailable(self, identity: Identity) -> XrpcError:
-        return XrpcError(
-            502,
-            "UpstreamFailure",
-            identity.error or "upstream failure",
-            retry_after=self.settings.retry_after,
-        )
-
-    def _document_or_error(self, identity: Identity) -> bytes:
-        """The DID document as served, when the DID resolved; the lexicon's errors otherwise."""
-        if identity.status is Status.PLC_LOG_INVALID:
-            raise XrpcError(502, "PlcLogInvalid", identity.error or "PLC log invalid")
-        if identity.did_doc.outcome is Outcome.OK and identity.did_document_json is not None:
-            return identity.did_document_json
-        absent = cache_control(identity)
-        match identity.status:
-            case Status.DID_DEACTIVATED:
-                raise XrpcError(404, "DidDeactivated", identity.error or "", cache=absent)
-            case Status.DID_NOT_FOUND:
-                raise XrpcError(404, "DidNotFound", identity.error or "", cache=absent)
-            case Status.INVALID_DOCUMENT:
-                raise XrpcError(502, "InvalidDidDocument", identity.error or "invalid document")
-            case Status.UNAVAILABLE:
-                raise self._unavailable(identity)
-        raise XrpcError(404, "HandleNotFound", identity.error or "", cache=absent)
-
-    def _verified_handle_or_error(self, identity: Identity) -> None:
-        if identity.status is Status.VERIFIED:
-            return
+    def _failure(self, identity: Identity, table: dict[Status, Failure]) -> XrpcError:
+        """The method's error for a lookup that did not give what it asks for."""
+        status, name = table[identity.status]
+        message = f"{identity.status}: {identity.error or identity.status}"
         if identity.status is Status.UNAVAILABLE:
-            raise self._unavailable(identity)
-        self._document_or_error(identity)  # the DID's own errors first
-        raise XrpcError(404, "HandleNotFound", identity.error or "", cache=cache_control(identity))
+            return XrpcError(status, name, message, retry_after=self.settings.retry_after)
+        cache = cache_control(identity) if status < 500 else "no-store"
+        return XrpcError(status, name, message, cache=cache)
+
+    def _document(self, identity: Identity, table: dict[Status, Failure]) -> bytes:
+        """The DID document as served, when the DID resolved and nothing contradicts it."""
+        document = identity.did_document_json
+        if (
+            identity.status is not Status.PLC_LOG_INVALID
+            and identity.did_doc.outcome is Outcome.OK
+            and document is not None
+        ):
+            return document
+        raise self._failure(identity, table)
 
     async def resolve_handle(self, request: web.Request) -> web.Response:
-        handle = self._param(request, "handle")
-        if handle.startswith("did:"):
-            raise XrpcError(400, "InvalidRequest", "handle must be a handle, not a DID")
-        identity = await self._lookup(handle)
-        self._verified_handle_or_error(identity)
+        identity = await self._lookup(self._param(request, "handle", "handle"))
+        if identity.status is not Status.VERIFIED:
+            raise self._failure(identity, xrpc_errors.RESOLVE_HANDLE)
         return self._answer(request, identity, _compact({"did": identity.did}))
 
     def _answer(self, request: web.Request, identity: Identity, body: bytes) -> web.Response:
@@ -382,28 +384,27 @@ class Service:
         return response
 
     async def resolve_did(self, request: web.Request) -> web.Response:
-        did = self._param(request, "did")
-        if not did.startswith("did:"):
-            raise XrpcError(400, "InvalidRequest", "did must be a DID")
-        identity = await self._lookup(did)
-        document = self._document_or_error(identity)
+        identity = await self._lookup(self._param(request, "did", "did"))
+        document = self._document(identity, xrpc_errors.RESOLVE_DID)
         return self._answer(request, identity, _with_document({}, document))
 
-    def _identity_info(self, identity: Identity, by_handle: bool) -> tuple[dict[str, Any], bytes]:
+    def _identity_info(self, identity: Identity, identifier: str) -> tuple[dict[str, Any], bytes]:
         """DID and verified handle (or `handle.invalid`), and the document. A handle that
         could not be checked now is an upstream failure, never `handle.invalid`: that
         would say the binding fails when nobody knows."""
-        if by_handle:
-            self._verified_handle_or_error(identity)
-        if identity.status is Status.UNAVAILABLE:
-            raise self._unavailable(identity)
-        document = self._document_or_error(identity)
+        table = xrpc_errors.RESOLVE_IDENTITY
+        by_handle = not is_valid_did(identifier)
+        if identity.status is Status.UNAVAILABLE or (
+            by_handle and identity.status is not Status.VERIFIED
+        ):
+            raise self._failure(identity, table)
+        document = self._document(identity, table)
         return {"did": identity.did, "handle": identity.handle}, document
 
     async def resolve_identity(self, request: web.Request) -> web.Response:
-        identifier = self._param(request, "identifier")
+        identifier = self._param(request, "identifier", "at-identifier")
         identity = await self._lookup(identifier)
-        fields, document = self._identity_info(identity, not identifier.startswith("did:"))
+        fields, document = self._identity_info(identity, identifier)
         return self._answer(request, identity, _with_document(fields, document))
 
     def authorize(self, request: web.Request, what: str) -> None:
@@ -434,15 +435,16 @@ class Service:
         identifier = body.get("identifier")
         if not isinstance(identifier, str) or not identifier:
             raise XrpcError(400, "InvalidRequest", "identifier is required")
+        identifier = _in_format("identifier", identifier, "at-identifier")
         self.answers.clear()
         identity = await self._lookup(identifier, refresh=True)
-        fields, document = self._identity_info(identity, not identifier.startswith("did:"))
+        fields, document = self._identity_info(identity, identifier)
         return _json_bytes(200, _with_document(fields, document), "no-store")
 
     async def resolve_mini_doc(self, request: web.Request) -> web.Response:
-        identifier = self._param(request, "identifier")
+        identifier = self._param(request, "identifier", "at-identifier")
         identity = await self._lookup(identifier)
-        fields, _ = self._identity_info(identity, not identifier.startswith("did:"))
+        fields, _ = self._identity_info(identity, identifier)
         key = identity.signing_key.removeprefix("did:key:") if identity.signing_key else None
         mini = {
             **fields,

@@ -10,12 +10,16 @@ ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
 
 
 def run(
-    args: list[str], env: dict[str, str] | None = None, stdin: str | None = None
+    args: list[str],
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    cwd: Path | None = None,
 ) -> tuple[int, str, str]:
     """Exit code, stdout, stderr."""
     done = subprocess.run(
         [ATWHOIS, *args],
         env=env,
+        cwd=cwd,
         input=stdin,
         capture_output=True,
         text=True,

@@ -37,6 +37,7 @@ class PlcStandIn:
         self.target = target.rstrip("/")
         self.edits = edits or {}
         self.fault: str | None = None
+        self.path_faults: dict[str, str] = {}  # a fault for one path only
         self.requests = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -123,7 +124,7 @@ class PlcStandIn:
         self, writer: asyncio.StreamWriter, method: str, path: str, body: bytes
     ) -> bool:
         """Write one answer; False when the connection must end."""
-        fault = self.fault
+        fault = self.path_faults.get(path, self.fault)
         if fault == "hang":
             await asyncio.sleep(3600)
             return False

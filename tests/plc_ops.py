@@ -8,6 +8,7 @@ operation, so tests can change the world as often as they like between two looku
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import uuid
 from typing import Any
@@ -76,3 +77,45 @@ class PlcAccount:
 
 def _aliases(handle: str | None) -> list[str]:
     return [f"at://{handle}"] if handle else []
+
+
+class AuditLog:
+    """A did:plc `/log/audit` answer built op by op, each signed for real, at chosen times:
+    for replay tests that need one rule broken and nothing else."""
+
+    def __init__(self, keys: list[Key], start: datetime.datetime, genesis: dict[str, Any]) -> None:
+        self.keys = keys
+        self.entries: list[dict[str, Any]] = []
+        self.did = did_of_genesis(dag_cbor(genesis))
+        self.append(genesis, start)
+
+    @classmethod
+    def plain(cls, keys: list[Key], start: datetime.datetime) -> AuditLog:
+        return cls(keys, start, keys[0].sign(plc_operation(None, keys, ["at://x.test"])))
+
+    def append(self, op: dict[str, Any], at: datetime.datetime, nullified: bool = False) -> str:
+        entry = log_entry(self.did, op, at, nullified)
+        self.entries.append(entry)
+        return str(entry["cid"])
+
+    def update(
+        self, prev: str, signer: Key, at: datetime.datetime, *, handle: str = "x.test"
+    ) -> str:
+        return self.append(signer.sign(plc_operation(prev, self.keys, [f"at://{handle}"])), at)
+
+    @property
+    def head(self) -> str:
+        return str(self.entries[-1]["cid"])
+
+
+def log_entry(
+    did: str, op: dict[str, Any], at: datetime.datetime, nullified: bool = False
+) -> dict[str, Any]:
+    created = at.astimezone(datetime.UTC).isoformat(timespec="milliseconds")
+    return {
+        "did": did,
+        "operation": op,
+        "cid": cid_of(dag_cbor(op)),
+        "nullified": nullified,
+        "createdAt": created.replace("+00:00", "Z"),
+    }

@@ -91,8 +91,8 @@ def test_a_stale_document_is_never_composed_into_a_fresh_answer(
             account.set_handle(new)
             time.sleep(1.2)  # the cached document is past its fresh window
             answer = get(daemon, XRPC + "resolveHandle", handle=old)
-            assert answer.status_code == 404, (answer.text, answer.headers["Cache-Control"])
-            assert answer.json()["error"] == "HandleNotFound"
+            assert answer.status_code == 400, (answer.text, answer.headers["Cache-Control"])
+            assert answer.json()["error"] == "InvalidRequest"
             assert report(daemon, old)["status"] == "handle_mismatch"
     finally:
         devnet.set_dns_faults({})
@@ -113,9 +113,9 @@ def test_refresh_re_resolves_every_part(devnet: DevnetState, tmp_path: Path) -> 
         devnet.set_txt(handle, [f"did={second.did}"])
         second.set_handle(new_handle("elsewhere"))
         refreshed = refresh(daemon, handle)
-        assert refreshed.status_code == 404, refreshed.text  # not verified: it no longer holds
-        assert refreshed.json()["error"] == "HandleNotFound"
-        assert get(daemon, XRPC + "resolveHandle", handle=handle).status_code == 404
+        assert refreshed.status_code == 400, refreshed.text  # not verified: it no longer holds
+        assert refreshed.json()["message"].startswith("handle_mismatch")
+        assert get(daemon, XRPC + "resolveHandle", handle=handle).status_code == 400
         assert report(daemon, handle)["status"] == "handle_mismatch"
 
 

@@ -129,3 +129,31 @@ async def test_per_host_politeness_limits_and_forgets_hosts() -> None:
     await asyncio.gather(*(request(h) for h in "aaaaabbbbb"))
     assert peak == {"a": 2, "b": 2}
     assert len(gates) == 0  # nothing kept for hosts no request is using
+
+
+async def test_dev_mode_localhost_still_needs_the_allow_list() -> None:
+    """D-WEB-3 lets development fetch `http://localhost:PORT`; it does not open loopback to
+    every fetch (a redirect there included) unless `--allow-net` names it."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    async def answer(_: web.Request) -> web.Response:
+        return web.Response(text="did:web:localhost")
+
+    app = web.Application()
+    app.router.add_get("/", answer)
+    async with TestServer(app, host="127.0.0.1") as server:
+        url = f"http://localhost:{server.port}/"
+        closed = Config(dev=True)
+        fetcher = Fetcher(closed, DnsClient(closed))
+        try:
+            with pytest.raises(ForbiddenAddress):
+                await fetcher.get(url, max_bytes=2048, timeout=3)
+        finally:
+            await fetcher.aclose()
+        opened = Config(dev=True, allow_nets=parse_networks(["127.0.0.1/32"]))
+        fetcher = Fetcher(opened, DnsClient(opened))
+        try:
+            assert (await fetcher.get(url, max_bytes=2048, timeout=3)).status == 200
+        finally:
+            await fetcher.aclose()

@@ -245,3 +245,28 @@ def test_unsigned_bytes_cut_from_the_signed_encoding() -> None:
     assert unsigned_dag_cbor(dag_cbor(long_sig), long_sig) == dag_cbor(unsigned(long_sig))
     odd = {"a": 1, "sig": "s"}  # "a" sorts before "sig": falls back to a fresh encoding
     assert unsigned_dag_cbor(dag_cbor(odd), odd) == dag_cbor({"a": 1})
+
+
+def test_the_unsigned_bytes_are_cut_without_encoding_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path of P-SIG-1: every vector op's unsigned bytes come from its signed
+    encoding alone (no second DAG-CBOR encoding), and equal a fresh encoding."""
+    from resolver.plc import encoding
+
+    ops = [e["operation"] for log in LOGS.values() for e in log if isinstance(e, dict)]
+    ops = [op for op in ops if isinstance(op, dict) and isinstance(op.get("sig"), str)]
+    expected = [(dag_cbor(op), dag_cbor(encoding.unsigned(op))) for op in ops]
+
+    def refuse(_: Any) -> bytes:
+        raise AssertionError("encoded again")
+
+    monkeypatch.setattr(encoding, "dag_cbor", refuse)
+    for op, (signed, unsigned) in zip(ops, expected, strict=True):
+        assert encoding.unsigned_dag_cbor(signed, op) == unsigned
+    assert len(ops) > 40
+    # every length form of the `sig` string (1-byte, 2-byte headers; 4-byte: slow path)
+    monkeypatch.undo()
+    for sig in ("A" * 20, "A" * 30, "A" * 300, "A" * 70000):
+        op = {"sig": sig, "type": "plc_tombstone", "prev": "bafy"}
+        assert encoding.unsigned_dag_cbor(dag_cbor(op), op) == dag_cbor(encoding.unsigned(op))
+    odd = {"a": 1, "sig": "x"}  # a key shorter than "sig" comes first: not the fast shape
+    assert encoding.unsigned_dag_cbor(dag_cbor(odd), odd) == dag_cbor({"a": 1})

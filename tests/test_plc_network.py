@@ -129,3 +129,18 @@ async def test_a_lying_directory_is_caught(devnet: DevnetState) -> None:
     assert alice_identity.error is not None and "[§11]" in alice_identity.error
     # Without --verify-plc the lie goes through: the directory is trusted.
     assert trusting.status is Status.HANDLE_NOT_FOUND and trusting.declared_handle == "evil.test"
+
+
+async def test_a_tombstone_answer_on_the_audit_log(devnet: DevnetState) -> None:
+    """The directory refuses the log as tombstoned (410): for a live DID that contradicts
+    the document it serves; for a tombstoned one it agrees. Neither may raise."""
+    alice, erin = devnet.did("alice"), devnet.did("erin")
+    with PlcStandIn(devnet.plc_url) as stand_in:
+        stand_in.path_faults[f"/{alice}/log/audit"] = "status:410"
+        stand_in.path_faults[f"/{erin}/log/audit"] = "status:410"
+        config = devnet.config(verify_plc=True, plc_url=stand_in.url)
+        async with Resolver(config) as resolver:
+            live = await resolver.lookup(alice)
+            dead = await resolver.lookup(erin)
+    assert live.status is Status.PLC_LOG_INVALID and live.plc_log.error_kind == "DidDeactivated"
+    assert dead.status is Status.DID_DEACTIVATED

@@ -14,8 +14,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from cache import CachedResolver, MemoryStore
-from resolver import Config, Identity, Resolver
-from server import Service, Settings
+from resolver import Config, Identity, Resolver, Status
+from server import Service, Settings, xrpc_errors
 from tests.daemon import Daemon, running_daemon
 from tests.devnet.network import DevnetState
 from tests.forwarder import PlcStandIn
@@ -66,10 +66,11 @@ def test_resolve_handle(daemon: Daemon, devnet: DevnetState) -> None:
     xrpc_error(absent, 404, "HandleNotFound")
     assert absent.headers["Cache-Control"].startswith("public, max-age=1")  # 2 min, briefly
     # Verified both ways, unlike the lexicon's minimum: an old handle still in DNS is refused.
+    # Not "not found": the handle names a DID, which declares another handle (a mismatch).
     message = xrpc_error(
-        get(daemon, XRPC + "resolveHandle", handle="bob-old.test"), 404, "HandleNotFound"
+        get(daemon, XRPC + "resolveHandle", handle="bob-old.test"), 400, "InvalidRequest"
     )
-    assert "declares bob.test" in message
+    assert message.startswith("handle_mismatch: ") and "declares bob.test" in message
 
 
 def test_resolve_did(daemon: Daemon, devnet: DevnetState) -> None:
@@ -94,7 +95,10 @@ def test_resolve_identity_and_mini_doc(daemon: Daemon, devnet: DevnetState) -> N
     xrpc_error(get(daemon, XRPC + "resolveIdentity", identifier="erin.test"), 404, "DidDeactivated")
     xrpc_error(get(daemon, XRPC + "resolveIdentity", identifier="ghost.test"), 404, "DidNotFound")
     xrpc_error(
-        get(daemon, XRPC + "resolveIdentity", identifier="wrong.test"), 404, "HandleNotFound"
+        get(daemon, XRPC + "resolveIdentity", identifier="wrong.test"), 400, "InvalidRequest"
+    )
+    xrpc_error(
+        get(daemon, XRPC + "resolveIdentity", identifier="nobody.test"), 404, "HandleNotFound"
     )
     for nsid in (
         "com.bad-example.identity.resolveMiniDoc",
@@ -296,7 +300,7 @@ def test_concurrency_limit_and_request_deadline(devnet: DevnetState, tmp_path: P
 
         slow, crowded = asyncio.run(scenario())
         assert "deadline" in xrpc_error(slow, 502, "UpstreamFailure")
-        xrpc_error(crowded, 503, "Overloaded")
+        xrpc_error(crowded, 503, "NotEnoughResources")
         assert crowded.headers["Retry-After"] == "1"
         time.sleep(0.5)  # the shared resolution finished meanwhile, and was cached
         again = get(daemon, XRPC + "resolveHandle", handle="slow.test")
@@ -323,3 +327,99 @@ async def test_an_unexpected_error_is_an_xrpc_body_with_the_request_id(
     assert request_id in body["message"]
     logged = [r for r in caplog.records if request_id in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info and "a bug" in str(logged[0].exc_info[1])
+
+
+LEXICONS = Path(__file__).parent / "vectors" / "lexicons"
+
+
+def declared_errors(nsid: str) -> set[str]:
+    lexicon = json.loads((LEXICONS / (nsid.replace(".", "/") + ".json")).read_text())
+    return {error["name"] for error in lexicon["defs"]["main"].get("errors", [])}
+
+
+def test_each_method_uses_only_its_lexicons_error_names() -> None:
+    failing = set(Status) - {Status.VERIFIED, Status.INVALID_INPUT}
+    for nsid, table in xrpc_errors.TABLES.items():
+        declared = declared_errors(nsid)
+        names = {name for _, name in table.values()}
+        assert names <= declared | xrpc_errors.GENERIC_ERRORS, nsid
+        assert declared <= names, f"{nsid}: a declared error is never used"
+    for table in (xrpc_errors.RESOLVE_HANDLE, xrpc_errors.RESOLVE_IDENTITY):
+        assert set(table) == failing  # a lookup by handle can end in any of them
+    assert set(xrpc_errors.RESOLVE_DID) == {  # a DID's own failures
+        Status.DID_NOT_FOUND,
+        Status.DID_DEACTIVATED,
+        Status.INVALID_DOCUMENT,
+        Status.PLC_LOG_INVALID,
+        Status.UNAVAILABLE,
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "param", "value"),
+    [
+        ("resolveHandle", "handle", "@alice.test"),  # H-SYN-7: `@` is UI only
+        ("resolveHandle", "handle", "at://alice.test"),
+        ("resolveHandle", "handle", "https://bsky.app/profile/alice.test"),
+        ("resolveHandle", "handle", " alice.test"),
+        ("resolveDid", "did", "alice.test"),
+        ("resolveDid", "did", "at://did:plc:ewvi7nxzyoun6zhxrhs64oiz"),
+        ("resolveIdentity", "identifier", "at://did:plc:ewvi7nxzyoun6zhxrhs64oiz"),
+        ("resolveIdentity", "identifier", "@alice.test"),
+        ("resolveIdentity", "identifier", "https://bsky.app/profile/alice.test"),
+        ("resolveIdentity", "identifier", "DID:plc:ewvi7nxzyoun6zhxrhs64oiz"),
+    ],
+)
+def test_inputs_outside_the_lexicon_format_are_invalid_requests(
+    daemon: Daemon, method: str, param: str, value: str
+) -> None:
+    message = xrpc_error(get(daemon, XRPC + method, **{param: value}), 400, "InvalidRequest")
+    assert param in message
+
+
+def test_refresh_takes_an_at_identifier_only(daemon: Daemon) -> None:
+    url = daemon.url + XRPC + "refreshIdentity"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for identifier in ("at://alice.test", "@alice.test", 42):
+        response = httpx.post(url, json={"identifier": identifier}, headers=auth)
+        xrpc_error(response, 400, "InvalidRequest")
+
+
+@pytest.mark.parametrize(
+    ("method", "identifier", "status", "name", "reason"),
+    [
+        ("resolveHandle", "nobody.test", 404, "HandleNotFound", "handle_not_found"),
+        ("resolveHandle", "ghost.test", 404, "HandleNotFound", "did_not_found"),
+        ("resolveHandle", "erin.test", 404, "HandleNotFound", "did_deactivated"),
+        ("resolveHandle", "bob-old.test", 400, "InvalidRequest", "handle_mismatch"),
+        ("resolveHandle", "two-dids.test", 400, "InvalidRequest", "ambiguous"),
+        ("resolveHandle", "imposter.test", 502, "UpstreamFailure", "invalid_document"),
+        ("resolveDid", "did:plc:neverregisteredaaaaaaaaa", 404, "DidNotFound", "did_not_found"),
+        ("resolveDid", "erin", 404, "DidDeactivated", "did_deactivated"),
+        ("resolveDid", "did:web:imposter.test", 502, "UpstreamFailure", "invalid_document"),
+        ("resolveIdentity", "nobody.test", 404, "HandleNotFound", "handle_not_found"),
+        ("resolveIdentity", "ghost.test", 404, "DidNotFound", "did_not_found"),
+        ("resolveIdentity", "erin.test", 404, "DidDeactivated", "did_deactivated"),
+        ("resolveIdentity", "erin", 404, "DidDeactivated", "did_deactivated"),
+        ("resolveIdentity", "bob-old.test", 400, "InvalidRequest", "handle_mismatch"),
+        ("resolveIdentity", "two-dids.test", 400, "InvalidRequest", "ambiguous"),
+        ("resolveIdentity", "did:web:imposter.test", 502, "UpstreamFailure", "invalid_document"),
+    ],
+)
+def test_failures_map_to_the_lexicons_names(
+    daemon: Daemon,
+    devnet: DevnetState,
+    method: str,
+    identifier: str,
+    status: int,
+    name: str,
+    reason: str,
+) -> None:
+    if "." not in identifier and ":" not in identifier:
+        identifier = devnet.did(identifier)
+    param = {"resolveHandle": "handle", "resolveDid": "did"}.get(method, "identifier")
+    response = get(daemon, XRPC + method, **{param: identifier})
+    message = xrpc_error(response, status, name)
+    assert name in declared_errors(f"com.atproto.identity.{method}") | xrpc_errors.GENERIC_ERRORS
+    assert message.startswith(reason + ": ")
+    assert "Retry-After" not in response.headers  # none of these is transient

@@ -48,5 +48,7 @@ def open_store(url: str | None = None, *, memory_bytes: int = DEFAULT_MEMORY_BYT
         prefix = parse_qs(parts.query).get("prefix", ["atwhois:"])[0]
         clean = parts._replace(query="").geturl()
         return TieredStore(MemoryStore(memory_bytes), RedisStore(clean, prefix=prefix))
+    if parts.scheme not in ("sqlite", ""):
+        raise ValueError(f"cache {url!r}: not memory:, sqlite:///PATH, redis:// or a file path")
     path = Path(parts.path) if parts.scheme == "sqlite" else Path(url)
     return TieredStore(MemoryStore(memory_bytes), SqliteStore(path))

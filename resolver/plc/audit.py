@@ -9,11 +9,12 @@ a `Finding` that names the rule it breaks.
 from __future__ import annotations
 
 import datetime
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..document import declared_handle
-from .encoding import cid_of, dag_cbor, did_of_genesis, unsigned_dag_cbor
+from .encoding import NotEncodable, cid_of, dag_cbor, did_of_genesis, unsigned_dag_cbor
 from .operation import BadOperation, Operation, State, parse_operation
 from .signature import BadSignature, decode_signature, verify, why_unverified
 
@@ -106,13 +107,19 @@ class _Rejected(Exception):
         self.rule = rule
 
 
+# RFC 3339 section 5.6: date "T" time, seconds required, an offset or "Z" required.
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
+)
+
+
 def parse_time(text: Any) -> datetime.datetime:
+    """§10.6 step 2: `createdAt` as an RFC 3339 datetime (other ISO 8601 forms refused)."""
     if not isinstance(text, str):
         raise ValueError("createdAt is not a string")
-    parsed = datetime.datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        raise ValueError("createdAt has no time zone")
-    return parsed
+    if _RFC3339.fullmatch(text) is None:
+        raise ValueError(f"createdAt {text[:40]!r} is not an RFC 3339 datetime")
+    return datetime.datetime.fromisoformat(text.upper())
 
 
 class Replay:
@@ -174,7 +181,10 @@ class Replay:
         except BadOperation as err:
             raise _Rejected(err.rule, str(err)) from None
         record.type, record.prev = op.type, op.prev
-        encoded = dag_cbor(op.raw)
+        try:
+            encoded = dag_cbor(op.raw)
+        except NotEncodable as err:
+            raise _Rejected("P-ENC-1", f"the op has no DAG-CBOR encoding: {err}") from None
         computed = cid_of(encoded)
         if computed != record.cid:
             raise _Rejected("P-CID-1", f"entry says cid {cid!r}, the op hashes to {computed}")

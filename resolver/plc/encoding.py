@@ -14,8 +14,16 @@ import libipld
 _CID_PREFIX = b"\x01\x71\x12\x20"  # CIDv1, dag-cbor, sha2-256, 32 bytes
 
 
+class NotEncodable(ValueError):
+    """JSON that has no DAG-CBOR form: a string with a lone surrogate (JSON can escape one,
+    UTF-8 cannot hold it), a float, an integer beyond 64 bits (P-ENC-1)."""
+
+
 def dag_cbor(value: Any) -> bytes:
-    return bytes(libipld.encode_dag_cbor(value))
+    try:
+        return bytes(libipld.encode_dag_cbor(value))
+    except (ValueError, TypeError, OverflowError) as err:
+        raise NotEncodable(str(err)) from None
 
 
 def base32(data: bytes) -> str:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import InvalidDid
+from ..syntax import check_plc_did
 from ..untrusted import parse_json
 from .audit import Finding, Replay, parse_time
 
@@ -90,9 +92,11 @@ def _entry(line: str | bytes) -> dict[str, Any] | None:
         return None
     if not isinstance(entry, dict) or not isinstance(entry.get("did"), str):
         return None
-    if entry.get("type") == "sequenced_op":  # the seq format has no `nullified` flag
-        entry = {k: v for k, v in entry.items() if k not in ("type", "seq")}
-    return entry
+    try:
+        check_plc_did(entry["did"])
+    except InvalidDid:
+        return None
+    return entry  # either line format: the seq one's `type` and `seq` are not read
 
 
 def _drain(run: Replay, summary: ExportSummary, known_bad: frozenset[str]) -> None:

@@ -85,6 +85,17 @@ def is_low_s(signature: bytes, curve: Curve) -> bool:
     return signature[32:] <= _HALF_ORDER[curve]
 
 
+_ZERO = bytes(32)
+_ORDER_BYTES = {curve: order.to_bytes(32, "big") for curve, order in _ORDER.items()}
+
+
+def _in_range(signature: bytes, curve: Curve) -> bool:
+    """ECDSA: 0 < r < n and 0 < s < n. A stranger's 64 bytes need not be (P-SIG-4: such a
+    signature verifies nothing; libsecp256k1 would refuse to parse it)."""
+    r, s, n = signature[:32], signature[32:], _ORDER_BYTES[curve]
+    return _ZERO < r < n and _ZERO < s < n
+
+
 def verify(did_key: str, message: bytes, signature: bytes) -> bool:
     """ECDSA-SHA256 over `message` (C-SIG-1) with a 64-byte, low-S signature (C-SIG-2/4).
     An unparseable key verifies nothing."""
@@ -92,7 +103,7 @@ def verify(did_key: str, message: bytes, signature: bytes) -> bool:
     if verifier is None:
         return False
     curve, key = verifier
-    if not is_low_s(signature, curve):
+    if not (is_low_s(signature, curve) and _in_range(signature, curve)):
         return False
     if isinstance(key, coincurve.PublicKey):
         return bool(key.verify(cdata_to_der(deserialize_compact(signature)), message))
@@ -120,7 +131,7 @@ def why_unverified(keys: tuple[str, ...], message: bytes, signature: bytes) -> t
         except InvalidKey:
             continue
         high_s = int.from_bytes(signature[32:], "big")
-        if high_s > _ORDER[curve] // 2:
+        if _ORDER[curve] // 2 < high_s < _ORDER[curve]:
             flipped = signature[:32] + (_ORDER[curve] - high_s).to_bytes(32, "big")
             if verify(key, message, flipped):
                 return "C-SIG-2", "the signature is high-S (s > n/2)"

@@ -139,6 +139,17 @@ class HttpsHosts:
             return await _send(writer, 200, document, [("Content-Type", "application/json")])
         if generated is not None and path == world.WELL_KNOWN:
             return await _send(writer, 200, f"did:web:{host}".encode())
+        scripted = world.SCRIPTED_BULK.fullmatch(host.removesuffix(world.BULK_SUFFIX))
+        if scripted is not None and scripted.group("hops") is not None:
+            left = int(scripted.group("hops")) if path == world.WELL_KNOWN else None
+            if path.startswith("/hop/"):
+                left = int(path.removeprefix("/hop/"))
+            if left:  # one more redirect, then the well-known file
+                return await _send(writer, 302, b"", [("Location", f"/hop/{left - 1}")])
+            path = world.WELL_KNOWN
+        if scripted is not None and scripted.group("status") is not None:
+            body = self.file_for(host, world.WELL_KNOWN).read_bytes()
+            return await _send(writer, int(scripted.group("status")), body)
         if host == "redirect.test":
             return await _send(writer, 302, b"", [("Location", "https://files.test/nina")])
         if host == "loop.test":
@@ -200,7 +211,7 @@ async def _send(
     headers: list[tuple[str, str]] | None = None,
 ) -> None:
     head = [
-        f"HTTP/1.1 {status} {_REASONS[status]}",
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Whatever')}",
         f"Content-Length: {len(body)}",
         "Connection: close",
     ]

@@ -327,6 +327,9 @@ HTTPS_BEHAVIOURS = {
 # bulk.test is an ordinary host whose files tests write (`DevnetState.set_file`).
 BULK_SUFFIX = ".bulk.test"
 _GENERATED = re.compile(r"u\d{5}|pad(\d+)-[a-z0-9-]+")
+# Scripted bulk hosts serving the well-known file tests write: `hops<N>-x` after N
+# redirects (H-WK-6), `status<NNN>-x` with that status (H-WK-2).
+SCRIPTED_BULK = re.compile(r"hops(?P<hops>\d+)-[a-z0-9-]+|status(?P<status>\d{3})-[a-z0-9-]+")
 
 
 def bulk_document(host: str) -> dict[str, Any] | None:

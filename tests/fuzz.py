@@ -1,0 +1,478 @@
+"""Fuzzing every parser that takes a stranger's bytes: identifiers, TXT records, well-known
+bodies, DID documents, PLC operations, audit logs and export lines, XRPC query strings and
+bodies, the TOML configuration.
+
+Each target is a Hypothesis strategy (random input, and real inputs from the vectors with
+parts swapped for random ones) and a function that may fail only in the classified ways the
+code promises; any other exception is a crash. `tests/test_fuzz.py` runs every target a
+little, with a fixed seed, in `make test`; `make fuzz` (`python -m tests.fuzz`) runs each
+for 100,000 inputs at least and prints what it found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import sys
+import time
+import tomllib
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from cli import settings as serve_settings
+from cli.serve import resolver_config
+from resolver import Config, syntax
+from resolver.config import Nameserver
+from resolver.document import parse_json_document
+from resolver.errors import InvalidInput, ResolutionError
+from resolver.handle import did_from_txt, did_from_well_known
+from resolver.plc import replay
+from resolver.plc.encoding import NotEncodable, dag_cbor
+from resolver.plc.export import verify_export
+from resolver.plc.operation import BadOperation, parse_operation
+from tests.synthetic_plc import export_lines
+from tests.vectors import did_documents, plc_logs, syntax_cases
+
+# --- strategies ------------------------------------------------------------------------
+
+_SYNTAX_FILES = (
+    "handle_syntax_valid.txt",
+    "handle_syntax_invalid.txt",
+    "did_syntax_valid.txt",
+    "did_syntax_invalid.txt",
+    "atidentifier_syntax_valid.txt",
+    "aturi_syntax_valid.txt",
+    "aturi_syntax_invalid.txt",
+)
+IDENTIFIERS = sorted({case for name in _SYNTAX_FILES for case in syntax_cases(name)})
+# Characters that matter to the grammars, and some that must never get through.
+_ALPHABET = st.sampled_from([*list("abcz09.-_:%@/#?~ AZ"), "\x00", "�", "é", "\n", "ǅ"])
+
+
+def mutated_text(seeds: list[str]) -> st.SearchStrategy[str]:
+    """A real input with a few characters replaced, inserted or removed."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> str:
+        text = draw(st.sampled_from(seeds))
+        for _ in range(draw(st.integers(0, 4))):
+            at = draw(st.integers(0, len(text)))
+            kind = draw(st.sampled_from(("insert", "replace", "delete", "repeat")))
+            char = draw(_ALPHABET)
+            if kind == "insert":
+                text = text[:at] + char + text[at:]
+            elif kind == "replace":
+                text = text[:at] + char + text[at + 1 :]
+            elif kind == "delete":
+                text = text[:at] + text[at + 1 :]
+            else:
+                text = text[:at] * draw(st.integers(1, 40))
+        return text
+
+    return build()
+
+
+_PREFIXES = [
+    "did:plc:",
+    "did:web:",
+    "at://",
+    "@",
+    "https://bsky.app/profile/",
+    "did:web:localhost%3A",
+]
+identifiers = st.one_of(
+    mutated_text(IDENTIFIERS),
+    st.text(_ALPHABET, max_size=60),
+    st.text(max_size=300),
+    st.builds(str.__add__, st.sampled_from(_PREFIXES), st.text(_ALPHABET, max_size=40)),
+)
+
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+    st.sampled_from(["did:plc:ewvi7nxzyoun6zhxrhs64oiz", "at://alice.test", "#atproto", "\ud800"]),
+)
+# Keys of DID documents, PLC operations and log entries: random objects that use them reach
+# further into the parsers than random keys would.
+_KEYS = [
+    "id",
+    "alsoKnownAs",
+    "verificationMethod",
+    "service",
+    "type",
+    "controller",
+    "publicKeyMultibase",
+    "serviceEndpoint",
+    "operation",
+    "sig",
+    "prev",
+    "rotationKeys",
+    "verificationMethods",
+    "services",
+    "endpoint",
+    "cid",
+    "did",
+    "createdAt",
+    "nullified",
+]
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5),
+        st.dictionaries(st.one_of(st.text(max_size=10), st.sampled_from(_KEYS)), inner, max_size=6),
+    ),
+    max_leaves=20,
+)
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _paths(item, (*prefix, index))
+    return found
+
+
+def mutated_json(seeds: list[Any]) -> st.SearchStrategy[Any]:
+    """A real document or log with up to three of its parts swapped for random JSON,
+    deleted, or duplicated."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Any:
+        value = copy.deepcopy(draw(st.sampled_from(seeds)))
+        for _ in range(draw(st.integers(1, 3))):
+            path = draw(st.sampled_from(_paths(value)))
+            if not path:
+                continue
+            parent = value
+            for step in path[:-1]:
+                parent = parent[step]
+            action = draw(st.sampled_from(("replace", "delete", "copy")))
+            if action == "replace":
+                parent[path[-1]] = draw(json_values)
+            elif action == "delete":
+                del parent[path[-1]]
+            elif isinstance(parent, list):
+                parent.append(copy.deepcopy(parent[path[-1]]))
+        return value
+
+    return build()
+
+
+DOCUMENTS = list(did_documents().values())
+LOGS = list(plc_logs().values())
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, allow_nan=True).encode("utf-8", "surrogatepass")
+
+
+documents = st.one_of(
+    mutated_json(DOCUMENTS).map(_dumps),
+    json_values.map(_dumps),
+    st.binary(max_size=200),
+    mutated_json(DOCUMENTS)
+    .map(_dumps)
+    .flatmap(lambda body: st.integers(0, len(body)).map(lambda cut: body[:cut])),
+)
+
+# --- targets ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    inputs: st.SearchStrategy[Any]
+    run: Callable[[Any], None]  # raises only what the code promises
+
+
+def _syntax(text: str) -> None:
+    for check in (syntax.is_valid_handle, syntax.is_valid_did, syntax.is_valid_at_identifier):
+        assert isinstance(check(text), bool)
+    try:
+        query = syntax.parse_query(text)
+    except InvalidInput as err:
+        assert err.rule
+        return
+    if query.kind == "did" and query.value.startswith("did:web:"):
+        with contextlib.suppress(InvalidInput):
+            syntax.parse_did_web(query.value, dev=True, allow_test_tld=True)
+    assert query.value.isascii()
+
+
+def _txt(records: list[list[bytes]]) -> None:
+    with contextlib.suppress(ResolutionError):
+        assert did_from_txt(records).startswith("did:")
+
+
+def _well_known(body: bytes) -> None:
+    with contextlib.suppress(ResolutionError):
+        assert did_from_well_known(body).startswith("did:")
+
+
+def _document(body: bytes) -> None:
+    for did in ("did:plc:ewvi7nxzyoun6zhxrhs64oiz", "did:web:example.com"):
+        try:
+            served, data = parse_json_document(did, body)
+        except ResolutionError:
+            continue
+        served.decode("utf-8")  # what the daemon splices into its answers
+        assert data.did == did
+        json.dumps([data.declared_handle, data.pds, list(data.also_known_as)], ensure_ascii=False)
+
+
+def _operation(op: Any) -> None:
+    try:
+        parse_operation(op)
+    except BadOperation as err:
+        assert err.rule
+    with contextlib.suppress(NotEncodable):
+        dag_cbor(op)
+
+
+def _log(log: Any) -> None:
+    did = log[0].get("did") if isinstance(log, list) and log and isinstance(log[0], dict) else None
+    audit = replay(did if isinstance(did, str) else "did:plc:ewvi7nxzyoun6zhxrhs64oiz", log)
+    json.dumps(audit.to_json())
+
+
+EXPORT = list(export_lines(6, 4))
+
+
+def _export(lines: list[str]) -> None:
+    summary = verify_export(lines)
+    json.dumps(summary.to_json(), ensure_ascii=False).encode("utf-8")
+
+
+def _config(text: str) -> None:
+    try:
+        merged = serve_settings.from_file(tomllib.loads(text))
+        resolver_config(merged, Config())
+    except (ValueError, InvalidInput):  # TOMLDecodeError and SettingError are ValueErrors
+        pass
+
+
+TOML_SEEDS = [
+    'cache = "memory:"\nttl_verified = "1:3600"\n',
+    'dev = true\nplc_url = "https://plc.directory"\nport = 2584\n',
+    'dns_server = ["127.0.0.1:53"]\nallow_net = ["127.0.0.0/8"]\ntimeout = 2.5\n',
+    'refresh_token = "t"\nmemory_cache_mb = 64\nmax_concurrency = 10\n',
+]
+
+TARGETS = [
+    Target("identifier syntax", identifiers, _syntax),
+    Target(
+        "TXT records",
+        st.lists(
+            st.lists(
+                st.one_of(
+                    st.binary(max_size=80),
+                    identifiers.map(lambda t: b"did=" + t.encode("utf-8", "surrogatepass")),
+                ),
+                min_size=1,
+                max_size=3,
+            ),
+            max_size=4,
+        ),
+        _txt,
+    ),
+    Target(
+        "well-known bodies",
+        st.one_of(
+            st.binary(max_size=300),
+            identifiers.map(lambda t: t.encode("utf-8", "surrogatepass")),
+            st.text(max_size=40).map(lambda t: (" \n" + t + "\r\n").encode("utf-8", "replace")),
+        ),
+        _well_known,
+    ),
+    Target("DID documents", documents, _document),
+    Target(
+        "PLC operations",
+        st.one_of(
+            mutated_json([e["operation"] for log in LOGS for e in log if isinstance(e, dict)]),
+            json_values,
+        ),
+        _operation,
+    ),
+    Target("PLC audit logs", st.one_of(mutated_json(LOGS), json_values), _log),
+    Target(
+        "export lines",
+        st.lists(
+            st.one_of(
+                st.sampled_from(EXPORT),
+                mutated_json([json.loads(line) for line in EXPORT]).map(
+                    lambda v: json.dumps(v, allow_nan=True)
+                ),
+                st.text(max_size=80),
+            ),
+            max_size=12,
+        ),
+        _export,
+    ),
+    Target(
+        "TOML configuration",
+        st.one_of(mutated_text(TOML_SEEDS), st.text(max_size=120)),
+        _config,
+    ),
+]
+
+# --- the daemon's HTTP input ------------------------------------------------------------
+
+METHODS = (
+    ("GET", "/xrpc/com.atproto.identity.resolveHandle", "handle"),
+    ("GET", "/xrpc/com.atproto.identity.resolveDid", "did"),
+    ("GET", "/xrpc/com.atproto.identity.resolveIdentity", "identifier"),
+    ("GET", "/xrpc/com.bad-example.identity.resolveMiniDoc", "identifier"),
+    ("POST", "/xrpc/com.atproto.identity.refreshIdentity", "identifier"),
+    ("GET", "/v1/identity/", ""),
+)
+
+
+class XrpcTarget:
+    """The daemon on loopback, its upstreams unreachable (every lookup fails fast): only its
+    input handling is under test. Any 5xx but a 502 XRPC body is a crash."""
+
+    name = "XRPC queries and bodies"
+
+    def __init__(self) -> None:
+        from cache import CachedResolver, MemoryStore
+        from resolver import Resolver
+        from server import Service, Settings
+        from tests.cache_model import LoopThread
+
+        config = Config(
+            dns_servers=(Nameserver("127.0.0.1", 9),),
+            plc_url="http://127.0.0.1:9",
+            dns_timeout=0.05,
+            https_timeout=0.05,
+            document_timeout=0.05,
+        )
+        self.thread = LoopThread()
+
+        async def start() -> tuple[Any, str]:
+            from aiohttp import web
+
+            cached = CachedResolver(Resolver(config), MemoryStore(4 * 1024 * 1024))
+            service = Service(cached, Settings(refresh_token="t", request_log=False))
+            runner = web.AppRunner(service.app())
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            host, port = runner.addresses[0][:2]
+            return runner, f"http://{host}:{port}"
+
+        self.runner, self.url = self.thread.run(start())
+        self.http = httpx.Client(base_url=self.url, timeout=30)
+        self.inputs = st.tuples(
+            st.sampled_from(METHODS),
+            st.one_of(identifiers, st.text(max_size=50)),
+            st.one_of(st.none(), json_values.map(_dumps), st.binary(max_size=60)),
+            st.booleans(),
+        )
+
+    def run(self, case: tuple[tuple[str, str, str], str, bytes | None, bool]) -> None:
+        (method, path, param), value, body, as_param = case
+        if method == "POST":
+            content = body if body is not None else _dumps({param: value})
+            response = self.http.post(path, content=content, headers={"Authorization": "Bearer t"})
+        else:  # the bytes an attacker may send: any, percent-encoded, valid UTF-8 or not
+            raw = urllib.parse.quote(value.encode("utf-8", "surrogatepass"), safe="")
+            if not param:
+                response = self.http.get(path + raw)
+            else:
+                query = f"{param}={raw}" if as_param else f"{param}={raw}&{param}=x"
+                response = self.http.get(f"{path}?{query}")
+        status = response.status_code
+        if status >= 500:
+            error = response.json().get("error") if _is_json(response) else None
+            assert status in (502, 503) and error, (status, response.text[:200])
+        if status >= 400 and response.headers.get("content-type", "").startswith(
+            "application/json"
+        ):
+            assert "error" in response.json()
+
+    def close(self) -> None:
+        self.http.close()
+        self.thread.run(self.runner.cleanup())
+        self.thread.stop()
+
+
+def _is_json(response: httpx.Response) -> bool:
+    try:
+        response.json()
+    except ValueError:
+        return False
+    return True
+
+
+# --- running ---------------------------------------------------------------------------
+
+
+def fuzz(target: Target | XrpcTarget, examples: int, fixed_seed: int | None) -> tuple[int, str]:
+    """Run `target` on `examples` inputs; returns how many ran and the first crash ('' if
+    none). A crash is shrunk to its smallest form by Hypothesis before it is reported."""
+    count = 0
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate, Phase.shrink],
+    )
+    @given(target.inputs)
+    def case(value: Any) -> None:
+        nonlocal count
+        count += 1
+        target.run(value)
+
+    if fixed_seed is not None:
+        case = seed(fixed_seed)(case)
+    try:
+        case()
+    except Exception as err:  # the crash, shrunk: report it
+        return count, f"{type(err).__name__}: {err}"[:2000]
+    return count, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__)
+    parser.add_argument("--examples", type=int, default=100_000, help="inputs per target")
+    parser.add_argument("--seed", type=int, help="fix the random seed")
+    parser.add_argument("--only", help="run the targets whose name contains this")
+    args = parser.parse_args(argv)
+    targets: list[Target | XrpcTarget] = [*TARGETS]
+    if not args.only or args.only.lower() in XrpcTarget.name.lower():
+        targets.append(XrpcTarget())
+    crashes = 0
+    for target in targets:
+        if args.only and args.only.lower() not in target.name.lower():
+            continue
+        started = time.monotonic()
+        ran, crash = fuzz(target, args.examples, args.seed)
+        seconds = time.monotonic() - started
+        verdict = "0 crashes" if not crash else f"CRASH: {crash}"
+        print(f"{target.name:26} {ran:>8,} inputs {seconds:7.1f} s  {verdict}", flush=True)
+        crashes += bool(crash)
+        if isinstance(target, XrpcTarget):
+            target.close()
+    print(f"{crashes} target(s) crashed")
+    return 1 if crashes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The API contract: Schemathesis generates requests for every operation of the daemon's own
+`/openapi.json` (the daemon running on the test network) and checks every answer against
+it: a documented status, the documented content type, a body matching its schema, and never
+a server error other than an upstream failure (502/503 with an XRPC error body)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+from schemathesis.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from server.openapi import openapi
+from tests.daemon import Daemon, running_daemon
+from tests.devnet.network import DevnetState
+
+TOKEN = "contract-token"
+EXAMPLES = 50  # per operation and mode; some operations have fewer distinct requests
+REQUESTS: Counter[str] = Counter()
+
+
+@pytest.fixture(scope="module")
+def contract_daemon(
+    devnet: DevnetState, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Daemon]:
+    folder = tmp_path_factory.mktemp("contract")
+    args = ("--cache", "memory:", "--refresh-token", TOKEN, "--audit-db", str(folder / "a.db"))
+    with running_daemon(devnet.env(), folder / "serve.log", *args) as daemon:
+        yield daemon
+
+
+@pytest.fixture(scope="module")
+def api(contract_daemon: Daemon) -> Any:
+    return schemathesis.openapi.from_url(contract_daemon.url + "/openapi.json")
+
+
+_PATHS = openapi()["paths"]
+OPERATIONS = [
+    (path, method.upper(), mode)
+    for path, methods in _PATHS.items()
+    for method, spec in methods.items()
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+    # an operation that takes no input has no invalid input to send
+    if mode is GenerationMode.POSITIVE or "parameters" in spec or "requestBody" in spec
+]
+
+
+@schemathesis.check
+def no_server_error_but_upstream_failures(ctx: Any, response: Any, case: Any) -> bool | None:
+    """A 5xx must be a documented upstream failure or overload, with an error body."""
+    if response.status_code < 500:
+        return None
+    body = response.json()
+    if response.status_code not in (502, 503) or not isinstance(body, dict):
+        raise AssertionError(f"server error {response.status_code}: {response.text[:300]}")
+    if "error" not in body and "status" not in body:  # an XRPC error, or the report
+        raise AssertionError(f"5xx without an error body: {response.text[:300]}")
+    return None
+
+
+CHECKS = [
+    no_server_error_but_upstream_failures,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "mode"), OPERATIONS, ids=[f"{m.value} {v} {p}" for p, v, m in OPERATIONS]
+)
+def test_every_answer_matches_the_contract(
+    api: Any, contract_daemon: Daemon, path: str, method: str, mode: GenerationMode
+) -> None:
+    operation = api[path][method]
+
+    @given(operation.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+        derandomize=True,
+    )
+    def call(case: Any) -> None:
+        REQUESTS[f"{method} {path}"] += 1
+        case.call_and_validate(
+            base_url=contract_daemon.url,
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            checks=CHECKS,
+        )
+
+    call()
+
+
+def test_the_contract_run_was_large_enough(contract_daemon: Daemon) -> None:
+    """Runs after the generated requests (file order): at least 1,000, every operation."""
+    log = contract_daemon.log.read_text()
+    assert "Traceback" not in log
+    assert sum(REQUESTS.values()) >= 1000, REQUESTS
+    assert len(REQUESTS) == 15, sorted(REQUESTS)

@@ -54,7 +54,7 @@ SETTINGS: dict[str, Setting] = {
     "dns_server": Setting(list),
     "dns_fallback": Setting(list),
     "allow_net": Setting(list),
-    "timeout": Setting(float, low=0.001, high=3600),
+    "timeout": Setting(float),  # its range is Config's to check, as for the flag
 }
 
 

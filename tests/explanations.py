@@ -497,13 +497,18 @@ def _export() -> dict[str, Any]:
     }
 
 
+def _short(text: str) -> str:
+    """A key for a long input: its start and its length (two inputs may share a start)."""
+    return repr(text) if len(text) <= 120 else f"{text[:100]!r}... ({len(text)} characters)"
+
+
 def catalogue() -> dict[str, Any]:
     out: dict[str, Any] = {}
     identifiers = [c for f in SYNTAX_FILES for c in syntax_cases(f)] + MORE_IDENTIFIERS
     for text in identifiers:
-        out[f"parse_query {text[:120]!r}"] = answer(lambda t=text: syntax.parse_query(t))
+        out[f"parse_query {_short(text)}"] = answer(lambda t=text: syntax.parse_query(t))
     for text in [c for f in SYNTAX_FILES if "aturi" in f for c in syntax_cases(f)]:
-        out[f"parse_at_uri {text[:120]!r}"] = answer(lambda t=text: syntax.parse_at_uri(t))
+        out[f"parse_at_uri {_short(text)}"] = answer(lambda t=text: syntax.parse_at_uri(t))
     for text in DID_WEB:
         for dev in (False, True):
             out[f"parse_did_web {text} dev={dev}"] = answer(

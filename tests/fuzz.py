@@ -453,15 +453,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__)
     parser.add_argument("--examples", type=int, default=100_000, help="inputs per target")
     parser.add_argument("--seed", type=int, help="fix the random seed")
-    parser.add_argument("--only", help="run the targets whose name contains this")
+    parser.add_argument(
+        "--only", action="append", help="run the targets whose name contains this (repeatable)"
+    )
     args = parser.parse_args(argv)
-    targets: list[Target | XrpcTarget] = [*TARGETS]
-    if not args.only or args.only.lower() in XrpcTarget.name.lower():
+
+    def chosen(name: str) -> bool:
+        return not args.only or any(part.lower() in name.lower() for part in args.only)
+
+    targets: list[Target | XrpcTarget] = [t for t in TARGETS if chosen(t.name)]
+    if chosen(XrpcTarget.name):
         targets.append(XrpcTarget())
     crashes = 0
     for target in targets:
-        if args.only and args.only.lower() not in target.name.lower():
-            continue
         started = time.monotonic()
         ran, crash = fuzz(target, args.examples, args.seed)
         seconds = time.monotonic() - started

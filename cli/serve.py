@@ -30,7 +30,7 @@ from resolver import Config, Resolver
 from resolver.config import parse_nameservers, parse_networks
 from resolver.errors import InvalidInput
 from server.memory import small_tls_buffers, trim_periodically
-from server.service import Service, Settings
+from server.service import MalformedRequestLog, Service, Settings
 
 from . import settings
 
@@ -220,6 +220,7 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
 
 def run(args: argparse.Namespace, config: Config) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+    logging.getLogger("aiohttp.server").addFilter(MalformedRequestLog())
     try:
         merged = settings_from(args)
         config = resolver_config(merged, config)

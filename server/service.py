@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from cache import CachedResolver
 from cache.stores import TieredStore
@@ -54,6 +55,27 @@ class Settings:
     retry_after: int = 30  # seconds, on 502 and 503
     request_log: bool = True  # one JSON line per request on stderr
     answer_cache_bytes: int = 8 * 1024 * 1024  # rendered answers of fresh hits
+
+
+class MalformedRequestLog(logging.Filter):
+    """aiohttp answers a request it cannot parse (a request line over 8 KiB, a bad header)
+    with 400 and logs it with a traceback: a stranger could fill the log with them. Such a
+    record becomes one JSON line, without the traceback; every other record passes as is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            remote = record.args[0] if isinstance(record.args, tuple) and record.args else None
+            reason = " ".join(str(error.message).split())[:200]
+            line = {"event": "malformed_request", "remote": remote, "reason": reason}
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                _compact(line).decode(),
+                (),
+                None,
+                None,
+            )
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
 
 
 # Operations endpoints answer even when every request slot is taken: a health check that

@@ -423,3 +423,16 @@ def test_failures_map_to_the_lexicons_names(
     assert name in declared_errors(f"com.atproto.identity.{method}") | xrpc_errors.GENERIC_ERRORS
     assert message.startswith(reason + ": ")
     assert "Retry-After" not in response.headers  # none of these is transient
+
+
+def test_an_unparseable_request_is_one_log_line(daemon: Daemon) -> None:
+    """A request line over aiohttp's 8 KiB limit is answered 400 and logged as one JSON
+    line, not a traceback a stranger could repeat to fill the log."""
+    response = httpx.get(daemon.url + XRPC + "resolveHandle", params={"handle": "a" * 9000})
+    assert response.status_code == 400
+    deadline = time.monotonic() + 5
+    while "malformed_request" not in daemon.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = [ln for ln in daemon.log_lines() if ln.get("event") == "malformed_request"]
+    assert lines and "8190 bytes" in str(lines[-1]["reason"])
+    assert "Traceback" not in daemon.log.read_text()

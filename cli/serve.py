@@ -162,7 +162,7 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
     }
     # The memory budget: an eighth for rendered answers, the rest for the entries' tier.
     budget = int(float(merged.get("memory_cache_mb") or 64) * 1024 * 1024)
-    settings = dataclasses.replace(
+    service_settings = dataclasses.replace(
         Settings(
             refresh_token=merged.get("refresh_token"),
             request_log=merged.get("request_log", True),
@@ -175,7 +175,7 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
     )
     resolutions = int(merged.get("max_resolutions") or 32)
     cached = CachedResolver(Resolver(config), store, policy, max_resolutions=resolutions)
-    service = Service(cached, settings)
+    service = Service(cached, service_settings)
     small_tls_buffers()
     app = service.app()
     trim_periodically(app)

@@ -68,12 +68,8 @@ class MalformedRequestLog(logging.Filter):
             remote = record.args[0] if isinstance(record.args, tuple) and record.args else None
             reason = " ".join(str(error.message).split())[:200]
             line = {"event": "malformed_request", "remote": remote, "reason": reason}
-            record.msg, record.args, record.exc_info, record.exc_text = (
-                _compact(line).decode(),
-                (),
-                None,
-                None,
-            )
+            record.msg, record.args = _compact(line).decode(), ()
+            record.exc_info, record.exc_text = None, None
             record.levelno, record.levelname = logging.INFO, "INFO"
         return True
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from bench import audit_run, cache_lookups, cold_resolution, memory_load, plc_verify, serve_load
+from bench import (
+    audit_run,
+    cache_lookups,
+    cold_resolution,
+    memory_load,
+    plc_verify,
+    serve_load,
+    startup,
+)
 
 BENCHMARKS = {
     "cold": cold_resolution.main,
@@ -13,6 +21,7 @@ BENCHMARKS = {
     "serve": serve_load.main,
     "audit": audit_run.main,
     "memory": memory_load.main,
+    "startup": startup.main,
 }
 
 

@@ -1,8 +1,14 @@
-"""Cache of verified bindings: `CachedResolver`, the freshness policy, the stores."""
+"""Cache of verified bindings: `CachedResolver`, the freshness policy, the stores.
+
+`CachedResolver` brings the resolver's network stack with it: imported on first use."""
+
+from typing import TYPE_CHECKING, Any
 
 from .policy import Lifetime, Policy
-from .resolver import CachedResolver
 from .stores import MemoryStore, SqliteStore, Store, TieredStore, open_store
+
+if TYPE_CHECKING:
+    from .resolver import CachedResolver
 
 __all__ = [
     "CachedResolver",
@@ -14,3 +20,11 @@ __all__ = [
     "TieredStore",
     "open_store",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CachedResolver":
+        from .resolver import CachedResolver
+
+        return CachedResolver
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,10 +39,9 @@ from typing import Any, TypeVar
 
 from resolver import Identity, Resolver, Status
 from resolver.errors import InvalidInput
-from resolver.identity import CacheInfo, Evidence
+from resolver.identity import CacheInfo, Evidence, invalid_input, now_iso
 from resolver.outcome import Outcome
 from resolver.report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
-from resolver.resolver import invalid_input, now_iso
 from resolver.syntax import Query
 from resolver.verdict import Step
 

@@ -1,33 +1,35 @@
 """`atwhois`: who is behind a handle or a DID, and is the binding verified both ways?
 
 Exit codes: 0 verified, 1 resolved but not verified, 2 invalid input, 3 transient failure.
+
+Only the standard library and the pure configuration code are imported here: each command
+imports what it uses when it runs, so `--help`, `--version` and a typo answer at once instead
+of after a second of network-stack imports.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
-from cache import CachedResolver, open_store
-from cache.stores import StoreUnavailable
-from resolver import Config, Identity, Resolver
-from resolver.config import parse_nameservers, parse_networks
-from resolver.errors import InvalidInput, ResolutionError
-from resolver.plc import Audit
-from resolver.plc.export import ExportSummary, verify_export
-from resolver.syntax import check_plc_did, parse_did
+from resolver.config import Config, parse_nameservers, parse_networks
+from resolver.errors import InvalidInput
 
-from . import audit as audit_cli
-from . import serve
-from .render import Style, render_history, render_text, verdict_line, wants_color
-from .sources import LocalSource, ServerSource, Source
+if TYPE_CHECKING:
+    from cache import CachedResolver
+    from resolver import Identity, Resolver
+    from resolver.plc import Audit
+    from resolver.plc.export import ExportSummary
+
+    from .sources import Source
+
+T = TypeVar("T")
 
 EXAMPLES = """examples:
   atwhois alice.example.com
@@ -205,12 +207,20 @@ def _configured(args: argparse.Namespace) -> Config | None:
         return None
 
 
+def _run(work: Coroutine[Any, Any, T]) -> T:
+    import asyncio  # here, not at the top: `--help` and bad input never need an event loop
+
+    return asyncio.run(work)
+
+
 def _with_resolver(config: Config, work: Callable[[Resolver], Any]) -> Any:
+    from resolver import Resolver
+
     async def run() -> Any:
         async with Resolver(config) as resolver:
             return await work(resolver)
 
-    return asyncio.run(run())
+    return _run(run())
 
 
 def _cache_url(args: argparse.Namespace) -> str | None:
@@ -218,13 +228,21 @@ def _cache_url(args: argparse.Namespace) -> str | None:
 
 
 async def _cached(config: Config, url: str | None, work: Callable[[CachedResolver], Any]) -> Any:
+    from cache import CachedResolver, open_store
+    from resolver import Resolver
+
     async with CachedResolver(Resolver(config), open_store(url)) as cached:
         return await work(cached)
 
 
 def _source(args: argparse.Namespace, config: Config) -> Source:
+    from .sources import LocalSource, ServerSource
+
     if args.server:
         return ServerSource(args.server)
+    from cache import CachedResolver, open_store
+    from resolver import Resolver
+
     url = _cache_url(args)
     if url is None:
         return LocalSource(Resolver(config))
@@ -246,31 +264,51 @@ def lookup(argv: list[str]) -> int:
             return 2
         identifiers = [line.strip() for line in text.splitlines()]
         identifiers = [i for i in identifiers if i and not i.startswith("#")]
-        return asyncio.run(_batch(_source(args, config), identifiers, args))
+        return _run(_batch(_source(args, config), identifiers, args))
     if not args.identifier:
         parser.error("give an identifier, - for standard input, or --file FILE")
-    return asyncio.run(_single(_source(args, config), args.identifier.strip(), args))
+    identifier = args.identifier.strip()
+    if not args.server:  # invalid input is answered before the network stack is loaded
+        from resolver.identity import invalid_input, now_iso
+        from resolver.syntax import parse_lookup
+
+        try:
+            parse_lookup(identifier, dev=config.dev)
+        except InvalidInput as err:
+            return _show(invalid_input(identifier, err, now_iso()), None, args)
+    return _run(_single(_source(args, config), identifier, args))
 
 
 async def _single(source: Source, identifier: str, args: argparse.Namespace) -> int:
     try:
         identity = await source.lookup(identifier)
-        if args.json:
-            _print(json.dumps(identity.to_json(include_document=args.document), indent=2))
-            return int(identity.status.exit_code)
         history = None
-        if identity.did and identity.did.startswith("did:plc:"):
+        if not args.json and identity.did and identity.did.startswith("did:plc:"):
             history = await source.history(identity.did)
-        style = Style(wants_color(sys.stdout))
-        _print(render_text(identity, history, style=style, server=args.server))
-        return int(identity.status.exit_code)
+        return _show(identity, history, args)
     finally:
         await source.aclose()
+
+
+def _show(identity: Identity, history: Audit | None, args: argparse.Namespace) -> int:
+    """One report, as JSON or as text; its exit code."""
+    if args.json:
+        _print(json.dumps(identity.to_json(include_document=args.document), indent=2))
+    else:
+        from .render import Style, render_text, wants_color
+
+        style = Style(wants_color(sys.stdout))
+        _print(render_text(identity, history, style=style, server=args.server))
+    return int(identity.status.exit_code)
 
 
 async def _batch(source: Source, identifiers: list[str], args: argparse.Namespace) -> int:
     """Many lookups, at most --concurrency at once; one line each as they finish; a count by
     status at the end; the worst exit code."""
+    import asyncio
+
+    from .render import Style, verdict_line, wants_color
+
     gate = asyncio.Semaphore(max(1, args.concurrency))
     style = Style(wants_color(sys.stdout))
     progress = sys.stderr.isatty()
@@ -306,6 +344,11 @@ async def _batch(source: Source, identifiers: list[str], args: argparse.Namespac
 
 def history(argv: list[str]) -> int:
     args = _history_parser().parse_args(argv)
+    from resolver.errors import ResolutionError
+    from resolver.syntax import check_plc_did, parse_did
+
+    from .render import render_history
+
     config = _configured(args)
     if config is None:
         return 2
@@ -315,7 +358,7 @@ def history(argv: list[str]) -> int:
         print(f"atwhois history: {err}", file=sys.stderr)
         return 2
     try:
-        audit: Audit = _with_resolver(config, lambda r: r.audit_log(args.did))
+        audit = _with_resolver(config, lambda r: r.audit_log(args.did))
     except ResolutionError as err:
         print(f"atwhois history: {err}", file=sys.stderr)
         return 1 if err.outcome.value in ("not_found", "invalid") else 3
@@ -336,6 +379,8 @@ def _lines(file: IO[bytes]) -> Iterator[bytes]:
 
 def verify_export_command(argv: list[str]) -> int:
     args = _export_parser().parse_args(argv)
+    from resolver.plc.export import verify_export
+
     try:
         known_bad = _known_bad(args.known_bad)
     except (OSError, ValueError, TypeError) as err:
@@ -375,18 +420,20 @@ def verify_export_command(argv: list[str]) -> int:
 def cache_command(argv: list[str]) -> int:
     parser = _cache_parser()
     args = parser.parse_args(argv)
+    from cache.stores import StoreUnavailable
+
     config = _configured(args)
     if config is None:
         return 2
     url = _cache_url(args)
     if args.action == "stats":
-        stats = asyncio.run(_cached(config, url, lambda c: c.stats()))
+        stats = _run(_cached(config, url, lambda c: c.stats()))
         _print(json.dumps(stats, indent=2))
         return 0
     if not args.identifier:
         parser.error("purge needs a handle or DID")
     try:
-        purged = asyncio.run(_cached(config, url, lambda c: c.purge(args.identifier)))
+        purged = _run(_cached(config, url, lambda c: c.purge(args.identifier)))
     except StoreUnavailable as err:
         print(f"atwhois cache purge: the cache store did not take it: {err}", file=sys.stderr)
         return 3
@@ -410,10 +457,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["cache"]:
         return cache_command(args[1:])
     if args[:1] == ["watch"]:
+        from . import audit as audit_cli
+
         return audit_cli.watch(args[1:], _config_flags(), _configured)
     if args[:1] == ["audit"]:
+        from . import audit as audit_cli
+
         return audit_cli.audit(args[1:], _config_flags(), _configured)
     if args[:1] == ["serve"]:
+        from . import serve
+
         serve_args = serve.parser(_config_flags()).parse_args(args[1:])
         config = _configured(serve_args)
         return 2 if config is None else serve.run(serve_args, config)

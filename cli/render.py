@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import os
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from resolver import Evidence, Identity, Outcome, Status
-from resolver.keys import InvalidKey, parse_did_key
-from resolver.plc import Audit
+
+if TYPE_CHECKING:
+    from resolver.plc import Audit
 
 _VERDICT = {
     Status.VERIFIED: "verified",
@@ -63,6 +64,8 @@ def _evidence(name: str, evidence: Evidence, style: Style) -> str:
 
 
 def _key(did_key: str) -> str:
+    from resolver.keys import InvalidKey, parse_did_key  # the curve libraries, only when shown
+
     try:
         return f"{did_key} ({parse_did_key(did_key).curve})"
     except InvalidKey:

@@ -11,8 +11,8 @@ import httpx
 from cache import CachedResolver
 from resolver import Identity, Resolver, Status
 from resolver.errors import ResolutionError
+from resolver.identity import now_iso
 from resolver.plc import Audit
-from resolver.resolver import now_iso
 from resolver.untrusted import parse_json
 
 

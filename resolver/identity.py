@@ -6,11 +6,12 @@ service, audits and tests.
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import MalformedAnswer, ResolutionError
+from .errors import InvalidInput, MalformedAnswer, ResolutionError
 from .outcome import Outcome, Status
 from .syntax import INVALID_HANDLE
 
@@ -197,3 +198,14 @@ class Identity:
 
 def _document_json(document: Any) -> bytes | None:
     return json.dumps(document).encode() if document is not None else None
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def invalid_input(identifier: str, err: InvalidInput, checked_at: str) -> Identity:
+    """The report for input that never reached the network."""
+    return Identity(
+        query=identifier, status=Status.INVALID_INPUT, error=str(err), checked_at=checked_at
+    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -18,7 +17,7 @@ from .config import Config
 from .did import check_http_response, check_plc_response, document_url
 from .dns import DnsClient
 from .document import parse_json_document
-from .errors import InvalidInput, MalformedAnswer, ResolutionError, UnsupportedDidMethod
+from .errors import InvalidInput, MalformedAnswer, ResolutionError
 from .fetch import Fetcher
 from .handle import (
     WELL_KNOWN_MAX_BYTES,
@@ -28,18 +27,16 @@ from .handle import (
     dids_in_txt,
     txt_name,
 )
-from .identity import Evidence, Identity
-from .outcome import Outcome, Status
+from .identity import Evidence, Identity, invalid_input, now_iso
+from .outcome import Outcome
 from .plc import Audit, compare, replay
 from .report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
 from .syntax import (
-    SUPPORTED_DID_METHODS,
     Query,
     check_plc_did,
     check_resolvable_handle,
     did_method,
-    parse_did_web,
-    parse_query,
+    parse_lookup,
 )
 from .untrusted import parse_json
 
@@ -87,20 +84,7 @@ class Resolver:
 
     def parse(self, identifier: str) -> Query:
         """Syntax only: invalid input never reaches the network. Raises `InvalidInput`."""
-        query = parse_query(identifier)
-        if query.kind == "handle":
-            check_resolvable_handle(query.value, allow_test_tld=self.config.allow_test_tld)
-            return query
-        method = did_method(query.value)
-        if method not in SUPPORTED_DID_METHODS:
-            raise UnsupportedDidMethod(f"did:{method} is not supported for accounts", "D-SYN-9")
-        if method == "plc":
-            check_plc_did(query.value)
-        else:
-            parse_did_web(
-                query.value, dev=self.config.dev, allow_test_tld=self.config.allow_test_tld
-            )
-        return query
+        return parse_lookup(identifier, dev=self.config.dev)
 
     async def resolve_handle(self, handle: str) -> HandleResolution:
         """DNS TXT and HTTPS well-known at once (H-RES-1/2)."""
@@ -283,13 +267,3 @@ async def _timed(run: Callable[[], Awaitable[str]], *, source: str, seen: list[s
 
 def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
-
-
-def now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
-
-
-def invalid_input(identifier: str, err: InvalidInput, checked_at: str) -> Identity:
-    return Identity(
-        query=identifier, status=Status.INVALID_INPUT, error=str(err), checked_at=checked_at
-    )

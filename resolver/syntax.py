@@ -11,7 +11,13 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Literal
 
-from .errors import InvalidDid, InvalidHandle, InvalidIdentifier, ReservedHandle
+from .errors import (
+    InvalidDid,
+    InvalidHandle,
+    InvalidIdentifier,
+    ReservedHandle,
+    UnsupportedDidMethod,
+)
 
 # H-SYN-5: the reference regex (it does not bound the total length: H-SYN-1 does).
 _HANDLE_RE = re.compile(
@@ -225,3 +231,21 @@ def parse_query(text: str) -> Query:
     if authority.lower().startswith("did:"):
         raise InvalidDid(f"{authority!r}: a DID starts with lowercase 'did:'", "D-SYN-1")
     return Query(text, "handle", parse_handle(authority))
+
+
+def parse_lookup(text: str, *, dev: bool) -> Query:
+    """What a lookup may resolve: `parse_query`, then a handle that may be resolved (H-INV-1,
+    H-TLD-1, H-TLD-2: `.test` only in development), a DID of a supported method (D-SYN-9) and
+    valid for it (D-PLC-1, D-WEB-1..3). Raises `InvalidInput`; never touches the network."""
+    query = parse_query(text)
+    if query.kind == "handle":
+        check_resolvable_handle(query.value, allow_test_tld=dev)
+        return query
+    method = did_method(query.value)
+    if method not in SUPPORTED_DID_METHODS:
+        raise UnsupportedDidMethod(f"did:{method} is not supported for accounts", "D-SYN-9")
+    if method == "plc":
+        check_plc_did(query.value)
+    else:
+        parse_did_web(query.value, dev=dev, allow_test_tld=dev)
+    return query

@@ -19,6 +19,7 @@ from audit.webhook import Webhook
 from cache import CachedResolver, open_store
 from resolver import Config, Resolver
 from resolver.errors import InvalidInput
+from resolver.syntax import parse_lookup
 
 FORMATS = ("text", "json", "csv", "markdown")
 ConfigFrom = Callable[[argparse.Namespace], Config | None]
@@ -41,7 +42,7 @@ def _open(args: argparse.Namespace) -> AuditStore:
 
 
 def _normalize(identifier: str, config: Config) -> str:
-    return Resolver(config).parse(identifier.strip()).value
+    return parse_lookup(identifier.strip(), dev=config.dev).value
 
 
 def watch(argv: list[str], config_flags: argparse.ArgumentParser, configure: ConfigFrom) -> int:

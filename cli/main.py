@@ -318,22 +318,27 @@ async def _batch(source: Source, identifiers: list[str], args: argparse.Namespac
         async with gate:
             return await source.lookup(identifier)
 
+    def counter(text: str) -> None:
+        """The progress line on a terminal's stderr: redrawn in place, and erased before a
+        result is printed, so the two never share a line."""
+        if progress:
+            print(f"\r\x1b[K{text}", end="", file=sys.stderr, flush=True)
+
     worst = 0
     try:
         for done, finished in enumerate(asyncio.as_completed([one(i) for i in identifiers]), 1):
             identity = await finished
             statuses[str(identity.status)] += 1
             worst = max(worst, identity.status.exit_code)
+            counter("")
             if args.json:
                 _print(json.dumps(identity.to_json(include_document=args.document)))
             else:
                 _print(verdict_line(identity, style))
-            if progress:
-                print(f"\r  {done}/{len(identifiers)}", end="", file=sys.stderr, flush=True)
+            counter(f"  {done}/{len(identifiers)}")
     finally:
+        counter("")
         await source.aclose()
-    if progress:
-        print(file=sys.stderr)
     summary = ", ".join(f"{status} {n}" for status, n in statuses.most_common())
     print(
         f"summary: {len(identifiers)} identifiers: {summary or 'none'}",
@@ -442,14 +447,23 @@ def cache_command(argv: list[str]) -> int:
 
 
 def _print(text: str) -> None:
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:  # `atwhois ... | head`: the reader left, that is fine
-        sys.stdout = None
+    print(text, flush=True)  # flushed now: a reader that left is noticed inside `main`
+
+
+_SIGPIPE_EXIT = 128 + 13  # what a shell reports for a process ended by SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        # `atwhois … | head`: the reader left, which is no error of ours. Stop, and point
+        # stdout at /dev/null so that the interpreter's last flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _SIGPIPE_EXIT
+
+
+def _dispatch(args: list[str]) -> int:
     if args[:1] == ["history"]:
         return history(args[1:])
     if args[:2] == ["plc", "verify-export"]:

@@ -3,10 +3,15 @@ version, a typo'd identifier. Pinned by what gets imported (timing is `bench sta
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from tests.cli import ATWHOIS, run
 
 HEAVY = ("aiohttp", "httpx", "dns", "redis", "asyncio", "sqlite3", "cryptography", "coincurve")
 PROBE = """
@@ -51,3 +56,76 @@ def test_a_lookup_does_load_the_network_stack() -> None:
         ["--plc-url", "http://127.0.0.1:9", "--timeout", "0.2", "did:plc:" + "a" * 24]
     )
     assert "aiohttp" in loaded and code == "3"
+
+
+def test_a_reader_that_leaves_is_no_error(tmp_path: Path) -> None:
+    """`atwhois watch list --json | head`: the pipe closes under the writer. No traceback,
+    the exit status of a process ended by SIGPIPE."""
+    env = {**os.environ, "ATWHOIS_AUDIT_DB": str(tmp_path / "audit.db")}
+    names = [f"h{i}.example.com" for i in range(3000)]
+    assert run(["watch", "add", *names], env=env)[0] == 0
+    for args in (["watch", "list", "--json"], ["watch", "list"]):
+        child = subprocess.Popen(
+            [ATWHOIS, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.read(10)  # the reader takes a little, then leaves
+        child.stdout.close()
+        stderr = child.stderr.read().decode()
+        assert child.wait(30) == 141, stderr
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+
+
+def test_the_batch_progress_never_shares_a_line_with_a_result(tmp_path: Path) -> None:
+    """On a terminal, the `done/total` counter on stderr is erased before each result and at
+    the end: a result line never starts after a stale counter."""
+    import pty
+
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(f"bad{i} handle!" for i in range(6)) + "\nalice.invalid\n")
+    leader, follower = pty.openpty()
+    child = subprocess.Popen(
+        [ATWHOIS, "--file", str(ids)], stdin=subprocess.DEVNULL, stdout=follower, stderr=follower
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert child.wait(30) == 2
+    raw = b"".join(chunks).decode()
+    assert "7/7" in raw  # the counter was shown
+    lines = terminal(raw)
+    results = [line for line in lines if "invalid input" in line]
+    assert len(results) == 7
+    assert all(line.startswith(("bad", "alice.invalid")) for line in results), results
+    assert not any(re.search(r"\d+/\d+", line) for line in lines), lines
+
+
+def terminal(raw: str) -> list[str]:
+    """The lines a terminal shows for `raw`: `\r` returns to the start of the line,
+    `ESC[K` erases to its end, other characters overwrite; colour codes are dropped."""
+    lines: list[str] = []
+    line: list[str] = []
+    column = 0
+    for token in re.findall(r"\x1b\[[0-9;]*[A-Za-z]|\r\n|.", raw, re.DOTALL):
+        if token in ("\n", "\r\n"):
+            lines.append("".join(line).rstrip())
+            line, column = [], 0
+        elif token == "\r":
+            column = 0
+        elif token == "\x1b[K":
+            del line[column:]
+        elif token.startswith("\x1b["):
+            continue
+        else:
+            line[column : column + 1] = [token]
+            column += 1
+    if line:
+        lines.append("".join(line).rstrip())
+    return [text for text in lines if text]

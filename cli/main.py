@@ -10,6 +10,7 @@ of after a second of network-stack imports.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -454,6 +455,11 @@ _SIGPIPE_EXIT = 128 + 13  # what a shell reports for a process ended by SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # What atwhois prints holds strangers' strings (aliases, endpoints, a log's fields), and
+    # JSON lets them carry lone surrogates that no encoding can write: show them escaped.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:

@@ -135,3 +135,21 @@ def test_lookups_through_the_cache_and_the_cache_commands(
     assert report(["alice.test", "--json"], env, 0)["cache"]["state"] == "miss"
     # Without a cache configured, lookups say nothing about one.
     assert report(["alice.test", "--json"], devnet_env, 0)["cache"] is None
+
+
+def test_a_documents_unwritable_characters_are_shown_escaped(
+    devnet_env: dict[str, str], devnet: DevnetState
+) -> None:
+    """A stranger's did.json may hold a lone surrogate (JSON allows `\\ud800`): the text
+    view prints the alias escaped, the JSON view as a JSON escape; neither crashes."""
+    from tests.devnet import world
+
+    host = "surrogate" + world.BULK_SUFFIX
+    document = world.did_web_document(host)
+    document["alsoKnownAs"] = [f"at://{host}", "at://\ud800.example.com"]
+    devnet.set_file(host, world.DID_JSON, json.dumps(document))
+    code, out, err = run([f"did:web:{host}"], devnet_env)
+    assert "Traceback" not in err and code in (0, 1), err
+    assert "\\ud800" in out
+    data = report([f"did:web:{host}", "--json"], devnet_env, code)
+    assert data["also_known_as"][1] == "at://\ud800.example.com"

@@ -105,3 +105,20 @@ def test_verify_export_survives_json_nested_past_the_recursion_limit(tmp_path: P
     (tmp_path / "deep.jsonl").write_text("\n".join(lines))
     code, out, _ = run(["plc", "verify-export", str(tmp_path / "deep.jsonl"), "--json"])
     assert code == 1 and json.loads(out)["bad_lines"] == 1 and json.loads(out)["ops"] == 2
+
+
+def test_a_strangers_unwritable_characters_are_shown_escaped(tmp_path: Path) -> None:
+    """JSON can carry a lone surrogate (`"\\ud800"`), which no encoding can write: a report
+    that quotes it (an export line's `cid`) prints it escaped instead of crashing."""
+    entry = {
+        "did": "did:plc:ewvi7nxzyoun6zhxrhs64oiz",
+        "operation": {},
+        "cid": "bafy\ud800",
+        "createdAt": "2025-01-01T00:00:00Z",
+        "nullified": False,
+    }
+    export = tmp_path / "export.jsonl"
+    export.write_text(json.dumps(entry) + "\n")
+    code, out, err = run(["plc", "verify-export", str(export)])
+    assert code == 1 and "Traceback" not in err, err
+    assert "bafy\\ud800" in out and "does NOT verify" in out

@@ -1,7 +1,7 @@
 # atwhois serve: the local HTTP cache of verified ATProto identities.
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY resolver ./resolver
 COPY cache ./cache
 COPY server ./server

@@ -190,6 +190,7 @@ class CachedResolver:
             query = self.resolver.parse(identifier)
         except InvalidInput as err:
             return invalid_input(identifier, err, now_iso())
+        self.counters["refreshes_requested"] += 1
         return await self._shared(query, timeout, reuse=False)
 
     async def purge(self, identifier: str) -> list[str]:

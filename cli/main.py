@@ -150,6 +150,7 @@ def _cache_parser() -> argparse.ArgumentParser:
     parser.add_argument("action", choices=["stats", "purge"])
     parser.add_argument("identifier", nargs="?", help="with purge: a handle or DID")
     parser.add_argument("--cache", metavar="URL")
+    parser.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -427,6 +428,7 @@ def cache_command(argv: list[str]) -> int:
     parser = _cache_parser()
     args = parser.parse_args(argv)
     from cache.stores import StoreUnavailable
+    from resolver.syntax import parse_lookup
 
     config = _configured(args)
     if config is None:
@@ -434,16 +436,28 @@ def cache_command(argv: list[str]) -> int:
     url = _cache_url(args)
     if args.action == "stats":
         stats = _run(_cached(config, url, lambda c: c.stats()))
-        _print(json.dumps(stats, indent=2))
+        _print(
+            json.dumps(stats, indent=2)
+            if args.json
+            else "\n".join(f"{name:12} {value}" for name, value in stats.items())
+        )
         return 0
     if not args.identifier:
         parser.error("purge needs a handle or DID")
+    try:
+        parse_lookup(args.identifier, dev=config.dev)
+    except InvalidInput as err:
+        print(f"atwhois cache purge: {err}", file=sys.stderr)
+        return 2
     try:
         purged = _run(_cached(config, url, lambda c: c.purge(args.identifier)))
     except StoreUnavailable as err:
         print(f"atwhois cache purge: the cache store did not take it: {err}", file=sys.stderr)
         return 3
-    _print(json.dumps({"purged": purged}))
+    if args.json:
+        _print(json.dumps({"purged": purged}))
+    else:
+        _print(f"purged {', '.join(purged)}" if purged else f"{args.identifier} was not cached")
     return 0 if purged else 1
 
 

@@ -56,7 +56,9 @@ class Metrics:
             value = cache.get(f"upstream_{kind}", 0)
             lines.append(f'atwhois_upstream_resolutions_total{{kind="{kind}"}} {value}')
         lines.append("# TYPE atwhois_cache_refreshes_total counter")
-        lines.append(f"atwhois_cache_refreshes_total {cache.get('refreshes', 0)}")
+        for kind, counter in (("background", "refreshes"), ("requested", "refreshes_requested")):
+            value = cache.get(counter, 0)
+            lines.append(f'atwhois_cache_refreshes_total{{kind="{kind}"}} {value}')
         lines.append("# TYPE atwhois_upstream_seconds histogram")
         for kind, histogram in sorted(self.upstream_seconds.items()):
             lines.extend(histogram.lines("atwhois_upstream_seconds", f'upstream="{kind}",'))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -125,13 +126,17 @@ def test_lookups_through_the_cache_and_the_cache_commands(
     assert report(["alice.test", "--json"], env, 0)["cache"]["state"] == "miss"
     second = report(["alice.test", "--json"], env, 0)["cache"]
     assert second["cached"] and second["state"] == "fresh"
-    code, out, _ = run(["cache", "stats"], env)
+    code, out, _ = run(["cache", "stats", "--json"], env)
     assert code == 0 and json.loads(out)["entries"] == 2
-    code, out, _ = run(["cache", "purge", "alice.test"], env)
+    code, out, _ = run(["cache", "stats"], env)
+    assert code == 0 and re.search(r"^entries +2$", out, re.M) and "{" not in out
+    code, out, _ = run(["cache", "purge", "alice.test", "--json"], env)
     assert code == 0
     assert json.loads(out)["purged"] == ["h:alice.test", f"d:{devnet.did('alice')}"]
     code, out, _ = run(["cache", "purge", "alice.test"], env)
-    assert code == 1 and json.loads(out)["purged"] == []
+    assert code == 1 and out.strip() == "alice.test was not cached"
+    code, _, err = run(["cache", "purge", "nope"], env)  # not an identifier: a usage error
+    assert code == 2 and "H-SYN-2" in err
     assert report(["alice.test", "--json"], env, 0)["cache"]["state"] == "miss"
     # Without a cache configured, lookups say nothing about one.
     assert report(["alice.test", "--json"], devnet_env, 0)["cache"] is None

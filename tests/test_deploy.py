@@ -38,3 +38,14 @@ def test_dockerfile_runs_the_daemon_it_builds() -> None:
     assert 'ENTRYPOINT ["atwhois", "serve"]' in lines
     assert any(line.startswith("USER ") and "root" not in line for line in lines)
     assert "EXPOSE 2584" in lines
+
+
+def test_every_package_is_typed_and_the_licence_is_shipped() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    top_level = {p.split(".")[0] for p in project["tool"]["setuptools"]["packages"]}
+    data = project["tool"]["setuptools"]["package-data"]
+    for package in top_level:
+        assert (ROOT / package / "py.typed").is_file(), package
+        assert "py.typed" in data.get(package, []), package
+    assert project["project"]["license"] == "MIT"
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")

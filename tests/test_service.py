@@ -121,8 +121,10 @@ def test_refresh_identity(daemon: Daemon, devnet: DevnetState) -> None:
         httpx.post(url, json=body, headers={"Authorization": "Bearer nope"}), 403, "InvalidToken"
     )
     auth = {"Authorization": f"Bearer {TOKEN}"}
+    before = _refreshes_requested(daemon)
     ok = httpx.post(url, json=body, headers=auth)
     assert ok.status_code == 200 and ok.json()["handle"] == "alice.test"
+    assert _refreshes_requested(daemon) == before + 1  # counted in /metrics
     assert ok.headers["Cache-Control"] == "no-store"
     report = get(daemon, "/v1/identity/alice.test").json()
     assert report["cache"]["cached"] and report["cache"]["age_s"] < 5
@@ -135,6 +137,13 @@ def test_refresh_identity(daemon: Daemon, devnet: DevnetState) -> None:
         httpx.post(url, json={"identifier": "x" * 20_000}, headers=auth), 413, "PayloadTooLarge"
     )
     xrpc_error(httpx.get(url), 405, "MethodNotAllowed")
+
+
+def _refreshes_requested(daemon: Daemon) -> int:
+    metrics = get(daemon, "/metrics").text
+    found = re.search(r'^atwhois_cache_refreshes_total\{kind="requested"\} (\d+)$', metrics, re.M)
+    assert found, metrics
+    return int(found.group(1))
 
 
 def test_identity_report(daemon: Daemon, devnet: DevnetState) -> None:

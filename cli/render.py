@@ -119,7 +119,8 @@ def render_text(
     for ident, kind, endpoint in others:
         lines.append(row("service", f"{ident} {kind} {endpoint}"))
     if history is not None:
-        lines.extend(row(label, text) for label, text in summarize(history))
+        compared = identity.plc_log.outcome is not Outcome.SKIPPED
+        lines.extend(row(label, text) for label, text in summarize(history, compared=compared))
     if identity.cache is not None and (identity.cache.cached or server):
         where = f" from {server}" if server else ""
         info = identity.cache
@@ -129,14 +130,18 @@ def render_text(
     return "\n".join(lines)
 
 
-def summarize(audit: Audit) -> list[tuple[str, str]]:
-    """A did:plc's history in a few lines: how many ops, since when, what changed."""
+def summarize(audit: Audit, *, compared: bool) -> list[tuple[str, str]]:
+    """A did:plc's history in a few lines: how many ops, since when, what changed.
+    `compared`: whether the lookup checked the served document against this log
+    (`--verify-plc`); when it did not, the summary says so rather than "verifies"."""
     accepted = [op for op in audit.ops if op.accepted and not op.nullified]
     verdict = (
         "the log verifies"
         if audit.valid
         else f"the log does NOT verify ({len(audit.findings)} findings)"
     )
+    if audit.valid and not compared:
+        verdict = "its signatures verify (the document was not compared with it: --verify-plc)"
     count = len(audit.ops)
     rows = [("history", f"{count} operation{'s' if count != 1 else ''}; {verdict}")]
     if audit.ops:
@@ -146,11 +151,14 @@ def summarize(audit: Audit) -> list[tuple[str, str]]:
             ("last change", f"{accepted[-1].created_at}: {', '.join(accepted[-1].changes)}")
         )
     changes = [c for op in accepted[1:] for c in op.changes]
-    counts = {
+    counts = {  # every change `_describe_change` names has its count here
         "handle changes": sum(c.startswith("handle ") for c in changes),
+        "alias changes": sum(c == "aliases changed" for c in changes),
         "PDS moves": sum(c.startswith("pds ") for c in changes),
         "signing-key rotations": sum(c == "signing key rotated" for c in changes),
         "rotation-key changes": sum(c == "rotation keys changed" for c in changes),
+        "service changes": sum(c == "services changed" for c in changes),
+        "recoveries": sum(c.startswith("recovery") for c in changes),
         "nullified ops": sum(op.nullified for op in audit.ops),
     }
     summary = ", ".join(f"{what}: {n}" for what, n in counts.items() if n)

@@ -23,7 +23,7 @@ def test_a_verified_handle(devnet_env: dict[str, str], devnet: DevnetState) -> N
     assert f"handle       alice.test  <->  {devnet.did('alice')}" in out
     assert "dns       ok" in out and "https     ok" in out and "_atproto.alice.test" in out
     assert "signing key  did:key:" in out and "(k256)" in out
-    assert "history      1 operation; the log verifies" in out
+    assert "history      1 operation; its signatures verify (the document was not" in out
     assert ESC not in out  # not a terminal: no colour
 
 
@@ -159,3 +159,17 @@ def test_help_and_version() -> None:
         assert code == 0 and "usage: atwhois" in out
     code, out, _ = run(["--version"], dict(os.environ))
     assert code == 0 and out.startswith("atwhois ")
+
+
+def test_the_history_summary_counts_every_change(
+    devnet_env: dict[str, str], devnet: DevnetState
+) -> None:
+    """frank: a hot key hijacked the handle, the recovery key nullified it. The summary's
+    counts agree with its last change, and say what the replay checked and what it did not."""
+    code, out, _ = run(["frank.test"], devnet_env)
+    rows = {line[2:15].strip(): line[15:] for line in out.splitlines() if line.startswith("  ")}
+    assert "none since creation" not in rows["changes"]
+    assert "recoveries: 1" in rows["changes"] and "nullified ops: 1" in rows["changes"]
+    assert "not compared" in rows["history"]  # without --verify-plc
+    code, out, _ = run(["frank.test", "--verify-plc"], devnet_env)
+    assert "history      3 operations; the log verifies" in out and "not compared" not in out

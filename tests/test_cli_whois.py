@@ -167,9 +167,11 @@ def test_the_history_summary_counts_every_change(
     """frank: a hot key hijacked the handle, the recovery key nullified it. The summary's
     counts agree with its last change, and say what the replay checked and what it did not."""
     code, out, _ = run(["frank.test"], devnet_env)
+    assert code == 0
     rows = {line[2:15].strip(): line[15:] for line in out.splitlines() if line.startswith("  ")}
     assert "none since creation" not in rows["changes"]
     assert "recoveries: 1" in rows["changes"] and "nullified ops: 1" in rows["changes"]
     assert "not compared" in rows["history"]  # without --verify-plc
     code, out, _ = run(["frank.test", "--verify-plc"], devnet_env)
-    assert "history      3 operations; the log verifies" in out and "not compared" not in out
+    assert code == 0 and "history      3 operations; the log verifies" in out
+    assert "not compared" not in out

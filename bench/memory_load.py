@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.daemon import Daemon, running_daemon
+from tests.daemon import Daemon, error_name, running_daemon
 from tests.devnet.network import running_devnet
 from tests.redis_server import RedisServer
 
@@ -56,7 +56,7 @@ async def load(
                 continue
             status = response.status_code
             if status >= 500:
-                error = response.json().get("error") if _is_json(response) else None
+                error = error_name(response)
                 ok = status in (502, 503) and error is not None
                 answers[f"{status} {error}" if ok else f"{status} BAD: {response.text[:80]}"] += 1
             else:
@@ -78,13 +78,6 @@ async def load(
     async with httpx.AsyncClient(base_url=daemon.url, timeout=60, limits=limits) as http:
         await asyncio.gather(sampler(), *(client(http) for _ in range(clients)))
     return answers, samples
-
-
-def _is_json(response: httpx.Response) -> bool:
-    try:
-        return isinstance(response.json(), dict)
-    except ValueError:
-        return False
 
 
 def main(argv: list[str] | None = None) -> None:

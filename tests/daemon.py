@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from tests.cli import ATWHOIS
 
 
@@ -60,3 +62,13 @@ def running_daemon(env: dict[str, str], log: Path, *args: str) -> Iterator[Daemo
                 process.wait(30)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def error_name(response: httpx.Response) -> str | None:
+    """The XRPC error an answer names, when its body is a JSON object with one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, str) else None

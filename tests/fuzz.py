@@ -38,6 +38,7 @@ from resolver.plc import replay
 from resolver.plc.encoding import NotEncodable, dag_cbor
 from resolver.plc.export import verify_export
 from resolver.plc.operation import BadOperation, parse_operation
+from tests.daemon import error_name
 from tests.synthetic_plc import export_lines
 from tests.vectors import did_documents, plc_logs, syntax_cases
 
@@ -398,8 +399,7 @@ class XrpcTarget:
                 response = self.http.get(f"{path}?{query}")
         status = response.status_code
         if status >= 500:
-            error = response.json().get("error") if _is_json(response) else None
-            assert status in (502, 503) and error, (status, response.text[:200])
+            assert status in (502, 503) and error_name(response), (status, response.text[:200])
         if status >= 400 and response.headers.get("content-type", "").startswith(
             "application/json"
         ):
@@ -409,14 +409,6 @@ class XrpcTarget:
         self.http.close()
         self.thread.run(self.runner.cleanup())
         self.thread.stop()
-
-
-def _is_json(response: httpx.Response) -> bool:
-    try:
-        response.json()
-    except ValueError:
-        return False
-    return True
 
 
 # --- running ---------------------------------------------------------------------------

@@ -10,7 +10,9 @@ COPY audit ./audit
 RUN pip install --no-cache-dir . && useradd --create-home atwhois && mkdir /data \
     && chown atwhois /data
 USER atwhois
-ENV ATWHOIS_HOST=0.0.0.0 ATWHOIS_PORT=2584 ATWHOIS_CACHE=sqlite:////data/cache.db
+# Everything the daemon keeps lives on the /data volume: the cache and the audit history.
+ENV ATWHOIS_HOST=0.0.0.0 ATWHOIS_PORT=2584 ATWHOIS_CACHE=sqlite:////data/cache.db \
+    ATWHOIS_AUDIT_DB=/data/audit.db
 EXPOSE 2584
-HEALTHCHECK --interval=30s --timeout=3s CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:2584/_health', timeout=2)"
+HEALTHCHECK --interval=30s --timeout=3s CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:${ATWHOIS_PORT}/_health', timeout=2)"
 ENTRYPOINT ["atwhois", "serve"]

@@ -16,16 +16,21 @@ def test_compose_file_structure() -> None:
     services = compose["services"]
     assert set(services) == {"atwhois", "redis"}
     for name, service in services.items():
-        assert service["healthcheck"]["test"][0] == "CMD", name
         for port in service.get("ports", []):
             assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+    assert "ports" not in services["redis"]  # reached in the compose network only
+    assert services["redis"]["healthcheck"]["test"][0] == "CMD"
     daemon = services["atwhois"]
     assert daemon["build"] == "."
+    assert "healthcheck" not in daemon  # the image's, which follows ATWHOIS_PORT
     assert daemon["depends_on"]["redis"]["condition"] == "service_healthy"
-    assert daemon["environment"]["ATWHOIS_REDIS"].startswith("redis://redis:6379/")
+    environment = daemon["environment"]
+    # one cache setting (ATWHOIS_REDIS would override ATWHOIS_CACHE), the history on /data
+    assert "ATWHOIS_REDIS" not in environment
+    assert environment["ATWHOIS_CACHE"].startswith("redis://redis:6379/")
     volume = daemon["volumes"][0].split(":")
     assert volume[0] in compose["volumes"] and volume[1] == "/data"
-    assert daemon["environment"]["ATWHOIS_CACHE"] == "sqlite:////data/cache.db"
+    assert environment["ATWHOIS_AUDIT_DB"].startswith("/data/")
 
 
 def test_dockerfile_runs_the_daemon_it_builds() -> None:
@@ -38,6 +43,10 @@ def test_dockerfile_runs_the_daemon_it_builds() -> None:
     assert 'ENTRYPOINT ["atwhois", "serve"]' in lines
     assert any(line.startswith("USER ") and "root" not in line for line in lines)
     assert "EXPOSE 2584" in lines
+    text = "\n".join(lines)
+    assert "ATWHOIS_CACHE=sqlite:////data/" in text and "ATWHOIS_AUDIT_DB=/data/" in text
+    healthcheck = next(line for line in lines if line.startswith("HEALTHCHECK"))
+    assert "${ATWHOIS_PORT}" in healthcheck and "2584" not in healthcheck
 
 
 def test_every_package_is_typed_and_the_licence_is_shipped() -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
+import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -27,9 +30,15 @@ def main() -> None:
         help="add N did:web identities (u00000.bulk.test ...) for load tests",
     )
     args = parser.parse_args()
+    # SIGTERM before the network is up (it handles signals itself once it is) unwinds too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="atwhois-devnet-"))
     state = args.state or workdir / "state.json"
-    asyncio.run(run(workdir, state, args.delay_ms / 1000, args.bulk))
+    try:
+        asyncio.run(run(workdir, state, args.delay_ms / 1000, args.bulk))
+    finally:
+        if args.workdir is None:  # a folder of our own making: nothing of it outlives us
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ terminal; otherwise it stops after the demonstration).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,9 @@ DEMO = [
 
 
 def main() -> None:
+    # `make run` stopped with SIGTERM unwinds like Ctrl-C: the daemon and the test network
+    # stop and the temporary folder goes, instead of outliving the run.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     with (
         tempfile.TemporaryDirectory(prefix="atwhois-run-") as workdir,
         running_devnet(Path(workdir)) as devnet,

@@ -170,6 +170,9 @@ def running_devnet(workdir: Path, *, delay_ms: float = 0, bulk: int = 0) -> Iter
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+            # Its children share its process group: any it could not stop go now.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
 
 
 def fill_placeholders(text: str, dids: dict[str, str]) -> str:

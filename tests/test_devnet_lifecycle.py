@@ -1,0 +1,92 @@
+"""The test network and `make run` clean up after themselves when stopped: no process of
+theirs outlives them, and a temporary folder they made is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "State:\tZ" not in status.read_text()
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def wait_until(check, seconds: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return bool(check())
+
+
+def test_the_test_network_stops_everything_and_removes_its_folder(tmp_path: Path) -> None:
+    state_file = tmp_path / "state.json"
+    devnet = subprocess.Popen(
+        [sys.executable, "-m", "tests.devnet", "--state", str(state_file)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    assert wait_until(state_file.exists, 60), "the test network did not start"
+    state = json.loads(state_file.read_text())
+    workdir = Path(state["workdir"])
+    assert workdir.is_dir() and workdir.name.startswith("atwhois-devnet-")
+    devnet.send_signal(signal.SIGTERM)
+    assert devnet.wait(30) == 0
+    assert not workdir.exists()
+    assert not [pid for pid in state["pids"].values() if alive(pid)]
+
+
+def test_make_run_stopped_with_sigterm_leaves_nothing_behind() -> None:
+    leader, follower = pty.openpty()  # a terminal: the demo keeps serving until stopped
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "tests.devnet.demo"],
+        cwd=ROOT,
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    os.close(follower)
+    assert demo.stdout is not None
+    workdir = None
+    for line in demo.stdout:
+        if line.startswith("(cache: "):
+            workdir = Path(line.removeprefix("(cache: ").split("/cache.db")[0])
+        if line.startswith("serving at"):
+            break
+    assert workdir is not None and workdir.is_dir()
+    state = json.loads((workdir / "state.json").read_text())
+    assert processes_mentioning(str(workdir))  # the daemon and the network, running
+    demo.send_signal(signal.SIGTERM)
+    assert demo.wait(60) == 128 + signal.SIGTERM
+    os.close(leader)
+    assert not workdir.exists()
+    assert wait_until(lambda: not [p for p in state["pids"].values() if alive(p)], 10)
+    assert wait_until(lambda: not processes_mentioning(str(workdir)), 10)

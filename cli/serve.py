@@ -183,9 +183,10 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
     # same store: their results refresh the answers the daemon serves.
     audit_config = dataclasses.replace(config, verify_plc=True, per_host_limit=8)
     webhook = Webhook(merged["webhook"]) if merged.get("webhook") else None
+    audit_path = Path(merged.get("audit_db") or default_audit_path())
     auditor = Auditor(
         CachedResolver(Resolver(audit_config), store, policy),
-        AuditStore(Path(merged.get("audit_db") or default_audit_path())),
+        AuditStore(audit_path),
         unreachable_after=int(merged.get("unreachable_after") or 3),
         webhook=webhook,
     )
@@ -209,6 +210,13 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
                 "store": store.name,
                 "memory_cache_mb": round(budget / 1024 / 1024, 1),
                 "plc_url": config.plc_url,
+                # what the daemon resolves through, so a log shows a misconfiguration at once
+                "dns_servers": [f"{n.host}:{n.port}" for n in config.dns_servers] or "system",
+                "allow_nets": [str(net) for net in config.allow_nets],
+                "dev": config.dev,
+                "verify_plc": config.verify_plc,
+                "audit_db": str(audit_path),
+                "refresh": "enabled" if merged.get("refresh_token") else "disabled",
                 "pid": os.getpid(),
             }
         )

@@ -445,3 +445,14 @@ def test_an_unparseable_request_is_one_log_line(daemon: Daemon) -> None:
     lines = [ln for ln in daemon.log_lines() if ln.get("event") == "malformed_request"]
     assert lines and "8190 bytes" in str(lines[-1]["reason"])
     assert "Traceback" not in daemon.log.read_text()
+
+
+def test_the_start_up_line_says_what_the_daemon_resolves_through(
+    daemon: Daemon, devnet: DevnetState
+) -> None:
+    started = next(line for line in daemon.log_lines() if line.get("event") == "listening")
+    assert started["dns_servers"] == [devnet.dns_server]
+    assert started["plc_url"] == devnet.plc_url and started["store"] == "memory"
+    assert started["allow_nets"] == ["127.0.0.0/8"] and started["dev"] is True
+    assert started["refresh"] == "enabled" and str(started["audit_db"]).endswith(".db")
+    assert TOKEN not in json.dumps(started)  # the secret itself is never logged

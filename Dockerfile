@@ -1,13 +1,16 @@
 # atwhois serve: the local HTTP cache of verified ATProto identities.
 FROM python:3.11-slim
 WORKDIR /app
+COPY requirements.lock ./
+# The locked versions first (a layer that changes only with the lock), then atwhois itself.
+RUN pip install --no-cache-dir -r requirements.lock
 COPY pyproject.toml README.md LICENSE ./
 COPY resolver ./resolver
 COPY cache ./cache
 COPY server ./server
 COPY cli ./cli
 COPY audit ./audit
-RUN pip install --no-cache-dir . && useradd --create-home atwhois && mkdir /data \
+RUN pip install --no-cache-dir --no-deps . && useradd --create-home atwhois && mkdir /data \
     && chown atwhois /data
 USER atwhois
 # Everything the daemon keeps lives on the /data volume: the cache and the audit history.

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test lint devnet bench soak fuzz mutate setup clean
+.PHONY: run test lint devnet bench soak fuzz mutate lock setup clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ mutate: setup
 	rm -rf mutants
 	$(VENV)/bin/mutmut run --max-children 2 || true
 	$(PY) -m tests.mutation_report
+
+## The versions the image installs (requirements.lock), from pyproject.toml's dependencies.
+lock: $(STAMP)
+	$(PY) -m pip install -q pip-tools
+	$(VENV)/bin/pip-compile -q --strip-extras --no-header --no-emit-index-url \
+		--no-emit-find-links --output-file requirements.lock pyproject.toml
 
 bench: setup
 	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)

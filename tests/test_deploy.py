@@ -58,3 +58,44 @@ def test_every_package_is_typed_and_the_licence_is_shipped() -> None:
         assert "py.typed" in data.get(package, []), package
     assert project["project"]["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
+
+
+def test_the_image_installs_the_locked_versions() -> None:
+    from packaging.requirements import Requirement
+
+    locked = dict(
+        line.split("==")
+        for line in (ROOT / "requirements.lock").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for dependency in project["project"]["dependencies"]:
+        requirement = Requirement(dependency)
+        name = requirement.name.lower()
+        assert name in locked, f"{name} is not in requirements.lock"
+        assert requirement.specifier.contains(locked[name]), (name, locked[name])
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    install_lock = lines.index("RUN pip install --no-cache-dir -r requirements.lock")
+    first_source = lines.index("COPY resolver ./resolver")
+    assert install_lock < first_source  # the locked layer does not change with the code
+    assert any("pip install --no-cache-dir --no-deps ." in line for line in lines)
+
+
+def test_the_systemd_unit() -> None:
+    import configparser
+
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read_string((ROOT / "atwhois.service").read_text())
+    service = unit["Service"]
+    assert service["ExecStart"].endswith("atwhois serve --config /etc/atwhois/atwhois.toml")
+    assert service["StateDirectory"] == "atwhois" and service["DynamicUser"] == "yes"
+    environment = [
+        line.split("=", 1)[1]
+        for line in (ROOT / "atwhois.service").read_text().splitlines()
+        if line.startswith("Environment=")
+    ]
+    assert environment and all("/var/lib/atwhois/" in value for value in environment)
+    assert service["KillSignal"] == "SIGTERM" and int(service["TimeoutStopSec"]) > 30
+    assert service["NoNewPrivileges"] == "yes" and service["ProtectSystem"] == "strict"
+    assert unit["Install"]["WantedBy"] == "multi-user.target"

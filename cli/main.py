@@ -498,6 +498,16 @@ def _dispatch(args: list[str]) -> int:
         from . import audit as audit_cli
 
         return audit_cli.audit(args[1:], _config_flags(), _configured)
+    if args[:2] == ["config", "show"]:
+        from . import serve
+
+        parser = serve.parser(_config_flags())
+        parser.prog = "atwhois config show"
+        parser.description = "Every setting of the daemon, its value and where it came from."
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        show_args = parser.parse_args(args[2:])
+        config = _configured(show_args)
+        return 2 if config is None else serve.config_show(show_args, config)
     if args[:1] == ["serve"]:
         from . import serve
 

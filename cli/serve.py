@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,12 +125,65 @@ def _policy(merged: dict[str, Any]) -> Policy:
 
 def settings_from(args: argparse.Namespace) -> dict[str, Any]:
     """Flags, then environment, then the TOML file; every value checked (`cli.settings`)."""
-    merged = settings.from_file(tomllib.loads(args.config.read_text())) if args.config else {}
-    merged.update(settings.from_environment())
+    return {name: value for name, (value, _) in settings_with_origins(args).items()}
+
+
+def settings_with_origins(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
+    """Each given setting's value and where it came from (a flag, a variable, the file)."""
+    given: dict[str, tuple[Any, str]] = {}
+    if args.config:
+        from_file = settings.from_file(tomllib.loads(args.config.read_text()))
+        given.update((name, (value, str(args.config))) for name, value in from_file.items())
+    for name, value in settings.from_environment().items():
+        given[name] = (value, f"${settings.SETTINGS[name].env}")
     for name, value in vars(args).items():
-        if value is not None and name != "config":
-            merged[name] = settings.check(name, value)
-    return merged
+        if value is not None and name not in ("config", "json"):
+            given[name] = (settings.check(name, value), "flag")
+    return given
+
+
+_SECRETS = {"refresh_token"}
+# The resolution settings as the resolver holds them, for `config show`.
+_RESOLUTION: dict[str, Callable[[Config], Any]] = {
+    "plc_url": lambda c: c.plc_url,
+    "dev": lambda c: c.dev,
+    "verify_plc": lambda c: c.verify_plc,
+    "ca_bundle": lambda c: c.ca_bundle,
+    "https_port": lambda c: c.https_port,
+    "dns_server": lambda c: [f"{n.host}:{n.port}" for n in c.dns_servers] or "the system's",
+    "dns_fallback": lambda c: [f"{n.host}:{n.port}" for n in c.dns_fallback_servers],
+    "allow_net": lambda c: [str(net) for net in c.allow_nets],
+    "timeout": lambda c: [c.dns_timeout, c.https_timeout, c.document_timeout],
+}
+
+
+def config_show(args: argparse.Namespace, config: Config) -> int:
+    """`atwhois config show`: every setting, its effective value and where it came from;
+    the resolution settings as the resolver will use them (environment variables such as
+    ATWHOIS_PLC_URL included). Secrets are shown as set or not, never printed."""
+    try:
+        given = settings_with_origins(args)
+        config = resolver_config({k: v for k, (v, _) in given.items()}, config)
+    except (OSError, ValueError, InvalidInput) as err:
+        print(f"atwhois config: bad configuration: {err}", file=sys.stderr)
+        return 2
+    rows = []
+    for name in settings.SETTINGS:
+        value, origin = given.get(name, (None, "default"))
+        if name in _RESOLUTION:
+            value = _RESOLUTION[name](config)
+            if origin == "default" and value != _RESOLUTION[name](Config()):
+                origin = "environment (ATWHOIS_*)"
+        if name in _SECRETS and value is not None:
+            value = "(set)"
+        rows.append({"setting": name, "value": value, "from": origin})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        shown = "(built-in default)" if row["value"] is None else json.dumps(row["value"])
+        print(f"{row['setting']:18} {shown:42} {row['from']}")
+    return 0
 
 
 def resolver_config(merged: dict[str, Any], from_flags: Config) -> Config:

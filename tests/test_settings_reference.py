@@ -33,3 +33,39 @@ def test_the_readme_table_lists_every_setting() -> None:
     table = table[: table.index("\n\n")]
     listed = set(re.findall(r"`([a-z_]+)`", table))
     assert set(settings.SETTINGS) <= listed, set(settings.SETTINGS) - listed
+
+
+def test_config_show_says_where_each_setting_came_from(tmp_path: Path) -> None:
+    import json
+    import os
+
+    from tests.cli import run
+
+    config = tmp_path / "atwhois.toml"
+    config.write_text('port = 2600\nrefresh_token = "s3cret-token"\ndns_server = ["10.0.0.1"]\n')
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "ATWHOIS_HOST": "0.0.0.0",
+        "ATWHOIS_PLC_URL": "https://plc.example.com",
+    }
+    code, out, err = run(
+        ["config", "show", "--config", str(config), "--max-resolutions", "8", "--json"], env
+    )
+    assert code == 0, err
+    rows = {row["setting"]: (row["value"], row["from"]) for row in json.loads(out)}
+    assert set(rows) == set(settings.SETTINGS)
+    assert rows["port"] == (2600, str(config))
+    assert rows["host"] == ("0.0.0.0", "$ATWHOIS_HOST")
+    assert rows["max_resolutions"] == (8, "flag")
+    assert rows["plc_url"] == ("https://plc.example.com", "environment (ATWHOIS_*)")
+    assert rows["dns_server"] == (["10.0.0.1:53"], str(config))
+    assert rows["cache"] == (None, "default")
+    assert rows["refresh_token"] == ("(set)", str(config))
+    assert "s3cret-token" not in out
+    text_code, text, _ = run(["config", "show", "--config", str(config)], env)
+    assert text_code == 0 and "s3cret-token" not in text
+    assert re.search(r"^port +2600 +\S*atwhois.toml$", text, re.M)
+    config.write_text("refresh_tokn = 1\n")
+    code, _, err = run(["config", "show", "--config", str(config)], env)
+    assert code == 2 and "did you mean 'refresh_token'" in err

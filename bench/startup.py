@@ -15,20 +15,24 @@ import time
 from pathlib import Path
 
 ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
+# name -> (command, the exit code a correct answer has)
 CASES = {
-    "--help": [ATWHOIS, "--help"],
-    "--version": [ATWHOIS, "--version"],
-    "invalid input": [ATWHOIS, "not a handle!"],
-    "invalid input --json": [ATWHOIS, "--json", "alice.invalid"],
-    "plc verify-export --help": [ATWHOIS, "plc", "verify-export", "--help"],
+    "--help": ([ATWHOIS, "--help"], 0),
+    "--version": ([ATWHOIS, "--version"], 0),
+    "invalid input": ([ATWHOIS, "not a handle!"], 2),
+    "invalid input --json": ([ATWHOIS, "--json", "alice.invalid"], 2),
+    "plc verify-export --help": ([ATWHOIS, "plc", "verify-export", "--help"], 0),
 }
-BASELINE = [sys.executable, "-c", "pass"]
+BASELINE = ([sys.executable, "-c", "pass"], 0)
 TARGET_MS = 150
 
 
-def once(command: list[str]) -> float:
+def once(command: list[str], expected: int) -> float:
+    """Milliseconds for one run; a wrong exit code is a wrong answer, not a time."""
     started = time.perf_counter()
-    subprocess.run(command, capture_output=True, check=False)
+    done = subprocess.run(command, capture_output=True, check=False)
+    if done.returncode != expected:
+        raise SystemExit(f"{command[1:]} exited {done.returncode}, not {expected}")
     return (time.perf_counter() - started) * 1000
 
 
@@ -38,9 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     times: dict[str, list[float]] = {name: [] for name in ["python -c pass", *CASES]}
     for _ in range(args.runs):  # interleaved: the machine's noise falls on every case alike
-        times["python -c pass"].append(once(BASELINE))
-        for name, command in CASES.items():
-            times[name].append(once(command))
+        times["python -c pass"].append(once(*BASELINE))
+        for name, (command, expected) in CASES.items():
+            times[name].append(once(command, expected))
     base = statistics.median(times["python -c pass"])
     print(f"{'case':28} {'median ms':>10} {'vs python -c pass':>18}")
     for name, samples in times.items():

@@ -8,11 +8,14 @@ import contextlib
 import dataclasses
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from resolver.errors import InvalidInput
+from server.metrics import gauge
 from server.service import Service, XrpcError
 
 from .runner import Auditor, RunReport
@@ -113,20 +116,20 @@ class AuditApi:
             raise XrpcError(400, "InvalidRequest", "since is a Unix time in seconds") from None
         return _json([f.to_json() for f in self.store.findings(since)])
 
-    def metrics(self) -> str:
-        lines = ["# TYPE atwhois_watched gauge"]
-        lines += [
-            f'atwhois_watched{{status="{status}"}} {n}'
-            for status, n in sorted(self.store.watched_by_status().items())
-        ]
-        lines.append("# TYPE atwhois_audit_findings_total counter")
-        lines += [
-            f'atwhois_audit_findings_total{{kind="{kind}"}} {n}'
-            for kind, n in sorted(self.store.findings_by_kind().items())
-        ]
+    def metrics(self) -> Iterator[Metric]:
+        watched = GaugeMetricFamily(
+            "atwhois_watched", "Watched identities by their last status.", labels=["status"]
+        )
+        for status, n in sorted(self.store.watched_by_status().items()):
+            watched.add_metric([status], n)
+        yield watched
+        findings = CounterMetricFamily(
+            "atwhois_audit_findings", "Audit findings recorded, by kind.", labels=["kind"]
+        )
+        for kind, n in sorted(self.store.findings_by_kind().items()):
+            findings.add_metric([kind], n)
+        yield findings
         if self.last is not None:
-            lines += [
-                "# TYPE atwhois_audit_run_seconds gauge",
-                f"atwhois_audit_run_seconds {self.last.seconds:.3f}",
-            ]
-        return "\n".join(lines) + "\n"
+            yield gauge(
+                "atwhois_audit_run_seconds", "Duration of the last audit run.", self.last.seconds
+            )

@@ -1,12 +1,31 @@
-"""Prometheus text exposition for the service, without a client library: a few counters,
-gauges and histograms are all the daemon reports."""
+"""The daemon's `/metrics`, exposed by `prometheus-client`: the service's own figures, the
+audits', and the process's (CPU, memory, file descriptors, GC, Python).
+
+The hot path only adds to plain counters (`Metrics.request`): a request costs a dictionary
+increment and a bucket search, not a labelled client-library call. The families are made
+from those counters when Prometheus scrapes, by collectors registered in a registry of the
+service's own (two services in one process do not share figures)."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+Families = Callable[[], Iterable[Metric]]
 
 
 class Histogram:
@@ -22,16 +41,18 @@ class Histogram:
                 return
         self.counts[-1] += 1
 
-    def lines(self, name: str, labels: str) -> Iterable[str]:
-        cumulative = 0
-        for bound, count in zip((*BUCKETS, "+Inf"), self.counts, strict=True):
+    def buckets(self) -> list[tuple[str, float]]:
+        """Cumulative counts by upper bound, as the exposition format has them."""
+        out, cumulative = [], 0
+        for bound, count in zip((*map(str, BUCKETS), "+Inf"), self.counts, strict=True):
             cumulative += count
-            yield f'{name}_bucket{{{labels}le="{bound}"}} {cumulative}'
-        yield f"{name}_sum{{{labels.rstrip(',')}}} {self.total:.6f}"
-        yield f"{name}_count{{{labels.rstrip(',')}}} {cumulative}"
+            out.append((bound, float(cumulative)))
+        return out
 
 
 class Metrics:
+    """What the service counts as it answers."""
+
     def __init__(self) -> None:
         self.requests: Counter[tuple[str, int]] = Counter()
         self.request_seconds: defaultdict[str, Histogram] = defaultdict(Histogram)
@@ -41,27 +62,94 @@ class Metrics:
         self.requests[(endpoint, status)] += 1
         self.request_seconds[endpoint].observe(seconds)
 
-    def render(self, cache: dict[str, int], gauges: dict[str, int]) -> str:
-        lines = ["# TYPE atwhois_requests_total counter"]
+    def families(self, cache: dict[str, int]) -> Iterator[Metric]:
+        """These counts, and the cache's (`CachedResolver.counters`)."""
+        requests = CounterMetricFamily(
+            "atwhois_requests",
+            "Requests answered, by endpoint and HTTP status.",
+            labels=["endpoint", "code"],
+        )
         for (endpoint, status), count in sorted(self.requests.items()):
-            lines.append(f'atwhois_requests_total{{endpoint="{endpoint}",code="{status}"}} {count}')
-        lines.append("# TYPE atwhois_request_seconds histogram")
-        for endpoint, histogram in sorted(self.request_seconds.items()):
-            lines.extend(histogram.lines("atwhois_request_seconds", f'endpoint="{endpoint}",'))
-        lines.append("# TYPE atwhois_cache_lookups_total counter")
+            requests.add_metric([endpoint, str(status)], count)
+        yield requests
+        yield _histogram(
+            "atwhois_request_seconds",
+            "Time to answer a request, by endpoint.",
+            "endpoint",
+            self.request_seconds,
+        )
+        lookups = CounterMetricFamily(
+            "atwhois_cache_lookups",
+            "Lookups by what the cache had: fresh, stale (served while refreshed), miss, "
+            "coalesced (joined a resolution in flight).",
+            labels=["result"],
+        )
         for result in ("fresh", "stale", "miss", "coalesced"):
-            lines.append(f'atwhois_cache_lookups_total{{result="{result}"}} {cache.get(result, 0)}')
-        lines.append("# TYPE atwhois_upstream_resolutions_total counter")
+            lookups.add_metric([result], cache.get(result, 0))
+        yield lookups
+        upstream = CounterMetricFamily(
+            "atwhois_upstream_resolutions",
+            "Resolutions sent upstream: handles, documents, and those that failed.",
+            labels=["kind"],
+        )
         for kind in ("handles", "documents", "failures"):
-            value = cache.get(f"upstream_{kind}", 0)
-            lines.append(f'atwhois_upstream_resolutions_total{{kind="{kind}"}} {value}')
-        lines.append("# TYPE atwhois_cache_refreshes_total counter")
+            upstream.add_metric([kind], cache.get(f"upstream_{kind}", 0))
+        yield upstream
+        refreshes = CounterMetricFamily(
+            "atwhois_cache_refreshes",
+            "Refreshes of cached identities: in the background (stale hits) or requested "
+            "(refreshIdentity, lookup --refresh, audits).",
+            labels=["kind"],
+        )
         for kind, counter in (("background", "refreshes"), ("requested", "refreshes_requested")):
-            value = cache.get(counter, 0)
-            lines.append(f'atwhois_cache_refreshes_total{{kind="{kind}"}} {value}')
-        lines.append("# TYPE atwhois_upstream_seconds histogram")
-        for kind, histogram in sorted(self.upstream_seconds.items()):
-            lines.extend(histogram.lines("atwhois_upstream_seconds", f'upstream="{kind}",'))
-        for name, value in sorted(gauges.items()):
-            lines += [f"# TYPE atwhois_{name} gauge", f"atwhois_{name} {value}"]
-        return "\n".join(lines) + "\n"
+            refreshes.add_metric([kind], cache.get(counter, 0))
+        yield refreshes
+        yield _histogram(
+            "atwhois_upstream_seconds",
+            "Time of one upstream step, by upstream.",
+            "upstream",
+            self.upstream_seconds,
+        )
+
+
+def _histogram(
+    name: str, documentation: str, label: str, histograms: dict[str, Histogram]
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation, labels=[label])
+    for value, histogram in sorted(histograms.items()):
+        family.add_metric([value], histogram.buckets(), histogram.total)
+    return family
+
+
+def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+class _Snapshot(Collector):
+    """The families made for this scrape (some need the store, asynchronously, first)."""
+
+    def __init__(self) -> None:
+        self.families: list[Metric] = []
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+class Exposition:
+    """One registry: the process collectors, and the service's families for each scrape."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self._snapshot = _Snapshot()
+        self.registry.register(self._snapshot)
+
+    def render(self, families: Iterable[Metric]) -> bytes:
+        # No await between setting and rendering: a concurrent scrape cannot interleave.
+        self._snapshot.families = list(families)
+        try:
+            return generate_latest(self.registry)
+        finally:
+            self._snapshot.families = []

@@ -23,6 +23,7 @@ from typing import Any, Literal, TextIO
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from prometheus_client.core import CounterMetricFamily
 
 from cache import CachedResolver
 from cache.stores import TieredStore
@@ -32,7 +33,7 @@ from resolver.syntax import is_valid_at_identifier, is_valid_did, is_valid_handl
 from resolver.untrusted import parse_json
 
 from . import xrpc_errors
-from .metrics import Metrics
+from .metrics import CONTENT_TYPE, Exposition, Families, Metrics, gauge
 from .openapi import openapi
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -252,7 +253,8 @@ class Service:
         self.answers = AnswerCache(settings.answer_cache_bytes, clock=cached.clock)
         cached.store.listeners.append(self.answers.clear)
         self.request_log = RequestLog(sys.stderr)
-        self.metric_sources: list[Callable[[], str]] = []  # more Prometheus text (audits)
+        self.metric_sources: list[Families] = []  # more families for /metrics (audits)
+        self.exposition = Exposition()
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -507,20 +509,33 @@ class Service:
         self._note_upstream_latency()
         store = self.cached.store
         degraded = bool(await store.health())
-        gauges = {
-            "inflight_resolutions": self.cached.inflight,
-            "cache_entries": await store.count(),
-            "cache_memory_bytes": store.used_bytes + self.answers.used_bytes,
-            "degraded": int(degraded),
-        }
-        text = self.metrics.render(dict(self.cached.counters), gauges)
+        families = [
+            *self.metrics.families(dict(self.cached.counters)),
+            gauge(
+                "atwhois_inflight_resolutions",
+                "Upstream resolutions in flight.",
+                self.cached.inflight,
+            ),
+            gauge("atwhois_cache_entries", "Entries in the cache store.", await store.count()),
+            gauge(
+                "atwhois_cache_memory_bytes",
+                "Bytes held by the memory tier and the rendered answers.",
+                store.used_bytes + self.answers.used_bytes,
+            ),
+            gauge("atwhois_degraded", "1 while /_health says degraded.", int(degraded)),
+        ]
         if isinstance(store, TieredStore):
-            text += (
-                "# TYPE atwhois_store_errors_total counter\n"
-                f'atwhois_store_errors_total{{store="{store.below.name}"}} {store.errors}\n'
+            errors = CounterMetricFamily(
+                "atwhois_store_errors",
+                "Operations the shared store failed (the daemon fell back to memory).",
+                labels=["store"],
             )
-        text += "".join(source() for source in self.metric_sources)
-        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+            errors.add_metric([store.below.name], store.errors)
+            families.append(errors)
+        for source in self.metric_sources:
+            families.extend(source())
+        body = self.exposition.render(families)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     async def openapi(self, _: web.Request) -> web.Response:
         return _json(openapi())

@@ -14,8 +14,10 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from cache import CachedResolver, MemoryStore
+from cli import settings
 from resolver import Config, Identity, Resolver, Status
 from server import Service, Settings, xrpc_errors
+from tests import metrics
 from tests.daemon import Daemon, running_daemon
 from tests.devnet.network import DevnetState
 from tests.forwarder import PlcStandIn
@@ -140,10 +142,8 @@ def test_refresh_identity(daemon: Daemon, devnet: DevnetState) -> None:
 
 
 def _refreshes_requested(daemon: Daemon) -> int:
-    metrics = get(daemon, "/metrics").text
-    found = re.search(r'^atwhois_cache_refreshes_total\{kind="requested"\} (\d+)$', metrics, re.M)
-    assert found, metrics
-    return int(found.group(1))
+    text = get(daemon, "/metrics").text
+    return int(metrics.value(text, "atwhois_cache_refreshes_total", kind="requested"))
 
 
 def test_identity_report(daemon: Daemon, devnet: DevnetState) -> None:
@@ -172,22 +172,30 @@ def test_health_openapi_and_metrics(daemon: Daemon) -> None:
     spec = get(daemon, "/openapi.json").json()
     assert spec["openapi"].startswith("3.") and XRPC + "resolveHandle" in spec["paths"]
 
-    def metric(text: str, name: str) -> float:
-        match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-        return float(match.group(1)) if match else 0.0
-
     before = get(daemon, "/metrics").text
     get(daemon, XRPC + "resolveHandle", handle="henry.test")
     get(daemon, XRPC + "resolveHandle", handle="henry.test")
-    after = get(daemon, "/metrics").text
-    requests = (
-        'atwhois_requests_total{endpoint="/xrpc/com.atproto.identity.resolveHandle",code="200"}'
-    )
-    assert metric(after, requests) == metric(before, requests) + 2
-    fresh = 'atwhois_cache_lookups_total{result="fresh"}'
-    assert metric(after, fresh) >= metric(before, fresh) + 1
-    assert 'atwhois_upstream_seconds_bucket{upstream="dns",le="0.001"}' in after
-    assert "atwhois_inflight_resolutions 0" in after
+    response = get(daemon, "/metrics")
+    after = response.text
+    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    requests = {"endpoint": "/xrpc/com.atproto.identity.resolveHandle", "code": "200"}
+    count = metrics.value(after, "atwhois_requests_total", **requests)
+    assert count == metrics.value(before, "atwhois_requests_total", **requests) + 2
+    fresh = metrics.value(after, "atwhois_cache_lookups_total", result="fresh")
+    assert fresh >= metrics.value(before, "atwhois_cache_lookups_total", result="fresh") + 1
+    assert (
+        "atwhois_upstream_seconds_bucket",
+        frozenset({("upstream", "dns"), ("le", "0.001")}),
+    ) in (metrics.samples(after))
+    assert metrics.value(after, "atwhois_inflight_resolutions") == 0
+    # described (HELP) for every family, and the process's own figures beside the daemon's
+    assert "# HELP atwhois_requests_total Requests answered" in after
+    assert "# HELP atwhois_watched" in after
+    assert metrics.value(after, "process_resident_memory_bytes") > 10_000_000
+    assert metrics.value(after, "process_open_fds") > 3
+    assert metrics.value(after, "process_cpu_seconds_total") > 0
+    assert metrics.value(after, "python_gc_objects_collected_total", generation="0") >= 0
+    assert any(name == "python_info" for name, _ in metrics.samples(after))
 
 
 def test_requests_are_logged_as_json_with_their_id(daemon: Daemon) -> None:
@@ -198,8 +206,8 @@ def test_requests_are_logged_as_json_with_their_id(daemon: Daemon) -> None:
 
 
 async def test_coalescing_through_the_http_api(daemon: Daemon) -> None:
-    def upstream_handles(text: str) -> int:
-        return int(re.search(r'kind="handles"\} (\d+)', text).group(1))  # type: ignore[union-attr]
+    def upstream_handles(text: str) -> float:
+        return metrics.value(text, "atwhois_upstream_resolutions_total", kind="handles")
 
     async with httpx.AsyncClient(
         base_url=daemon.url, timeout=30, limits=httpx.Limits(max_connections=100)
@@ -451,8 +459,12 @@ def test_the_start_up_line_says_what_the_daemon_resolves_through(
     daemon: Daemon, devnet: DevnetState
 ) -> None:
     started = next(line for line in daemon.log_lines() if line.get("event") == "listening")
-    assert started["dns_servers"] == [devnet.dns_server]
-    assert started["plc_url"] == devnet.plc_url and started["store"] == "memory"
-    assert started["allow_nets"] == ["127.0.0.0/8"] and started["dev"] is True
-    assert started["refresh"] == "enabled" and str(started["audit_db"]).endswith(".db")
+    assert started["store"] == "memory"
+    given = started["settings"]
+    assert given["dns_server"] == [[devnet.dns_server], "$ATWHOIS_DNS_SERVER"]
+    assert given["plc_url"] == [devnet.plc_url, "$ATWHOIS_PLC_URL"]
+    assert given["allow_net"][0] == ["127.0.0.0/8"] and given["dev"] == [True, "$ATWHOIS_DEV"]
+    assert given["refresh_token"] == ["(set)", "flag"]
+    assert given["cache"] == ["memory:", "flag"] and given["audit_db"][0].endswith(".db")
+    assert given["port"][0] == 0 and set(given) == set(settings.SETTINGS)
     assert TOKEN not in json.dumps(started)  # the secret itself is never logged

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="atwhois-memory-bench-") as tmp:
         work = Path(tmp)
         redis = RedisServer(work) if args.redis_outage else None
-        store = ["--redis", redis.url] if redis else ["--cache", "memory:"]
+        store = ["--cache", redis.url] if redis else ["--cache", "memory:"]
         if redis:
             redis.start()
         try:

@@ -1,6 +1,7 @@
 """How long `atwhois` takes to answer when it has nothing to resolve: `--help`, `--version`,
-invalid input (text and JSON), a subcommand's help — against `python -c pass` (the
-interpreter's own start-up) measured in the same run, interleaved. Medians of N runs.
+invalid input (text and JSON), a subcommand's help, a mistyped command — against
+`python -c pass` (the interpreter's own start-up) measured in the same run, interleaved.
+Medians of N runs.
 
     python -m bench startup [--runs 15]
 """
@@ -22,6 +23,8 @@ CASES = {
     "invalid input": ([ATWHOIS, "not a handle!"], 2),
     "invalid input --json": ([ATWHOIS, "--json", "alice.invalid"], 2),
     "plc verify-export --help": ([ATWHOIS, "plc", "verify-export", "--help"], 0),
+    "serve --help": ([ATWHOIS, "serve", "--help"], 0),
+    "a mistyped command": ([ATWHOIS, "lokup", "alice.example.com"], 2),
 }
 BASELINE = ([sys.executable, "-c", "pass"], 0)
 TARGET_MS = 150

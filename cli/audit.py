@@ -8,11 +8,11 @@ import csv
 import dataclasses
 import io
 import json
-import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from audit import Auditor, AuditStore, Check, RunReport, Watched, default_audit_path
 from audit.webhook import Webhook
@@ -21,117 +21,83 @@ from resolver import Config, Resolver
 from resolver.errors import InvalidInput
 from resolver.syntax import parse_lookup
 
-FORMATS = ("text", "json", "csv", "markdown")
-ConfigFrom = Callable[[argparse.Namespace], Config | None]
+from .main import configure
+
 Progress = Callable[[int, int], None]
 
 
-def _store_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--audit-db",
-        type=Path,
-        metavar="PATH",
-        help="the watch-list and audit history (env ATWHOIS_AUDIT_DB; default "
-        "~/.local/share/atwhois/audit.db)",
-    )
+def _open(given: dict[str, Any]) -> AuditStore:
+    return AuditStore(Path(given.get("audit_db") or default_audit_path()))
 
 
-def _open(args: argparse.Namespace) -> AuditStore:
-    path = args.audit_db or os.environ.get("ATWHOIS_AUDIT_DB") or default_audit_path()
-    return AuditStore(Path(path))
-
-
-def _normalize(identifier: str, config: Config) -> str:
-    return parse_lookup(identifier.strip(), dev=config.dev).value
-
-
-def watch(argv: list[str], config_flags: argparse.ArgumentParser, configure: ConfigFrom) -> int:
-    parser = argparse.ArgumentParser(
-        prog="atwhois watch",
-        parents=[config_flags],
-        description="Edit the watch-list that audits re-verify.",
-    )
-    parser.add_argument("action", choices=["add", "remove", "list"])
-    parser.add_argument("identifiers", nargs="*")
-    parser.add_argument("--label", help="with add: a note kept beside the identifier")
-    parser.add_argument("--json", action="store_true")
-    _store_flag(parser)
-    args = parser.parse_args(argv)
-    config = configure(args)
-    if config is None:
-        return 2
-    store = _open(args)
+def _normalize(identifiers: list[str], config: Config, prog: str) -> list[str] | None:
     try:
-        if args.action == "list":
-            watched = store.watch_list()
-            if args.json:
-                print(json.dumps([dataclasses.asdict(w) for w in watched], indent=2))
-            else:
-                for w in watched:
-                    print(f"{w.identifier}\t{w.label or ''}")
-            return 0
-        if not args.identifiers:
-            parser.error(f"{args.action} needs at least one handle or DID")
-        try:
-            names = [_normalize(i, config) for i in args.identifiers]
-        except InvalidInput as err:
-            print(f"atwhois watch: {err}", file=sys.stderr)
-            return 2
+        return [parse_lookup(i.strip(), dev=config.dev).value for i in identifiers]
+    except InvalidInput as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return None
+
+
+def watch_add(args: argparse.Namespace) -> int:
+    given, config = configure(args)
+    names = _normalize(args.identifiers, config, args.prog)
+    if names is None:
+        return 2
+    store = _open(given)
+    try:
         for name in names:
-            if args.action == "add":
-                new = store.watch_add(name, args.label)
-                print(f"{'added' if new else 'updated'} {name}")
-            else:
-                print(f"{'removed' if store.watch_remove(name) else 'not watched:'} {name}")
-        return 0
+            print(f"{'added' if store.watch_add(name, args.label) else 'updated'} {name}")
     finally:
         store.close()
+    return 0
 
 
-def audit(argv: list[str], config_flags: argparse.ArgumentParser, configure: ConfigFrom) -> int:
-    if argv[:1] == ["history"]:
-        return _history(argv[1:], config_flags, configure)
-    parser = argparse.ArgumentParser(
-        prog="atwhois audit",
-        parents=[config_flags],
-        description="Re-verify the watch-list (or the identifiers in FILE, without adding "
-        "them to it), store one check each, and report what changed since the last check. "
-        "`atwhois audit history ID` shows one identity's checks over time.",
-    )
-    parser.add_argument("file", nargs="?", type=Path, help="identifiers, one a line")
-    parser.add_argument("--format", choices=FORMATS, default="text")
-    parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument(
-        "--per-host", type=int, default=8, help="requests at once to one upstream host (politeness)"
-    )
-    parser.add_argument(
-        "--unreachable-after",
-        type=int,
-        default=3,
-        metavar="N",
-        help="transient failures in a row before an 'unreachable' finding",
-    )
-    parser.add_argument("--webhook", metavar="URL", help="POST each finding here as JSON")
-    parser.add_argument("--cache", metavar="URL", help="the cache the fresh results update")
-    _store_flag(parser)
-    args = parser.parse_args(argv)
-    config = configure(args)
-    if config is None:
+def watch_remove(args: argparse.Namespace) -> int:
+    given, config = configure(args)
+    names = _normalize(args.identifiers, config, args.prog)
+    if names is None:
         return 2
+    store = _open(given)
+    try:
+        for name in names:
+            print(f"{'removed' if store.watch_remove(name) else 'not watched:'} {name}")
+    finally:
+        store.close()
+    return 0
+
+
+def watch_list(args: argparse.Namespace) -> int:
+    given, _ = configure(args)
+    store = _open(given)
+    try:
+        watched = store.watch_list()
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([dataclasses.asdict(w) for w in watched], indent=2))
+    else:
+        for w in watched:
+            print(f"{w.identifier}\t{w.label or ''}")
+    return 0
+
+
+def audit_run(args: argparse.Namespace) -> int:
+    given, config = configure(args)
     config = dataclasses.replace(config, verify_plc=True, per_host_limit=args.per_host)
     targets = None
     if args.file is not None:
         try:
             lines = [ln.strip() for ln in args.file.read_text().splitlines()]
-            targets = [
-                Watched(_normalize(ln, config)) for ln in lines if ln and not ln.startswith("#")
-            ]
-        except (OSError, InvalidInput) as err:
-            print(f"atwhois audit: {err}", file=sys.stderr)
+        except OSError as err:
+            print(f"{args.prog}: {err}", file=sys.stderr)
             return 2
-    store = _open(args)
+        names = _normalize([ln for ln in lines if ln and not ln.startswith("#")], config, args.prog)
+        if names is None:
+            return 2
+        targets = [Watched(name) for name in names]
+    store = _open(given)
     try:
-        report = asyncio.run(_run(config, store, targets, args))
+        report = asyncio.run(_run(config, given, store, targets, args))
         print(render_report(report, store, args.format), end="")
     finally:
         store.close()
@@ -139,17 +105,19 @@ def audit(argv: list[str], config_flags: argparse.ArgumentParser, configure: Con
 
 
 async def _run(
-    config: Config, store: AuditStore, targets: list[Watched] | None, args: argparse.Namespace
+    config: Config,
+    given: dict[str, Any],
+    store: AuditStore,
+    targets: list[Watched] | None,
+    args: argparse.Namespace,
 ) -> RunReport:
-    webhook = Webhook(args.webhook) if args.webhook else None
-    cached = CachedResolver(
-        Resolver(config), open_store(args.cache or os.environ.get("ATWHOIS_CACHE"))
-    )
+    webhook = Webhook(given["webhook"]) if given.get("webhook") else None
+    cached = CachedResolver(Resolver(config), open_store(given.get("cache")))
     auditor = Auditor(
         cached,
         store,
         concurrency=args.concurrency,
-        unreachable_after=args.unreachable_after,
+        unreachable_after=given.get("unreachable_after", 3),
         webhook=webhook,
     )
     try:
@@ -229,29 +197,20 @@ def render_report(report: RunReport, store: AuditStore, fmt: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _history(argv: list[str], config_flags: argparse.ArgumentParser, configure: ConfigFrom) -> int:
-    parser = argparse.ArgumentParser(prog="atwhois audit history", parents=[config_flags])
-    parser.add_argument("identifier")
-    parser.add_argument("--json", action="store_true")
-    _store_flag(parser)
-    args = parser.parse_args(argv)
-    config = configure(args)
-    if config is None:
+def audit_history(args: argparse.Namespace) -> int:
+    given, config = configure(args)
+    names = _normalize([args.identifier], config, args.prog)
+    if names is None:
         return 2
+    store = _open(given)
     try:
-        name = _normalize(args.identifier, config)
-    except InvalidInput as err:
-        print(f"atwhois audit history: {err}", file=sys.stderr)
-        return 2
-    store = _open(args)
-    try:
-        checks = store.history(name)
+        checks = store.history(names[0])
     finally:
         store.close()
     if args.json:
         print(json.dumps([c.to_json() for c in checks], indent=2))
     else:
-        print(f"{name}: {len(checks)} checks")
+        print(f"{names[0]}: {len(checks)} checks")
         for check in checks:
             print(_history_line(check))
     return 0 if checks else 1

@@ -2,35 +2,47 @@
 
 Exit codes: 0 verified, 1 resolved but not verified, 2 invalid input, 3 transient failure.
 
+The commands are argparse subparsers: the standard library's parser costs nothing to import
+(a whois-style tool answers `--help` and a typo in ~100 ms), gives every command its own help
+with only the flags that apply, and its errors name the command. What argparse does not do is
+done by `route`: a command line that names no command is a lookup (`atwhois alice.test`),
+settings flags may come before the command (`atwhois --dev history alice.test`), and a
+mistyped command gets a suggestion.
+
 Only the standard library and the pure configuration code are imported here: each command
-imports what it uses when it runs, so `--help`, `--version` and a typo answer at once instead
-of after a second of network-stack imports.
+imports what it uses when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import importlib
 import io
 import json
 import os
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from resolver.config import Config, parse_nameservers, parse_networks
+from resolver.config import Config
 from resolver.errors import InvalidInput
 
+from . import settings
+
 if TYPE_CHECKING:
-    from cache import CachedResolver
     from resolver import Identity, Resolver
-    from resolver.plc import Audit
     from resolver.plc.export import ExportSummary
+    from resolver.syntax import Query
 
     from .sources import Source
 
 T = TypeVar("T")
+VERSION = "atwhois 0.1.0"
 
 EXAMPLES = """examples:
   atwhois alice.example.com
@@ -40,76 +52,63 @@ EXAMPLES = """examples:
   atwhois https://bsky.app/profile/alice.example.com
   atwhois --file handles.txt --json > reports.jsonl     (or: ... | atwhois -)
   atwhois alice.example.com --server http://127.0.0.1:2584
-  atwhois history did:plc:ewvi7nxzyoun6zhxrhs64oiz
+  atwhois history alice.example.com
   atwhois plc verify-export export.jsonl --known-bad known_bad_cids.json
-
   atwhois cache stats
   atwhois cache purge alice.example.com
-
   atwhois serve --port 2584
-
+  atwhois config show
   atwhois watch add alice.example.com --label "our PDS"
   atwhois audit --format markdown
   atwhois audit history alice.example.com
 
-commands: lookup (the default), history, plc verify-export, cache stats|purge, serve,
-          watch add|remove|list, audit [FILE], audit history ID
+`atwhois COMMAND --help` shows a command's flags. Settings flags (--dev, --plc-url, ...) may
+come before or after the command; each has an ATWHOIS_* variable and a TOML key of the same
+name (`atwhois config show` lists them all).
 exit codes: 0 verified, 1 not verified, 2 invalid input, 3 transient failure
 """
 
-
-def _config_flags() -> argparse.ArgumentParser:
-    flags = argparse.ArgumentParser(add_help=False)
-    group = flags.add_argument_group("resolution (flags win over ATWHOIS_* variables)")
-    group.add_argument("--plc-url", help="PLC directory base URL (env ATWHOIS_PLC_URL)")
-    group.add_argument(
-        "--dns-server",
-        action="append",
-        metavar="HOST:PORT",
-        help="nameserver to ask, repeatable (env ATWHOIS_DNS_SERVERS)",
-    )
-    group.add_argument(
-        "--dns-fallback",
-        action="append",
-        metavar="HOST:PORT",
-        help="nameserver asked when the others fail, repeatable",
-    )
-    group.add_argument("--ca-bundle", help="PEM file of trusted CAs (env ATWHOIS_CA_BUNDLE)")
-    group.add_argument(
-        "--allow-net",
-        action="append",
-        metavar="CIDR",
-        help="let fetches reach this private/loopback range (ATWHOIS_ALLOW_NETS)",
-    )
-    group.add_argument(
-        "--dev",
-        action="store_true",
-        default=None,
-        help="development: .test handles, did:web:localhost, http for localhost",
-    )
-    group.add_argument(
-        "--timeout",
-        type=float,
-        metavar="SECONDS",
-        help="per-step deadline for DNS, HTTPS and the DID document",
-    )
-    group.add_argument(
-        "--verify-plc",
-        action="store_true",
-        default=None,
-        help="replay the did:plc audit log (env ATWHOIS_VERIFY_PLC=1)",
-    )
-    return flags
+RESOLUTION = settings.names_in(settings.RESOLUTION)
+EVERY_SETTING = list(settings.SETTINGS)
 
 
-def _lookup_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="atwhois",
-        description="Resolve an ATProto handle, DID or at:// URI and verify the binding both ways.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_config_flags()],
-    )
+class Parser(argparse.ArgumentParser):
+    """argparse without prefix abbreviations (`--plc` must not quietly mean `--plc-url`,
+    nor stop meaning it when a flag is added) and with a suggestion for a mistyped
+    subcommand."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if wrong:
+            choices = re.findall(r"'([^']*)'", wrong.group(2))
+            near = difflib.get_close_matches(wrong.group(1), choices, n=1)
+            if near:
+                message += f"; did you mean {near[0]!r}?"
+        super().error(message)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command: its words, its handler ("module:function", imported only when it runs),
+    its one-line help, the settings it takes and its own arguments."""
+
+    path: tuple[str, ...]
+    handler: str
+    help: str
+    settings: Sequence[str] = ()
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    description: str | None = None
+
+
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _lookup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "identifier",
         nargs="?",
@@ -126,52 +125,22 @@ def _lookup_parser() -> argparse.ArgumentParser:
         "--document", action="store_true", help="with --json, include the DID document as served"
     )
     parser.add_argument(
-        "--cache",
-        metavar="URL",
-        help="answer from this cache (memory:, sqlite:///PATH, redis://...; env ATWHOIS_CACHE)",
-    )
-    parser.add_argument(
         "--refresh",
         action="store_true",
         help="with --cache: resolve every part afresh and update the cache (a failure "
         "leaves the cached answer in place)",
     )
-    parser.add_argument("--version", action="version", version="atwhois 0.1.0")
-    return parser
 
 
-def _cache_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="atwhois cache",
-        description="Look into or purge the cache of verified bindings (by default the "
-        "embedded SQLite file; --cache or ATWHOIS_CACHE name another).",
-        parents=[_config_flags()],
-    )
-    parser.add_argument("action", choices=["stats", "purge"])
-    parser.add_argument("identifier", nargs="?", help="with purge: a handle or DID")
-    parser.add_argument("--cache", metavar="URL")
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    return parser
+def _identifier_and_json(what: str) -> Callable[[argparse.ArgumentParser], None]:
+    def arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("identifier", help=what)
+        _json_flag(parser)
+
+    return arguments
 
 
-def _history_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="atwhois history",
-        description="Replay a did:plc's operation log: who signed what, what it changed, and "
-        "whether the log verifies. Exit 0 if it does, 1 if not.",
-        parents=[_config_flags()],
-    )
-    parser.add_argument("did", help="a did:plc")
-    parser.add_argument("--json", action="store_true")
-    return parser
-
-
-def _export_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="atwhois plc verify-export",
-        description="Verify a PLC directory export (JSON Lines, legacy or seq format) op by op, "
-        "in bounded memory. Exit 0 if every op verifies (allow-listed ones aside), 1 if not.",
-    )
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the export file, or - for standard input")
     parser.add_argument(
         "--known-bad",
@@ -180,33 +149,238 @@ def _export_parser() -> argparse.ArgumentParser:
         metavar="JSON",
         help="JSON array of CIDs or DIDs known to be bad (allow-list), repeatable",
     )
-    parser.add_argument("--json", action="store_true")
-    return parser
+    _json_flag(parser)
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    overrides: dict[str, object] = {
-        "plc_url": args.plc_url,
-        "ca_bundle": args.ca_bundle,
-        "dev": args.dev,
-        "verify_plc": args.verify_plc,
-        "dns_servers": parse_nameservers(args.dns_server) if args.dns_server else None,
-        "dns_fallback_servers": parse_nameservers(args.dns_fallback) if args.dns_fallback else None,
-        "allow_nets": parse_networks(args.allow_net) if args.allow_net else None,
-    }
-    if args.timeout is not None:
-        overrides.update(
-            dns_timeout=args.timeout, https_timeout=args.timeout, document_timeout=args.timeout
+def _identifiers(label: bool) -> Callable[[argparse.ArgumentParser], None]:
+    def arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("identifiers", nargs="+", metavar="IDENTIFIER")
+        if label:
+            parser.add_argument("--label", help="a note kept beside the identifiers")
+
+    return arguments
+
+
+def _audit_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", nargs="?", type=Path, help="identifiers, one a line")
+    parser.add_argument("--format", choices=("text", "json", "csv", "markdown"), default="text")
+    parser.add_argument("--concurrency", type=int, default=32, help="identities checked at once")
+    parser.add_argument(
+        "--per-host", type=int, default=8, help="requests at once to one upstream host (politeness)"
+    )
+
+
+SERVE_DESCRIPTION = """The local HTTP service: XRPC com.atproto.identity.*, /v1/identity, audits,
+/_health and /metrics.
+
+It binds 127.0.0.1 unless told otherwise, caches in the embedded SQLite file unless given
+--cache, and stops gracefully on SIGTERM: no new connections, in-flight requests finish,
+stores are closed."""
+AUDIT_STORE = ["dev", "audit_db"]
+
+# Groups of commands: their help; a group's first command is its default if it has one.
+GROUPS = {
+    "plc": "the PLC directory",
+    "cache": "look into or purge the cache of verified bindings (the embedded SQLite file "
+    "unless --cache or ATWHOIS_CACHE names another)",
+    "config": "the settings",
+    "watch": "the watch-list that audits re-verify",
+    "audit": "re-verify the watch-list and report what changed (`audit [FILE]` runs one, "
+    "`audit history ID` shows one identity's checks)",
+}
+DEFAULT_SUBCOMMAND = {"audit": "run"}
+COMMANDS = [
+    Command(
+        ("lookup",),
+        "cli.main:lookup",
+        "who is behind a handle, DID, at:// URI or profile URL, verified both ways",
+        [*RESOLUTION, "cache"],
+        _lookup_arguments,
+    ),
+    Command(
+        ("history",),
+        "cli.main:history",
+        "replay a did:plc's operation log: who signed what, what it changed, whether it "
+        "verifies (exit 0 if it does, 1 if not)",
+        RESOLUTION,
+        _identifier_and_json("a did:plc, or a handle (its DID's log is shown)"),
+    ),
+    Command(
+        ("plc", "verify-export"),
+        "cli.main:verify_export_command",
+        "verify a PLC directory export (JSON Lines, legacy or seq format) op by op, in bounded "
+        "memory; exit 0 if every op verifies (allow-listed ones aside), 1 if not",
+        arguments=_export_arguments,
+    ),
+    Command(
+        ("cache", "stats"), "cli.main:cache_stats", "what the cache holds", ["cache"], _json_flag
+    ),
+    Command(
+        ("cache", "purge"),
+        "cli.main:cache_purge",
+        "forget one identity (its handle and DID entries); exit 1 if nothing was cached",
+        ["dev", "cache"],
+        _identifier_and_json("a handle or DID"),
+    ),
+    Command(
+        ("serve",),
+        "cli.serve:run",
+        "the local HTTP service: XRPC com.atproto.identity.*, /v1, audits, /metrics",
+        EVERY_SETTING,
+        description=SERVE_DESCRIPTION,
+    ),
+    Command(
+        ("config", "show"),
+        "cli.serve:config_show",
+        "every setting, the value in effect and where it came from (flag, variable, file, "
+        "default); secrets are shown as set, never printed",
+        EVERY_SETTING,
+        _json_flag,
+    ),
+    Command(
+        ("watch", "add"), "cli.audit:watch_add", "watch identities", AUDIT_STORE, _identifiers(True)
+    ),
+    Command(
+        ("watch", "remove"),
+        "cli.audit:watch_remove",
+        "stop watching identities",
+        AUDIT_STORE,
+        _identifiers(False),
+    ),
+    Command(("watch", "list"), "cli.audit:watch_list", "the watch-list", ["audit_db"], _json_flag),
+    Command(
+        ("audit", "run"),
+        "cli.audit:audit_run",
+        "re-verify the watch-list (or the identifiers in FILE, without adding them to it), "
+        "store one check each, and report what changed since the last check",
+        [*RESOLUTION, "cache", "audit_db", "webhook", "unreachable_after"],
+        _audit_run_arguments,
+    ),
+    Command(
+        ("audit", "history"),
+        "cli.audit:audit_history",
+        "one identity's checks over time",
+        AUDIT_STORE,
+        _identifier_and_json("a handle or DID on the watch-list"),
+    ),
+]
+# The command tree as `route` walks it: each first word and the words that may follow it.
+TREE: dict[str, tuple[str, ...]] = {
+    first: tuple(c.path[1] for c in COMMANDS if c.path[0] == first and len(c.path) > 1)
+    for first in dict.fromkeys(c.path[0] for c in COMMANDS)
+}
+
+
+def build_parser(running: Sequence[str] | None = None) -> Parser:
+    """The command tree. Given the path of the command that runs (`route` found it), only
+    that command gets its flags and arguments: the others are named, with their help, but
+    not built, which would cost a `--help` or a typo a fifth of its time."""
+    top = Parser(
+        prog="atwhois",
+        description="Resolve an ATProto handle, DID or at:// URI and verify the binding both "
+        "ways; cache, serve and audit what was verified.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top.add_argument("--version", action="version", version=VERSION)
+    commands = _subcommands(top, "commands (lookup is the default: atwhois IDENTIFIER)")
+    groups: dict[str, Any] = {}
+    for command in COMMANDS:
+        where = commands
+        if len(command.path) > 1:
+            group = command.path[0]
+            if group not in groups:
+                parent = commands.add_parser(group, help=GROUPS[group], description=GROUPS[group])
+                groups[group] = _subcommands(parent, f"{group} commands")
+            where = groups[group]
+        parser: Parser = where.add_parser(
+            command.path[-1],
+            help=command.help,
+            description=command.description or command.help,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-    return Config.from_env(**overrides)
+        parser.set_defaults(
+            handler=command.handler, settings=list(command.settings), prog=parser.prog
+        )
+        if running is None or tuple(running) == command.path:
+            if command.settings:
+                settings.add_flags(parser, command.settings)
+            if command.arguments is not None:
+                command.arguments(parser)
+    return top
 
 
-def _configured(args: argparse.Namespace) -> Config | None:
-    try:
-        return config_from_args(args)
-    except (InvalidInput, ValueError) as err:
-        print(f"atwhois: bad configuration: {err}", file=sys.stderr)
+def _subcommands(parser: argparse.ArgumentParser, title: str) -> Any:
+    return parser.add_subparsers(title=title, metavar="COMMAND", required=True)
+
+
+def _takes_value(option: str) -> bool | None:
+    """Whether a settings flag (or --config) takes a value; None: not a settings flag."""
+    if option == "--config":
+        return True
+    if option == "--json":
+        return False
+    name = option.removeprefix("--").removeprefix("no-").replace("-", "_")
+    setting = settings.SETTINGS.get(name)
+    if setting is None or (option.startswith("--no-") and setting.kind is not bool):
         return None
+    return setting.kind is not bool
+
+
+def route(argv: list[str]) -> list[str]:
+    """The argument list argparse should see: settings flags given before the command move
+    behind it, where its own parser checks them; a list that names no command is a
+    lookup. A bare word that is no identifier but is close to a command is refused with
+    the suggestion (`UsageError`)."""
+    lead: list[str] = []
+    at = 0
+    while at < len(argv) and argv[at].startswith("--"):
+        option, has_value = argv[at].split("=", 1)[0], "=" in argv[at]
+        takes = _takes_value(option)
+        if takes is None:  # --help, --version, or a lookup's flag (`atwhois --json x`)
+            return argv if option in ("--help", "--version") else ["lookup", *argv]
+        width = 2 if takes and not has_value else 1
+        lead += argv[at : at + width]
+        at += width
+    if at < len(argv) and argv[at] == "-h":
+        return argv
+    if at >= len(argv) or argv[at] not in TREE:
+        word = argv[at] if at < len(argv) else ""
+        if word and not re.search(r"[.:/@]", word):
+            near = difflib.get_close_matches(word, TREE, n=1)
+            if near:
+                raise UsageError("atwhois", f"unknown command {word!r}; did you mean {near[0]!r}?")
+        return ["lookup", *argv]
+    path = [argv[at]]
+    at += 1
+    children = TREE[path[0]]
+    if children:
+        if at < len(argv) and argv[at] in children:
+            path.append(argv[at])
+            at += 1
+        elif path[0] in DEFAULT_SUBCOMMAND:
+            path.append(DEFAULT_SUBCOMMAND[path[0]])
+        elif lead:  # settings flags before a command group with no default: argparse asks
+            return [*path, *argv[at:], *lead]
+    return [*path, *lead, *argv[at:]]
+
+
+class UsageError(Exception):
+    """A command line that cannot be run: exit 2, with the command's name."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+def configure(args: argparse.Namespace) -> tuple[dict[str, Any], Config]:
+    """The command's settings (flags, variables, file) and the resolver configuration they
+    make; a setting that cannot be used is a `SettingError`."""
+    given = settings.values(settings.load(args, args.settings))
+    try:
+        return given, settings.resolver_config(given)
+    except InvalidInput as err:
+        raise settings.SettingError(str(err)) from None
 
 
 def _run(work: Coroutine[Any, Any, T]) -> T:
@@ -225,19 +399,15 @@ def _with_resolver(config: Config, work: Callable[[Resolver], Any]) -> Any:
     return _run(run())
 
 
-def _cache_url(args: argparse.Namespace) -> str | None:
-    return args.cache or os.environ.get("ATWHOIS_CACHE") or None
-
-
-async def _cached(config: Config, url: str | None, work: Callable[[CachedResolver], Any]) -> Any:
+async def _cached(given: dict[str, Any], config: Config, work: Callable[[Any], Any]) -> Any:
     from cache import CachedResolver, open_store
     from resolver import Resolver
 
-    async with CachedResolver(Resolver(config), open_store(url)) as cached:
+    async with CachedResolver(Resolver(config), open_store(given.get("cache"))) as cached:
         return await work(cached)
 
 
-def _source(args: argparse.Namespace, config: Config) -> Source:
+def _source(args: argparse.Namespace, given: dict[str, Any], config: Config) -> Source:
     from .sources import LocalSource, ServerSource
 
     if args.server:
@@ -245,18 +415,14 @@ def _source(args: argparse.Namespace, config: Config) -> Source:
     from cache import CachedResolver, open_store
     from resolver import Resolver
 
-    url = _cache_url(args)
+    url = given.get("cache")
     if url is None:
         return LocalSource(Resolver(config))
     return LocalSource(CachedResolver(Resolver(config), open_store(url)), refresh=args.refresh)
 
 
-def lookup(argv: list[str]) -> int:
-    parser = _lookup_parser()
-    args = parser.parse_args(argv)
-    config = _configured(args)
-    if config is None:
-        return 2
+def lookup(args: argparse.Namespace) -> int:
+    given, config = configure(args)
     if args.file is not None or args.identifier == "-":
         try:
             text = args.file.read_text() if args.file is not None else sys.stdin.read()
@@ -266,9 +432,9 @@ def lookup(argv: list[str]) -> int:
             return 2
         identifiers = [line.strip() for line in text.splitlines()]
         identifiers = [i for i in identifiers if i and not i.startswith("#")]
-        return _run(_batch(_source(args, config), identifiers, args))
+        return _run(_batch(_source(args, given, config), identifiers, args))
     if not args.identifier:
-        parser.error("give an identifier, - for standard input, or --file FILE")
+        raise UsageError(args.prog, "give an identifier, - for standard input, or --file FILE")
     identifier = args.identifier.strip()
     if not args.server:  # invalid input is answered before the network stack is loaded
         from resolver.identity import invalid_input, now_iso
@@ -277,30 +443,26 @@ def lookup(argv: list[str]) -> int:
         try:
             parse_lookup(identifier, dev=config.dev)
         except InvalidInput as err:
-            return _show(invalid_input(identifier, err, now_iso()), None, args)
-    return _run(_single(_source(args, config), identifier, args))
+            return _show(invalid_input(identifier, err, now_iso()), args)
+    return _run(_single(_source(args, given, config), identifier, args))
 
 
 async def _single(source: Source, identifier: str, args: argparse.Namespace) -> int:
     try:
-        identity = await source.lookup(identifier)
-        history = None
-        if not args.json and identity.did and identity.did.startswith("did:plc:"):
-            history = await source.history(identity.did)
-        return _show(identity, history, args)
+        return _show(await source.lookup(identifier), args)
     finally:
         await source.aclose()
 
 
-def _show(identity: Identity, history: Audit | None, args: argparse.Namespace) -> int:
-    """One report, as JSON or as text; its exit code."""
+def _show(identity: Identity, args: argparse.Namespace) -> int:
+    """One report, as JSON or as text (a view of the same JSON); its exit code."""
+    report = identity.to_json(include_document=args.document)
     if args.json:
-        _print(json.dumps(identity.to_json(include_document=args.document), indent=2))
+        _print(json.dumps(report, indent=2))
     else:
         from .render import Style, render_text, wants_color
 
-        style = Style(wants_color(sys.stdout))
-        _print(render_text(identity, history, style=style, server=args.server))
+        _print(render_text(report, style=Style(wants_color(sys.stdout)), server=args.server))
     return int(identity.status.exit_code)
 
 
@@ -333,10 +495,8 @@ async def _batch(source: Source, identifiers: list[str], args: argparse.Namespac
             statuses[str(identity.status)] += 1
             worst = max(worst, identity.status.exit_code)
             counter("")
-            if args.json:
-                _print(json.dumps(identity.to_json(include_document=args.document)))
-            else:
-                _print(verdict_line(identity, style))
+            report = identity.to_json(include_document=args.document)
+            _print(json.dumps(report) if args.json else verdict_line(report, style))
             counter(f"  {done}/{len(identifiers)}")
     finally:
         counter("")
@@ -349,27 +509,58 @@ async def _batch(source: Source, identifiers: list[str], args: argparse.Namespac
     return worst
 
 
-def history(argv: list[str]) -> int:
-    args = _history_parser().parse_args(argv)
+def history(args: argparse.Namespace) -> int:
+    """The operation log of a did:plc, given as such or through a handle (or any identifier
+    a lookup takes): the lookup says which DID the log belongs to and how far the binding
+    was verified."""
+    from resolver.syntax import parse_lookup
+
+    _, config = configure(args)
+    try:
+        query = parse_lookup(args.identifier.strip(), dev=config.dev)
+    except InvalidInput as err:
+        print(f"{args.prog}: {err}", file=sys.stderr)
+        return 2
+    if query.kind == "did" and not query.value.startswith("did:plc:"):
+        print(f"{args.prog}: {query.value}: only a did:plc has an operation log", file=sys.stderr)
+        return 2
+    return int(_with_resolver(config, lambda r: _history(r, query, args)))
+
+
+async def _history(resolver: Resolver, query: Query, args: argparse.Namespace) -> int:
     from resolver.errors import ResolutionError
-    from resolver.syntax import check_plc_did, parse_did
 
     from .render import render_history
 
-    config = _configured(args)
-    if config is None:
-        return 2
+    found, identifier = None, query.text
+    if query.kind == "did":
+        did = query.value
+    else:
+        found = await resolver.lookup(identifier)
+        if found.did is None:
+            print(f"{args.prog}: {identifier}: {found.error}", file=sys.stderr)
+            return int(found.status.exit_code)
+        did = found.did
+        if not did.startswith("did:plc:"):
+            print(
+                f"{args.prog}: {identifier} is {did}: only a did:plc has an operation log",
+                file=sys.stderr,
+            )
+            return 1
     try:
-        check_plc_did(parse_did(args.did))
-    except InvalidInput as err:
-        print(f"atwhois history: {err}", file=sys.stderr)
-        return 2
-    try:
-        audit = _with_resolver(config, lambda r: r.audit_log(args.did))
+        audit = await resolver.audit_log(did)
     except ResolutionError as err:
-        print(f"atwhois history: {err}", file=sys.stderr)
+        print(f"{args.prog}: {err}", file=sys.stderr)
         return 1 if err.outcome.value in ("not_found", "invalid") else 3
-    _print(json.dumps(audit.to_json(), indent=2) if args.json else render_history(audit))
+    report = audit.to_json()
+    if found is not None:  # which identity's log this is, and whether the handle holds
+        report["lookup"] = {"query": identifier, "did": did, "status": str(found.status)}
+    if args.json:
+        _print(json.dumps(report, indent=2))
+    else:
+        if found is not None:
+            _print(f"{identifier} -> {did} [{found.status}]")
+        _print(render_history(audit))
     return 0 if audit.valid else 1
 
 
@@ -384,8 +575,7 @@ def _lines(file: IO[bytes]) -> Iterator[bytes]:
     yield from file
 
 
-def verify_export_command(argv: list[str]) -> int:
-    args = _export_parser().parse_args(argv)
+def verify_export_command(args: argparse.Namespace) -> int:
     from resolver.plc.export import verify_export
 
     try:
@@ -424,35 +614,31 @@ def verify_export_command(argv: list[str]) -> int:
     return 0 if summary.valid else 1
 
 
-def cache_command(argv: list[str]) -> int:
-    parser = _cache_parser()
-    args = parser.parse_args(argv)
+def cache_stats(args: argparse.Namespace) -> int:
+    given, config = configure(args)
+    stats = _run(_cached(given, config, lambda c: c.stats()))
+    _print(
+        json.dumps(stats, indent=2)
+        if args.json
+        else "\n".join(f"{name:12} {value}" for name, value in stats.items())
+    )
+    return 0
+
+
+def cache_purge(args: argparse.Namespace) -> int:
     from cache.stores import StoreUnavailable
     from resolver.syntax import parse_lookup
 
-    config = _configured(args)
-    if config is None:
-        return 2
-    url = _cache_url(args)
-    if args.action == "stats":
-        stats = _run(_cached(config, url, lambda c: c.stats()))
-        _print(
-            json.dumps(stats, indent=2)
-            if args.json
-            else "\n".join(f"{name:12} {value}" for name, value in stats.items())
-        )
-        return 0
-    if not args.identifier:
-        parser.error("purge needs a handle or DID")
+    given, config = configure(args)
     try:
         parse_lookup(args.identifier, dev=config.dev)
     except InvalidInput as err:
-        print(f"atwhois cache purge: {err}", file=sys.stderr)
+        print(f"{args.prog}: {err}", file=sys.stderr)
         return 2
     try:
-        purged = _run(_cached(config, url, lambda c: c.purge(args.identifier)))
+        purged = _run(_cached(given, config, lambda c: c.purge(args.identifier)))
     except StoreUnavailable as err:
-        print(f"atwhois cache purge: the cache store did not take it: {err}", file=sys.stderr)
+        print(f"{args.prog}: the cache store did not take it: {err}", file=sys.stderr)
         return 3
     if args.json:
         _print(json.dumps({"purged": purged}))
@@ -483,37 +669,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _SIGPIPE_EXIT
 
 
-def _dispatch(args: list[str]) -> int:
-    if args[:1] == ["history"]:
-        return history(args[1:])
-    if args[:2] == ["plc", "verify-export"]:
-        return verify_export_command(args[2:])
-    if args[:1] == ["cache"]:
-        return cache_command(args[1:])
-    if args[:1] == ["watch"]:
-        from . import audit as audit_cli
-
-        return audit_cli.watch(args[1:], _config_flags(), _configured)
-    if args[:1] == ["audit"]:
-        from . import audit as audit_cli
-
-        return audit_cli.audit(args[1:], _config_flags(), _configured)
-    if args[:2] == ["config", "show"]:
-        from . import serve
-
-        parser = serve.parser(_config_flags())
-        parser.prog = "atwhois config show"
-        parser.description = "Every setting of the daemon, its value and where it came from."
-        parser.add_argument("--json", action="store_true", help="print JSON")
-        show_args = parser.parse_args(args[2:])
-        config = _configured(show_args)
-        return 2 if config is None else serve.config_show(show_args, config)
-    if args[:1] == ["serve"]:
-        from . import serve
-
-        serve_args = serve.parser(_config_flags()).parse_args(args[1:])
-        config = _configured(serve_args)
-        return 2 if config is None else serve.run(serve_args, config)
-    if args[:1] == ["lookup"]:
-        args = args[1:]
-    return lookup(args)
+def _dispatch(argv: list[str]) -> int:
+    try:
+        routed = route(argv)
+        path = routed[:1] + [w for w in routed[1:2] if w in TREE.get(routed[0], ())]
+        args, extra = build_parser(path).parse_known_args(routed)
+        if extra:  # named by the command that refused them, not by `atwhois`
+            raise UsageError(args.prog, f"unrecognized arguments: {' '.join(extra)}")
+        module, function = args.handler.split(":")
+        handler: Callable[[argparse.Namespace], int] = getattr(
+            importlib.import_module(module), function
+        )
+        return handler(args)
+    except UsageError as err:
+        print(f"{err.prog}: error: {err}", file=sys.stderr)
+        return 2
+    except settings.SettingError as err:
+        print(f"atwhois: bad configuration: {err}", file=sys.stderr)
+        return 2

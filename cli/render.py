@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from resolver import Evidence, Identity, Outcome, Status
+from resolver.outcome import Outcome, Status
 
 if TYPE_CHECKING:
     from resolver.plc import Audit
+
+Report = dict[str, Any]  # a JSON report: `Identity.to_json()` or a part of it
 
 _VERDICT = {
     Status.VERIFIED: "verified",
@@ -41,25 +43,24 @@ class Style:
         return f"\x1b[{';'.join(codes)}m{text}\x1b[0m"
 
 
-def verdict_line(identity: Identity, style: Style) -> str:
-    color = {Status.VERIFIED: GREEN, Status.UNAVAILABLE: YELLOW}.get(identity.status, RED)
-    verdict = style(_VERDICT[identity.status], BOLD, color)
-    return f"{identity.query}: {verdict} [{identity.status}]"
+def verdict_line(report: Report, style: Style) -> str:
+    status = Status(report["status"])
+    color = {Status.VERIFIED: GREEN, Status.UNAVAILABLE: YELLOW}.get(status, RED)
+    return f"{report['query']}: {style(_VERDICT[status], BOLD, color)} [{status}]"
 
 
-def _evidence(name: str, evidence: Evidence, style: Style) -> str:
-    color = {Outcome.OK: GREEN, Outcome.FAILED: YELLOW, Outcome.INVALID: RED}.get(
-        evidence.outcome, DIM
-    )
-    parts = [f"{name:<9} {style(str(evidence.outcome), color)}"]
-    if evidence.dids:
-        parts.append(", ".join(evidence.dids))
-    if evidence.ms is not None:
-        parts.append(style(f"{evidence.ms:.1f} ms", DIM))
-    if evidence.error and evidence.outcome is not Outcome.OK:
-        parts.append(f"({evidence.error})")
-    if evidence.source:
-        parts.append(style(evidence.source, DIM))
+def _evidence(name: str, evidence: Report, style: Style) -> str:
+    outcome = Outcome(evidence["outcome"])
+    color = {Outcome.OK: GREEN, Outcome.FAILED: YELLOW, Outcome.INVALID: RED}.get(outcome, DIM)
+    parts = [f"{name:<9} {style(str(outcome), color)}"]
+    if evidence["dids"]:
+        parts.append(", ".join(evidence["dids"]))
+    if evidence["ms"] is not None:
+        parts.append(style(f"{evidence['ms']:.1f} ms", DIM))
+    if evidence["error"] and outcome is not Outcome.OK:
+        parts.append(f"({evidence['error']})")
+    if evidence["source"]:
+        parts.append(style(evidence["source"], DIM))
     return "  ".join(parts)
 
 
@@ -72,98 +73,76 @@ def _key(did_key: str) -> str:
         return did_key
 
 
-def render_text(
-    identity: Identity,
-    history: Audit | None = None,
-    *,
-    style: Style | None = None,
-    server: str | None = None,
-) -> str:
+def render_text(report: Report, *, style: Style | None = None, server: str | None = None) -> str:
+    """The report (`Identity.to_json()`) for people: every fact in it, and nothing that is
+    not (`tests/test_views.py` holds the two views to that)."""
     style = style or Style(False)
-    lines = [verdict_line(identity, style)]
+    lines = [verdict_line(report, style)]
 
     def row(label: str, value: str) -> str:
         return f"  {style(f'{label:<13}', BOLD)}{value}"
 
-    if identity.error:
-        lines.append(row("why", identity.error))
-    if identity.status is Status.INVALID_INPUT:
+    if report["error"]:
+        lines.append(row("why", report["error"]))
+    if report["status"] == Status.INVALID_INPUT:
         return "\n".join(lines)
-    if identity.did:
-        lines.append(row("handle", f"{identity.handle}  <->  {identity.did}"))
-    if identity.declared_handle and identity.declared_handle != identity.handle:
-        lines.append(row("declares", identity.declared_handle))
-    lines.append(row("resolution", f"of {identity.handle_queried or '(no handle)'}"))
-    lines.append("    " + _evidence("dns", identity.dns, style))
-    lines.append("    " + _evidence("https", identity.https, style))
-    if "dns_https_conflict" in identity.warnings:
-        lines.append(
-            "    "
-            + style(
-                f"! DNS says {identity.dns.did}, HTTPS says {identity.https.did}: DNS wins",
-                BOLD,
-                YELLOW,
-            )
-        )
-    lines.append("    " + _evidence("did doc", identity.did_doc, style))
-    if identity.plc_log.outcome is not Outcome.SKIPPED:
-        lines.append("    " + _evidence("plc log", identity.plc_log, style))
-    lines.extend("    " + style(f"! {finding}", RED) for finding in identity.plc_findings)
-    if identity.also_known_as:
-        lines.append(row("aliases", ", ".join(identity.also_known_as)))
-    if identity.pds:
-        lines.append(row("pds", identity.pds))
-    if identity.signing_key:
-        lines.append(row("signing key", _key(identity.signing_key)))
-    others = [s for s in identity.services if not s[0].endswith("#atproto_pds")]
-    for ident, kind, endpoint in others:
-        lines.append(row("service", f"{ident} {kind} {endpoint}"))
-    if history is not None:
-        compared = identity.plc_log.outcome is not Outcome.SKIPPED
-        lines.extend(row(label, text) for label, text in summarize(history, compared=compared))
-    if identity.cache is not None and (identity.cache.cached or server):
+    evidence = report["evidence"]
+    if report["did"]:
+        lines.append(row("handle", f"{report['handle']}  <->  {report['did']}"))
+    declared = report["declared_handle"]
+    if declared and declared != report["handle"]:
+        lines.append(row("declares", declared))
+    lines.append(row("resolution", f"of {evidence['handle'] or '(no handle)'}"))
+    lines.append("    " + _evidence("dns", evidence["dns"], style))
+    lines.append("    " + _evidence("https", evidence["https"], style))
+    if "dns_https_conflict" in report["warnings"]:
+        dns, https = evidence["dns"]["dids"], evidence["https"]["dids"]
+        conflict = f"! DNS says {', '.join(dns)}, HTTPS says {', '.join(https)}: DNS wins"
+        lines.append("    " + style(conflict, BOLD, YELLOW))
+    lines.append("    " + _evidence("did doc", evidence["did_doc"], style))
+    plc_log = evidence["plc_log"]
+    if (report["did"] or "").startswith("did:plc:"):
+        line = _evidence("plc log", plc_log, style)
+        if plc_log["outcome"] == Outcome.SKIPPED:
+            line += style("  (--verify-plc replays the operation log)", DIM)
+        lines.append("    " + line)
+    lines.extend("    " + style(f"! {finding}", RED) for finding in plc_log["findings"])
+    if report["also_known_as"]:
+        lines.append(row("aliases", ", ".join(report["also_known_as"])))
+    if report["pds"]:
+        lines.append(row("pds", report["pds"]))
+    if report["signing_key"]:
+        lines.append(row("signing key", _key(report["signing_key"])))
+    for service in report["services"]:
+        if not service["id"].endswith("#atproto_pds"):
+            lines.append(row("service", f"{service['id']} {service['type']} {service['endpoint']}"))
+    if report["rotation_keys"]:
+        lines.append(row("rotation", ", ".join(report["rotation_keys"])))
+    if report["history"]:
+        valid = plc_log["outcome"] == Outcome.OK
+        lines.extend(row(label, text) for label, text in _history(report["history"], valid))
+    cache = report["cache"]
+    if cache is not None and (cache["cached"] or server):
         where = f" from {server}" if server else ""
-        info = identity.cache
-        lines.append(row("cache", f"{info.state}, {info.age_s:.0f} s old{where}"))
-    if identity.warnings:
-        lines.append(row("warnings", style(", ".join(identity.warnings), YELLOW)))
+        lines.append(row("cache", f"{cache['state']}, {cache['age_s']:.0f} s old{where}"))
+    if report["warnings"]:
+        lines.append(row("warnings", style(", ".join(report["warnings"]), YELLOW)))
     return "\n".join(lines)
 
 
-def summarize(audit: Audit, *, compared: bool) -> list[tuple[str, str]]:
-    """A did:plc's history in a few lines: how many ops, since when, what changed.
-    `compared`: whether the lookup checked the served document against this log
-    (`--verify-plc`); when it did not, the summary says so rather than "verifies"."""
-    accepted = [op for op in audit.ops if op.accepted and not op.nullified]
-    verdict = (
-        "the log verifies"
-        if audit.valid
-        else f"the log does NOT verify ({len(audit.findings)} findings)"
-    )
-    if audit.valid and not compared:
-        verdict = "its signatures verify (the document was not compared with it: --verify-plc)"
-    count = len(audit.ops)
+def _history(summary: Report, valid: bool) -> list[tuple[str, str]]:
+    """The replayed log (`LogSummary`) in a few lines."""
+    count = summary["operations"]
+    verdict = "the log verifies" if valid else "the log does NOT verify"
     rows = [("history", f"{count} operation{'s' if count != 1 else ''}; {verdict}")]
-    if audit.ops:
-        rows.append(("created", audit.ops[0].created_at))
-    if accepted:
-        rows.append(
-            ("last change", f"{accepted[-1].created_at}: {', '.join(accepted[-1].changes)}")
-        )
-    changes = [c for op in accepted[1:] for c in op.changes]
-    counts = {  # every change `_describe_change` names has its count here
-        "handle changes": sum(c.startswith("handle ") for c in changes),
-        "alias changes": sum(c == "aliases changed" for c in changes),
-        "PDS moves": sum(c.startswith("pds ") for c in changes),
-        "signing-key rotations": sum(c == "signing key rotated" for c in changes),
-        "rotation-key changes": sum(c == "rotation keys changed" for c in changes),
-        "service changes": sum(c == "services changed" for c in changes),
-        "recoveries": sum(c.startswith("recovery") for c in changes),
-        "nullified ops": sum(op.nullified for op in audit.ops),
-    }
-    summary = ", ".join(f"{what}: {n}" for what, n in counts.items() if n)
-    rows.append(("changes", summary or "none since creation"))
-    if audit.deactivated:
+    if summary["created"]:
+        rows.append(("created", summary["created"]))
+    if summary["last_change"]:
+        changed = ", ".join(summary["last_changes"]) or "(creation)"
+        rows.append(("last change", f"{summary['last_change']}: {changed}"))
+    counts = ", ".join(f"{kind}: {n}" for kind, n in summary["changes"].items())
+    rows.append(("changes", counts or "none since creation"))
+    if summary["tombstoned"]:
         rows.append(("state", "deactivated (tombstoned)"))
     return rows
 

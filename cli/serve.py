@@ -1,8 +1,8 @@
-"""`atwhois serve`: the local HTTP cache service.
+"""`atwhois serve`, the local HTTP service, and `atwhois config show`, its settings.
 
-Settings come from flags, then `ATWHOIS_*` environment variables, then an optional TOML file
-(`--config`), then defaults. It binds 127.0.0.1 unless told otherwise, caches in the embedded
-SQLite file unless given `--cache` or `--redis`, and stops gracefully on SIGTERM: no new
+Settings (`cli.settings`) come from flags, then `ATWHOIS_*` environment variables, then the
+TOML file (`--config`), then defaults. It binds 127.0.0.1 unless told otherwise, caches in the
+embedded SQLite file unless given `--cache`, and stops gracefully on SIGTERM: no new
 connections, in-flight requests finish, stores are closed.
 """
 
@@ -16,7 +16,6 @@ import logging
 import os
 import signal
 import sys
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,85 +26,27 @@ from audit import Auditor, AuditStore, default_audit_path
 from audit.api import AuditApi
 from audit.webhook import Webhook
 from cache import CachedResolver, Lifetime, Policy, open_store
+from cache.stores import default_sqlite_path
 from resolver import Config, Resolver
-from resolver.config import parse_nameservers, parse_networks
-from resolver.errors import InvalidInput
 from server.memory import small_tls_buffers, trim_periodically
 from server.service import MalformedRequestLog, Service, Settings
 
 from . import settings
+from .main import configure
 
 DEFAULT_PORT = 2584
 
 
-def parser(config_flags: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="atwhois serve",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[config_flags],
-    )
-    group = p.add_argument_group("service")
-    group.add_argument("--config", type=Path, help="TOML file with any of these settings")
-    group.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    group.add_argument("--port", type=int, help=f"port (default {DEFAULT_PORT}; 0 = any)")
-    group.add_argument("--cache", metavar="URL", help="sqlite:///PATH (default), memory:, redis://")
-    group.add_argument("--redis", metavar="URL", help="share the cache through this Redis")
-    group.add_argument("--refresh-token", help="bearer token that allows refreshIdentity")
-    group.add_argument(
-        "--memory-cache-mb",
-        type=float,
-        metavar="MIB",
-        help="memory for cached entries and answers in this process (default 64)",
-    )
-    group.add_argument("--max-concurrency", type=int)
-    group.add_argument(
-        "--max-resolutions",
-        type=int,
-        help="upstream resolutions at once; more lookups of uncached identities wait (32)",
-    )
-    group.add_argument("--request-timeout", type=float, metavar="SECONDS")
-    group.add_argument(
-        "--no-request-log",
-        dest="request_log",
-        action="store_false",
-        default=None,
-        help="no JSON line per request on stderr",
-    )
-    for kind in ("verified", "unverified", "absent"):
-        group.add_argument(
-            f"--ttl-{kind}",
-            metavar="FRESH:MAX",
-            help=f"seconds fresh and at most, for {kind} answers",
+def _lifetime(name: str, text: str) -> Lifetime:
+    fresh, _, most = text.partition(":")
+    try:
+        lifetime = Lifetime(float(fresh), float(most or fresh))
+    except ValueError:
+        lifetime = Lifetime(-1, -1)
+    if not 0 <= lifetime.fresh <= lifetime.max_age < float("inf"):
+        raise settings.SettingError(
+            f"{name} must be FRESH:MAX seconds, 0 <= FRESH <= MAX, not {text!r}"
         )
-    audits = p.add_argument_group("audits")
-    audits.add_argument(
-        "--audit-interval",
-        type=float,
-        metavar="SECONDS",
-        help="re-verify the watch-list this often (default: only on request)",
-    )
-    audits.add_argument(
-        "--audit-db",
-        type=Path,
-        metavar="PATH",
-        help="watch-list and audit history (env ATWHOIS_AUDIT_DB)",
-    )
-    audits.add_argument("--webhook", metavar="URL", help="POST each audit finding here")
-    audits.add_argument(
-        "--unreachable-after",
-        type=int,
-        metavar="N",
-        help="transient failures in a row before 'unreachable' (default 3)",
-    )
-    return p
-
-
-def _lifetime(text: str) -> Lifetime:
-    fresh, _, most = str(text).partition(":")
-    lifetime = Lifetime(float(fresh), float(most or fresh))
-    if not 0 <= lifetime.fresh <= lifetime.max_age:
-        raise ValueError(f"ttl {text!r}: need 0 <= FRESH <= MAX")
     return lifetime
 
 
@@ -114,7 +55,7 @@ def _policy(merged: dict[str, Any]) -> Policy:
 
     def pick(kind: str, fallback: Lifetime) -> Lifetime:
         text = merged.get(f"ttl_{kind}")
-        return _lifetime(text) if text else fallback
+        return _lifetime(f"ttl_{kind}", text) if text else fallback
 
     return Policy(
         verified=pick("verified", default.verified),
@@ -123,60 +64,36 @@ def _policy(merged: dict[str, Any]) -> Policy:
     )
 
 
-def settings_from(args: argparse.Namespace) -> dict[str, Any]:
-    """Flags, then environment, then the TOML file; every value checked (`cli.settings`)."""
-    return {name: value for name, (value, _) in settings_with_origins(args).items()}
-
-
-def settings_with_origins(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
-    """Each given setting's value and where it came from (a flag, a variable, the file)."""
-    given: dict[str, tuple[Any, str]] = {}
-    if args.config:
-        from_file = settings.from_file(tomllib.loads(args.config.read_text()))
-        given.update((name, (value, str(args.config))) for name, value in from_file.items())
-    for name, value in settings.from_environment().items():
-        given[name] = (value, f"${settings.SETTINGS[name].env}")
-    for name, value in vars(args).items():
-        if value is not None and name not in ("config", "json"):
-            given[name] = (settings.check(name, value), "flag")
-    return given
-
-
-_SECRETS = {"refresh_token"}
-# The resolution settings as the resolver holds them, for `config show`.
-_RESOLUTION: dict[str, Callable[[Config], Any]] = {
-    "plc_url": lambda c: c.plc_url,
-    "dev": lambda c: c.dev,
-    "verify_plc": lambda c: c.verify_plc,
-    "ca_bundle": lambda c: c.ca_bundle,
-    "https_port": lambda c: c.https_port,
-    "dns_server": lambda c: [f"{n.host}:{n.port}" for n in c.dns_servers] or "the system's",
-    "dns_fallback": lambda c: [f"{n.host}:{n.port}" for n in c.dns_fallback_servers],
-    "allow_net": lambda c: [str(net) for net in c.allow_nets],
-    "timeout": lambda c: [c.dns_timeout, c.https_timeout, c.document_timeout],
+# Where the daemon keeps what it keeps when not told: shown as such, not as "no value".
+_DEFAULT_PLACES: dict[str, Callable[[], str]] = {
+    "cache": lambda: f"sqlite://{default_sqlite_path()}",
+    "audit_db": lambda: str(default_audit_path()),
 }
 
 
-def config_show(args: argparse.Namespace, config: Config) -> int:
-    """`atwhois config show`: every setting, its effective value and where it came from;
-    the resolution settings as the resolver will use them (environment variables such as
-    ATWHOIS_PLC_URL included). Secrets are shown as set or not, never printed."""
-    try:
-        given = settings_with_origins(args)
-        config = resolver_config({k: v for k, (v, _) in given.items()}, config)
-    except (OSError, ValueError, InvalidInput) as err:
-        print(f"atwhois config: bad configuration: {err}", file=sys.stderr)
-        return 2
+def effective_settings(args: argparse.Namespace, config: Config) -> list[dict[str, Any]]:
+    """Every setting, the value the daemon uses and where it came from: the resolution
+    settings as the resolver holds them, the stores' default places, secrets only as set.
+    `config show` prints it; the daemon logs it when it starts."""
+    loaded = settings.load(args, args.settings)
     rows = []
-    for name in settings.SETTINGS:
-        value, origin = given.get(name, (None, "default"))
-        if name in _RESOLUTION:
-            value = _RESOLUTION[name](config)
-            if origin == "default" and value != _RESOLUTION[name](Config()):
-                origin = "environment (ATWHOIS_*)"
-        if name in _SECRETS and value is not None:
+    for name, setting in settings.SETTINGS.items():
+        value, origin = loaded.get(name, (None, "default"))
+        if name in settings.FROM_CONFIG:
+            value = settings.FROM_CONFIG[name](config)
+        elif value is None and name in _DEFAULT_PLACES:
+            value = _DEFAULT_PLACES[name]()
+        if setting.secret and value is not None:
             value = "(set)"
+        if isinstance(value, Path):
+            value = str(value)
         rows.append({"setting": name, "value": value, "from": origin})
+    return rows
+
+
+def config_show(args: argparse.Namespace) -> int:
+    """`atwhois config show`: `effective_settings`, as text or JSON."""
+    rows = effective_settings(args, configure(args)[1])
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -186,29 +103,9 @@ def config_show(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def resolver_config(merged: dict[str, Any], from_flags: Config) -> Config:
-    """TOML resolution settings fill what flags and environment left at their defaults."""
-    defaults = Config()
-    given: dict[str, Any] = {
-        k: merged[k]
-        for k in ("plc_url", "ca_bundle", "dev", "verify_plc", "https_port")
-        if k in merged
-    }
-    if "dns_server" in merged:
-        given["dns_servers"] = parse_nameservers(merged["dns_server"])
-    if "dns_fallback" in merged:
-        given["dns_fallback_servers"] = parse_nameservers(merged["dns_fallback"])
-    if "allow_net" in merged:
-        given["allow_nets"] = parse_networks(merged["allow_net"])
-    if "timeout" in merged:
-        for k in ("dns_timeout", "https_timeout", "document_timeout"):
-            given[k] = merged["timeout"]
-    values = {k: v for k, v in given.items() if getattr(from_flags, k) == getattr(defaults, k)}
-    return dataclasses.replace(from_flags, **values)
-
-
-async def serve(merged: dict[str, Any], config: Config) -> None:
-    policy = _policy(merged)
+async def serve(
+    merged: dict[str, Any], config: Config, policy: Policy, shown: list[dict[str, Any]]
+) -> None:
     limits = {
         k: type(getattr(Settings(), k))(merged[k])
         for k in ("max_concurrency", "request_timeout")
@@ -224,9 +121,7 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
         ),
         **limits,
     )
-    store = open_store(
-        merged.get("redis") or merged.get("cache"), memory_bytes=budget - budget // 8
-    )
+    store = open_store(merged.get("cache"), memory_bytes=budget - budget // 8)
     resolutions = int(merged.get("max_resolutions") or 32)
     cached = CachedResolver(Resolver(config), store, policy, max_resolutions=resolutions)
     service = Service(cached, service_settings)
@@ -262,16 +157,10 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
                 "event": "listening",
                 "url": f"http://{bound[0]}:{bound[1]}",
                 "store": store.name,
-                "memory_cache_mb": round(budget / 1024 / 1024, 1),
-                "plc_url": config.plc_url,
-                # what the daemon resolves through, so a log shows a misconfiguration at once
-                "dns_servers": [f"{n.host}:{n.port}" for n in config.dns_servers] or "system",
-                "allow_nets": [str(net) for net in config.allow_nets],
-                "dev": config.dev,
-                "verify_plc": config.verify_plc,
-                "audit_db": str(audit_path),
-                "refresh": "enabled" if merged.get("refresh_token") else "disabled",
                 "pid": os.getpid(),
+                # what it resolves through and keeps where, so a log shows a misconfiguration
+                # at once: what `config show` prints (the token only as set)
+                "settings": {row["setting"]: [row["value"], row["from"]] for row in shown},
             }
         )
     )
@@ -280,14 +169,14 @@ async def serve(merged: dict[str, Any], config: Config) -> None:
     await runner.cleanup()  # stops listening, lets in-flight requests finish, closes stores
 
 
-def run(args: argparse.Namespace, config: Config) -> int:
+def run(args: argparse.Namespace) -> int:
+    merged, config = configure(args)
+    policy = _policy(merged)  # a bad ttl is a configuration error, before anything starts
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     logging.getLogger("aiohttp.server").addFilter(MalformedRequestLog())
     try:
-        merged = settings_from(args)
-        config = resolver_config(merged, config)
-        asyncio.run(serve(merged, config))
-    except (OSError, ValueError, InvalidInput) as err:  # TOMLDecodeError is a ValueError
-        print(f"atwhois serve: bad configuration: {err}", file=sys.stderr)
+        asyncio.run(serve(merged, config, policy, effective_settings(args, config)))
+    except (OSError, ValueError) as err:  # a cache URL of no known kind, a port taken
+        print(f"{args.prog}: bad configuration: {err}", file=sys.stderr)
         return 2
     return 0

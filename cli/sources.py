@@ -10,16 +10,12 @@ import httpx
 
 from cache import CachedResolver
 from resolver import Identity, Resolver, Status
-from resolver.errors import ResolutionError
 from resolver.identity import now_iso
-from resolver.plc import Audit
 from resolver.untrusted import parse_json
 
 
 class Source(Protocol):
     async def lookup(self, identifier: str) -> Identity: ...
-
-    async def history(self, did: str) -> Audit | None: ...
 
     async def aclose(self) -> None: ...
 
@@ -35,15 +31,6 @@ class LocalSource:
         if self.refresh and isinstance(self.resolver, CachedResolver):
             return await self.resolver.refresh(identifier)
         return await self.resolver.lookup(identifier)
-
-    async def history(self, did: str) -> Audit | None:
-        plain = (
-            self.resolver.resolver if isinstance(self.resolver, CachedResolver) else (self.resolver)
-        )
-        try:
-            return await plain.audit_log(did)
-        except ResolutionError:
-            return None
 
     async def aclose(self) -> None:
         await self.resolver.aclose()
@@ -68,9 +55,6 @@ class ServerSource:
                 checked_at=now_iso(),
                 error=f"atwhois serve at {self.url} did not answer: {err or type(err).__name__}",
             )
-
-    async def history(self, did: str) -> Audit | None:
-        return None  # the daemon serves reports, not operation logs
 
     async def aclose(self) -> None:
         await self._client.aclose()

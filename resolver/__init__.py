@@ -1,7 +1,7 @@
 """atwhois resolver: ATProto handle and DID resolution with bidirectional verification.
 
 from resolver import Resolver, Config
-async with Resolver(Config.from_env()) as resolver:
+async with Resolver(Config(plc_url="https://plc.directory")) as resolver:
     identity = await resolver.lookup("alice.example.com")
 
 `Resolver` (and with it the network stack: aiohttp, dnspython) is imported on first use, so

@@ -1,10 +1,10 @@
-"""Resolver configuration: one frozen value, built from arguments or from the environment."""
+"""Resolver configuration: one frozen value, checked when it is made. (Reading it from flags,
+`ATWHOIS_*` variables and a TOML file is the command line's business: `cli.settings`.)"""
 
 from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -98,35 +98,6 @@ class Config:
     @property
     def allow_test_tld(self) -> bool:
         return self.dev  # H-TLD-2
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, /, **overrides: object) -> Config:
-        """Read `ATWHOIS_*` variables; keyword overrides (from CLI flags) win."""
-        env = os.environ if env is None else env
-        values: dict[str, object] = {}
-        if env.get("ATWHOIS_PLC_URL"):
-            values["plc_url"] = env["ATWHOIS_PLC_URL"]
-        if env.get("ATWHOIS_DNS_SERVERS"):
-            values["dns_servers"] = parse_nameservers(env["ATWHOIS_DNS_SERVERS"].split(","))
-        if env.get("ATWHOIS_DNS_FALLBACK_SERVERS"):
-            values["dns_fallback_servers"] = parse_nameservers(
-                env["ATWHOIS_DNS_FALLBACK_SERVERS"].split(",")
-            )
-        if env.get("ATWHOIS_CA_BUNDLE"):
-            values["ca_bundle"] = env["ATWHOIS_CA_BUNDLE"]
-        if env.get("ATWHOIS_ALLOW_NETS"):
-            values["allow_nets"] = parse_networks(env["ATWHOIS_ALLOW_NETS"].split(","))
-        for name in ("dev", "verify_plc"):
-            variable = f"ATWHOIS_{name.upper()}"
-            if parse_bool(variable, env.get(variable, "")):
-                values[name] = True
-        if env.get("ATWHOIS_HTTPS_PORT"):
-            try:
-                values["https_port"] = int(env["ATWHOIS_HTTPS_PORT"])
-            except ValueError:
-                raise InvalidInput("ATWHOIS_HTTPS_PORT must be a port number", "config") from None
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)  # type: ignore[arg-type]
 
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}

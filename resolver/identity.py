@@ -96,6 +96,39 @@ class CacheInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class LogSummary:
+    """A replayed did:plc log in brief (`resolver.plc.summary.summarize`)."""
+
+    operations: int
+    created: str | None  # the genesis operation's createdAt
+    last_change: str | None  # createdAt of the last operation in force
+    last_changes: tuple[str, ...]  # what it changed
+    changes: tuple[tuple[str, int], ...]  # kinds of change since creation, with their counts
+    tombstoned: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operations": self.operations,
+            "created": self.created,
+            "last_change": self.last_change,
+            "last_changes": list(self.last_changes),
+            "changes": dict(self.changes),
+            "tombstoned": self.tombstoned,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LogSummary:
+        return cls(
+            data["operations"],
+            data["created"],
+            data["last_change"],
+            tuple(data["last_changes"]),
+            tuple(data["changes"].items()),
+            data["tombstoned"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Identity:
     """Who an identifier is, whether the handle <-> DID binding is verified, and why."""
 
@@ -119,6 +152,7 @@ class Identity:
     cache: CacheInfo | None = None
     services: tuple[tuple[str, str, str], ...] = ()  # (id, type, endpoint) from the document
     rotation_keys: tuple[str, ...] = ()  # did:plc, from the replayed log (with --verify-plc)
+    history: LogSummary | None = None  # did:plc, the replayed log in brief (--verify-plc)
 
     @property
     def did_document(self) -> dict[str, Any] | None:
@@ -149,6 +183,7 @@ class Identity:
             "also_known_as": list(self.also_known_as),
             "services": [{"id": i, "type": t, "endpoint": e} for i, t, e in self.services],
             "rotation_keys": list(self.rotation_keys),
+            "history": self.history.to_json() if self.history else None,
             "evidence": {
                 "handle": self.handle_queried,
                 "dns": self.dns.to_json(),
@@ -182,6 +217,7 @@ class Identity:
             also_known_as=tuple(data["also_known_as"]),
             services=tuple((s["id"], s["type"], s["endpoint"]) for s in data.get("services", [])),
             rotation_keys=tuple(data.get("rotation_keys", ())),
+            history=LogSummary.from_json(data["history"]) if data.get("history") else None,
             dns=Evidence.from_json(evidence["dns"]),
             https=Evidence.from_json(evidence["https"]),
             did_doc=Evidence.from_json(evidence["did_doc"]),

@@ -14,7 +14,7 @@ from typing import Any
 from . import verdict
 from .document import AtprotoData, parse_json_document
 from .errors import InvalidData
-from .identity import SKIPPED, Evidence, Identity
+from .identity import SKIPPED, Evidence, Identity, LogSummary
 from .outcome import Outcome, Status
 from .syntax import Query
 from .untrusted import parse_json
@@ -66,6 +66,7 @@ class DocumentResolution:
     plc: Evidence = SKIPPED
     plc_findings: tuple[str, ...] = ()
     rotation_keys: tuple[str, ...] = ()  # from the replayed log (with --verify-plc)
+    history: LogSummary | None = None  # the replayed log in brief (with --verify-plc)
 
     @property
     def document(self) -> dict[str, Any] | None:
@@ -80,6 +81,7 @@ class DocumentResolution:
             "plc": self.plc.to_json(),
             "plc_findings": list(self.plc_findings),
             "rotation_keys": list(self.rotation_keys),
+            "history": self.history.to_json() if self.history else None,
         }
 
     @classmethod
@@ -99,6 +101,7 @@ class DocumentResolution:
             Evidence.from_json(data["plc"]),
             tuple(data["plc_findings"]),
             tuple(data.get("rotation_keys", ())),
+            LogSummary.from_json(data["history"]) if data.get("history") else None,
         )
 
 
@@ -140,6 +143,7 @@ def compose(
         also_known_as=data.also_known_as if data else (),
         services=tuple((s.id, s.type, s.endpoint) for s in data.services) if data else (),
         rotation_keys=document.rotation_keys,
+        history=document.history,
         dns=handle.dns,
         https=handle.https,
         did_doc=document.evidence,

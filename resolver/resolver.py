@@ -30,6 +30,7 @@ from .handle import (
 from .identity import Evidence, Identity, invalid_input, now_iso
 from .outcome import Outcome
 from .plc import Audit, compare, replay
+from .plc.summary import summarize
 from .report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
 from .syntax import (
     Query,
@@ -203,6 +204,7 @@ class Resolver:
             plc=evidence,
             plc_findings=tuple(str(f) for f in findings),
             rotation_keys=keys,
+            history=summarize(audit),
         )
 
     async def _fetch_document(self, did: str) -> DocumentResolution:

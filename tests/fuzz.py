@@ -28,7 +28,6 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from cli import settings as serve_settings
-from cli.serve import resolver_config
 from resolver import Config, syntax
 from resolver.config import Nameserver
 from resolver.document import parse_json_document
@@ -262,7 +261,7 @@ def _export(lines: list[str]) -> None:
 def _config(text: str) -> None:
     try:
         merged = serve_settings.from_file(tomllib.loads(text))
-        resolver_config(merged, Config())
+        serve_settings.resolver_config(merged)
     except (ValueError, InvalidInput):  # TOMLDecodeError and SettingError are ValueErrors
         pass
 

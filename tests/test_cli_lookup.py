@@ -80,7 +80,7 @@ def test_flags_override_the_environment(devnet_env: dict[str, str], devnet: Devn
     env = {
         k: v
         for k, v in devnet_env.items()
-        if k not in {"ATWHOIS_DNS_SERVERS", "ATWHOIS_PLC_URL", "ATWHOIS_DEV"}
+        if k not in {"ATWHOIS_DNS_SERVER", "ATWHOIS_PLC_URL", "ATWHOIS_DEV"}
     }
     args = [
         "alice.test",
@@ -107,7 +107,7 @@ def test_human_output(devnet_env: dict[str, str], devnet: DevnetState) -> None:
 def test_bad_configuration_is_exit_2(devnet_env: dict[str, str]) -> None:
     code, out, err = run(["alice.test", "--dns-server", "not-an-ip"], devnet_env)
     assert code == 2 and out == "" and "bad configuration" in err
-    env = {**devnet_env, "ATWHOIS_ALLOW_NETS": "300.1.1.1/8"}
+    env = {**devnet_env, "ATWHOIS_ALLOW_NET": "300.1.1.1/8"}
     code, _, err = run(["alice.test"], env)
     assert code == 2 and "bad configuration" in err
 

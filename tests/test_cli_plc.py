@@ -30,7 +30,7 @@ def test_history_exit_codes(devnet_env: dict[str, str], devnet: DevnetState) -> 
     code, _, err = run(["history", "did:plc:neverregisteredaaaaaaaaa"], devnet_env)
     assert code == 1 and "not registered" in err
     code, _, err = run(["history", "did:web:web.test"], devnet_env)
-    assert code == 2 and "D-PLC-1" in err
+    assert code == 2 and "did:web:web.test: only a did:plc has an operation log" in err
     down = {**devnet_env, "ATWHOIS_PLC_URL": "http://127.0.0.1:9"}
     code, _, err = run(["history", devnet.did("alice"), "--timeout", "1"], down)
     assert code == 3 and err

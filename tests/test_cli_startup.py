@@ -44,6 +44,10 @@ def loaded_by(args: list[str]) -> tuple[str, list[str]]:
         (["plc", "verify-export", "--help"], "0"),
         (["history", "--help"], "0"),
         (["cache", "--help"], "0"),
+        (["serve", "--help"], "0"),
+        (["audit", "--help"], "0"),
+        (["lokup", "alice.example.com"], "2"),
+        (["plc"], "2"),
     ],
 )
 def test_nothing_heavy_is_imported_without_a_lookup(args: list[str], code: str) -> None:

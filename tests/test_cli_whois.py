@@ -23,8 +23,13 @@ def test_a_verified_handle(devnet_env: dict[str, str], devnet: DevnetState) -> N
     assert f"handle       alice.test  <->  {devnet.did('alice')}" in out
     assert "dns       ok" in out and "https     ok" in out and "_atproto.alice.test" in out
     assert "signing key  did:key:" in out and "(k256)" in out
-    assert "history      1 operation; its signatures verify (the document was not" in out
+    # the log is not fetched without --verify-plc, and the text says so, as the JSON does
+    assert "plc log   skipped  (--verify-plc replays the operation log)" in out
+    assert "history" not in out
     assert ESC not in out  # not a terminal: no colour
+    code, out, _ = run(["alice.test", "--verify-plc"], devnet_env)
+    assert code == 0 and "history      1 operation; the log verifies" in out
+    assert "plc log   ok" in out and "rotation     did:key:" in out
 
 
 def test_every_way_of_naming_someone(devnet_env: dict[str, str], devnet: DevnetState) -> None:
@@ -40,7 +45,7 @@ def test_every_way_of_naming_someone(devnet_env: dict[str, str], devnet: DevnetS
         assert code == 0, out
         assert out.splitlines()[0] == f"{typed}: verified [verified]"
         assert f"bob.test  <->  {did}" in out
-    code, out, _ = run([did], devnet_env)
+    code, out, _ = run([did, "--verify-plc"], devnet_env)
     assert "changes      handle changes: 1" in out  # bob-old.test -> bob.test
 
 
@@ -166,12 +171,10 @@ def test_the_history_summary_counts_every_change(
 ) -> None:
     """frank: a hot key hijacked the handle, the recovery key nullified it. The summary's
     counts agree with its last change, and say what the replay checked and what it did not."""
-    code, out, _ = run(["frank.test"], devnet_env)
+    code, out, _ = run(["frank.test", "--verify-plc"], devnet_env)
     assert code == 0
     rows = {line[2:15].strip(): line[15:] for line in out.splitlines() if line.startswith("  ")}
     assert "none since creation" not in rows["changes"]
     assert "recoveries: 1" in rows["changes"] and "nullified ops: 1" in rows["changes"]
-    assert "not compared" in rows["history"]  # without --verify-plc
-    code, out, _ = run(["frank.test", "--verify-plc"], devnet_env)
-    assert code == 0 and "history      3 operations; the log verifies" in out
-    assert "not compared" not in out
+    assert rows["history"] == "3 operations; the log verifies"
+    assert rows["last change"].endswith(": recovery: nullifies 1 op(s)")

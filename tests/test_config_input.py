@@ -37,12 +37,12 @@ def test_config_refuses_values_it_would_misread(changes: dict[str, object]) -> N
 
 
 def test_boolean_variables_take_only_the_usual_spellings() -> None:
-    assert Config.from_env({"ATWHOIS_DEV": "false"}).dev is False
-    assert Config.from_env({"ATWHOIS_DEV": "yes"}).dev is True
-    with pytest.raises(InvalidInput, match="ATWHOIS_VERIFY_PLC"):
-        Config.from_env({"ATWHOIS_VERIFY_PLC": "maybe"})
-    with pytest.raises(InvalidInput, match="ATWHOIS_HTTPS_PORT"):
-        Config.from_env({"ATWHOIS_HTTPS_PORT": "https"})
+    assert settings.from_environment({"ATWHOIS_DEV": "false"}) == {"dev": False}
+    assert settings.from_environment({"ATWHOIS_DEV": "yes"}) == {"dev": True}
+    with pytest.raises(settings.SettingError, match="ATWHOIS_VERIFY_PLC"):
+        settings.from_environment({"ATWHOIS_VERIFY_PLC": "maybe"})
+    with pytest.raises(settings.SettingError, match="ATWHOIS_HTTPS_PORT"):
+        settings.from_environment({"ATWHOIS_HTTPS_PORT": "https"})
 
 
 @pytest.mark.parametrize(

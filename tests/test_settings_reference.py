@@ -8,8 +8,6 @@ import tomllib
 from pathlib import Path
 
 from cli import settings
-from cli.serve import resolver_config
-from resolver import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "atwhois.example.toml"
@@ -20,19 +18,44 @@ def test_the_example_file_names_every_setting_and_loads() -> None:
     named = set(re.findall(r"^#? ?([a-z_]+) = ", text, re.M))
     assert named == set(settings.SETTINGS)
     merged = settings.from_file(tomllib.loads(text))
-    config = resolver_config(merged, Config())
+    config = settings.resolver_config(merged)
     assert config.plc_url == "https://plc.directory" and config.dns_timeout == 5.0
     # every commented line is valid too, once uncommented
     uncommented = re.sub(r"^# ([a-z_]+ = )", r"\1", text, flags=re.M)
     settings.from_file(tomllib.loads(uncommented))
 
 
-def test_the_readme_table_lists_every_setting() -> None:
+def test_the_readme_table_is_the_settings_table() -> None:
+    """Made by `python -m cli.settings` from the table the parsers are made from: a setting
+    added, renamed or given another default shows up as a difference here."""
     readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("| setting (flag / TOML key)") :]
-    table = table[: table.index("\n\n")]
-    listed = set(re.findall(r"`([a-z_]+)`", table))
-    assert set(settings.SETTINGS) <= listed, set(settings.SETTINGS) - listed
+    start = readme.index("| setting (TOML key) |")
+    assert readme[start : readme.index("\n\n", start) + 1] == settings.reference()
+
+
+def test_every_setting_has_one_name_in_flag_variable_and_file() -> None:
+    from cli.main import build_parser
+
+    serve_help = _help(build_parser(), ["serve", "--help"])
+    for name, setting in settings.SETTINGS.items():
+        assert (
+            setting.flag == "--" + name.replace("_", "-")
+            and setting.env == "ATWHOIS_" + name.upper()
+        )
+        assert f"{setting.flag} " in serve_help or f"{setting.flag}\n" in serve_help, name
+        assert f"(env {setting.env};" in " ".join(serve_help.split()), name
+
+
+def _help(parser: object, argv: list[str]) -> str:
+    import contextlib
+    import io
+
+    import pytest
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parser.parse_args(argv)  # type: ignore[attr-defined]
+    return out.getvalue()
 
 
 def test_config_show_says_where_each_setting_came_from(tmp_path: Path) -> None:
@@ -58,9 +81,11 @@ def test_config_show_says_where_each_setting_came_from(tmp_path: Path) -> None:
     assert rows["port"] == (2600, str(config))
     assert rows["host"] == ("0.0.0.0", "$ATWHOIS_HOST")
     assert rows["max_resolutions"] == (8, "flag")
-    assert rows["plc_url"] == ("https://plc.example.com", "environment (ATWHOIS_*)")
+    assert rows["plc_url"] == ("https://plc.example.com", "$ATWHOIS_PLC_URL")
     assert rows["dns_server"] == (["10.0.0.1:53"], str(config))
-    assert rows["cache"] == (None, "default")
+    # where the daemon keeps things when not told, not "no value"
+    assert rows["cache"] == (f"sqlite://{tmp_path}/.cache/atwhois/cache.db", "default")
+    assert rows["audit_db"] == (f"{tmp_path}/.local/share/atwhois/audit.db", "default")
     assert rows["refresh_token"] == ("(set)", str(config))
     assert "s3cret-token" not in out
     text_code, text, _ = run(["config", "show", "--config", str(config)], env)

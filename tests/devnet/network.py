@@ -115,16 +115,19 @@ class DevnetState:
     def config(self, **changes: Any) -> Config:
         """A resolver configuration pointed at this network (never at /etc/hosts)."""
         quick = {"dns_timeout": 1.0, "https_timeout": 2.0, "document_timeout": 2.0}
-        return dataclasses.replace(Config.from_env(self.env()), **{**quick, **changes})
+        from cli import settings
+
+        configured = settings.resolver_config(settings.from_environment(self.env()))
+        return dataclasses.replace(configured, **{**quick, **changes})
 
     def env(self) -> dict[str, str]:
         """The same configuration as `ATWHOIS_*` environment variables."""
         return {
             "ATWHOIS_DEV": "1",
             "ATWHOIS_PLC_URL": self.plc_url,
-            "ATWHOIS_DNS_SERVERS": self.dns_server,
+            "ATWHOIS_DNS_SERVER": self.dns_server,
             "ATWHOIS_CA_BUNDLE": self.ca_file,
-            "ATWHOIS_ALLOW_NETS": "127.0.0.0/8",
+            "ATWHOIS_ALLOW_NET": "127.0.0.0/8",
             "ATWHOIS_HTTPS_PORT": str(self.https_port),
         }
 
@@ -281,7 +284,7 @@ def _banner(state: DevnetState) -> str:
   HTTPS hosts    127.0.0.1:{state.https_port}   CA {state.ca_file}
 
 Point atwhois at it:
-  export ATWHOIS_DEV=1 ATWHOIS_PLC_URL={state.plc_url} ATWHOIS_DNS_SERVERS={state.dns_server}
-  export ATWHOIS_CA_BUNDLE={state.ca_file} ATWHOIS_ALLOW_NETS=127.0.0.0/8
+  export ATWHOIS_DEV=1 ATWHOIS_PLC_URL={state.plc_url} ATWHOIS_DNS_SERVER={state.dns_server}
+  export ATWHOIS_CA_BUNDLE={state.ca_file} ATWHOIS_ALLOW_NET=127.0.0.0/8
   export ATWHOIS_HTTPS_PORT={state.https_port}
   atwhois lookup alice.test"""

@@ -38,7 +38,8 @@ def _normalize(identifiers: list[str], config: Config, prog: str) -> list[str] |
         return None
 
 
-def watch_add(args: argparse.Namespace) -> int:
+def _edit_watch_list(args: argparse.Namespace, edit: Callable[[AuditStore, str], str]) -> int:
+    """Each identifier normalized first (one bad one changes nothing), then edited."""
     given, config = configure(args)
     names = _normalize(args.identifiers, config, args.prog)
     if names is None:
@@ -46,24 +47,22 @@ def watch_add(args: argparse.Namespace) -> int:
     store = _open(given)
     try:
         for name in names:
-            print(f"{'added' if store.watch_add(name, args.label) else 'updated'} {name}")
+            print(f"{edit(store, name)} {name}")
     finally:
         store.close()
     return 0
+
+
+def watch_add(args: argparse.Namespace) -> int:
+    return _edit_watch_list(
+        args, lambda store, name: "added" if store.watch_add(name, args.label) else "updated"
+    )
 
 
 def watch_remove(args: argparse.Namespace) -> int:
-    given, config = configure(args)
-    names = _normalize(args.identifiers, config, args.prog)
-    if names is None:
-        return 2
-    store = _open(given)
-    try:
-        for name in names:
-            print(f"{'removed' if store.watch_remove(name) else 'not watched:'} {name}")
-    finally:
-        store.close()
-    return 0
+    return _edit_watch_list(
+        args, lambda store, name: "removed" if store.watch_remove(name) else "not watched:"
+    )
 
 
 def watch_list(args: argparse.Namespace) -> int:

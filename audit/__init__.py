@@ -1,15 +1,18 @@
 """Handle-health audits: re-verify a watch-list, remember every check, report what changed."""
 
-from .checks import Check, Finding, compare
+from .checks import Check
+from .findings import KINDS, Finding, Severity, compare
 from .runner import Auditor, RunReport
 from .store import AuditStore, Watched, default_audit_path
 
 __all__ = [
+    "KINDS",
     "AuditStore",
     "Auditor",
     "Check",
     "Finding",
     "RunReport",
+    "Severity",
     "Watched",
     "compare",
     "default_audit_path",

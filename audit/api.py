@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import datetime
 import json
 import logging
 from collections.abc import Iterator
@@ -80,7 +80,7 @@ class AuditApi:
             raise XrpcError(400, "InvalidRequest", str(err)) from None
 
     async def watch_list(self, _: web.Request) -> web.Response:
-        return _json([dataclasses.asdict(w) for w in self.store.watch_list()])
+        return _json([w.to_json() for w in self.store.watch_list()])
 
     async def watch_add(self, request: web.Request) -> web.Response:
         self.service.authorize(request, "editing the watch-list")
@@ -110,10 +110,16 @@ class AuditApi:
         return _json(self.store.runs(int(limit) if limit.isdigit() else 20))
 
     async def findings(self, request: web.Request) -> web.Response:
+        text = request.query.get("since", "0")
         try:
-            since = float(request.query.get("since", "0"))
+            since = float(text)
         except ValueError:
-            raise XrpcError(400, "InvalidRequest", "since is a Unix time in seconds") from None
+            try:
+                since = datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                raise XrpcError(
+                    400, "InvalidRequest", "since is an ISO 8601 time or Unix seconds"
+                ) from None
         return _json([f.to_json() for f in self.store.findings(since)])
 
     def metrics(self) -> Iterator[Metric]:

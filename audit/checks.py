@@ -1,12 +1,23 @@
-"""What one audit check records, and the findings between two checks. Pure functions."""
+"""What one audit check records: the facts of one lookup that a later check is compared
+with (`findings.compare`)."""
 
 from __future__ import annotations
 
+import datetime
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from resolver import Identity, Outcome, Status
+
+
+def iso(at: float | None) -> str | None:
+    """Unix seconds as ISO 8601 (UTC, milliseconds): every time atwhois writes out."""
+    if at is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(at, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +36,7 @@ class Check:
     duration_ms: float
     error: str | None = None
     evidence: dict[str, str] = field(default_factory=dict)  # method -> outcome
+    upstream: str | None = None  # a transient failure: the upstream that failed
 
     @property
     def transient(self) -> bool:
@@ -58,85 +70,35 @@ class Check:
                 "did_doc": str(identity.did_doc.outcome),
                 "plc_log": str(identity.plc_log.outcome),
             },
+            upstream=failed_upstream(identity) if identity.status is Status.UNAVAILABLE else None,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def _fields(self) -> dict[str, Any]:
         # Not dataclasses.asdict, which deep-copies: a check is written once per audit.
         data = {name: getattr(self, name) for name in self.__slots__}
         return {**data, "rotation_keys": list(self.rotation_keys)}
 
+    def to_json(self) -> dict[str, Any]:
+        """For people and programs: the time in ISO 8601."""
+        return {**self._fields(), "checked_at": iso(self.checked_at)}
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Check:
+        """From the stored form (`encode`)."""
         return cls(**{**data, "rotation_keys": tuple(data["rotation_keys"])})
 
     def encode(self) -> str:
-        return json.dumps(self.to_json(), separators=(",", ":"))
+        """The stored form: the time as Unix seconds, which orders and subtracts."""
+        return json.dumps(self._fields(), separators=(",", ":"))
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    identifier: str
-    kind: str
-    detail: str
-    at: float
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def compare(
-    previous: Check | None, current: Check, failures: int, unreachable_after: int
-) -> tuple[list[Finding], int]:
-    """The findings of `current` against the last check that reached the upstream, and the
-    new count of consecutive transient failures. One transient failure is not news; the
-    `unreachable_after`-th in a row is, once."""
-
-    def found(kind: str, detail: str) -> Finding:
-        return Finding(current.identifier, kind, detail, current.checked_at)
-
-    if current.transient:
-        failures += 1
-        if failures == unreachable_after:
-            return [
-                found("unreachable", f"{failures} checks in a row failed: {current.error}")
-            ], failures
-        return [], failures
-    findings = []
-    if failures >= unreachable_after:
-        findings.append(found("reachable_again", f"after {failures} failed checks"))
-    if previous is None:
-        return findings, 0
-    was, now = previous.status == Status.VERIFIED, current.status == Status.VERIFIED
-    if was and not now:
-        findings.append(found("became_invalid", f"{current.status}: {current.error}"))
-    if now and not was:
-        findings.append(found("recovered", f"verified again (was {previous.status})"))
-    if current.status == Status.DID_DEACTIVATED and previous.status != Status.DID_DEACTIVATED:
-        findings.append(found("deactivated", f"{current.did} is tombstoned"))
-    changes = (
-        ("did_changed", previous.did, current.did),
-        ("handle_changed", previous.declared_handle, current.declared_handle),
-        ("pds_changed", previous.pds, current.pds),
-        ("signing_key_rotated", previous.signing_key, current.signing_key),
-    )
-    for kind, before, after in changes:
-        if before is not None and after is not None and before != after:
-            findings.append(found(kind, f"{before} -> {after}"))
-    if (
-        previous.rotation_keys
-        and current.rotation_keys
-        and (previous.rotation_keys != current.rotation_keys)
-    ):
-        findings.append(
-            found(
-                "rotation_keys_changed",
-                f"{len(previous.rotation_keys)} -> {len(current.rotation_keys)} keys",
-            )
-        )
-    if "none" not in (previous.method, current.method) and previous.method != current.method:
-        findings.append(found("method_changed", f"{previous.method} -> {current.method}"))
-    if current.conflict and not previous.conflict:
-        findings.append(found("conflict_appeared", "DNS and HTTPS name different DIDs"))
-    if previous.conflict and not current.conflict:
-        findings.append(found("conflict_cleared", "DNS and HTTPS agree again"))
-    return findings, 0
+def failed_upstream(identity: Identity) -> str | None:
+    """Which upstream a transient failure is on: the PLC directory or web host that served
+    no document or log, else the DNS servers, else the handle's web host. Many identities
+    failing on one of them in one run is one outage."""
+    for evidence in (identity.did_doc, identity.plc_log, identity.dns, identity.https):
+        if evidence.outcome is Outcome.FAILED:
+            if evidence is identity.dns:
+                return "dns"
+            return urlsplit(evidence.source or "").netloc or None
+    return None

@@ -1,37 +1,54 @@
 """An audit run: every target re-verified (never from a stale cache entry), with bounded
-concurrency; one check stored per target and the findings against its previous check."""
+concurrency; one check stored per target and the findings against its previous check; at
+the end, outages grouped by upstream, and one webhook delivery for the run."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from cache import CachedResolver
 
-from .checks import Check, Finding, compare
+from .checks import Check, iso
+from .findings import Finding, compare
 from .store import AuditStore, Watched
 from .webhook import Webhook
+
+# This many identities failing on one upstream in one run are that upstream's outage.
+OUTAGE_MIN = 3
 
 
 @dataclass
 class RunReport:
     run_id: int
+    source: str = "watch-list"
+    started_at: float = 0.0
+    finished_at: float | None = None
+    status: str = "running"  # finished, failed
     total: int = 0
     by_status: Counter[str] = field(default_factory=Counter)
-    findings: Counter[str] = field(default_factory=Counter)
+    findings: Counter[str] = field(default_factory=Counter)  # by kind
+    by_severity: Counter[str] = field(default_factory=Counter)  # the new findings'
     seconds: float = 0.0
+    delivered: bool | None = None  # the webhook: None when there was nothing to send
 
     def to_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
+            "source": self.source,
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "status": self.status,
             "total": self.total,
             "by_status": dict(self.by_status),
-            "findings": dict(self.findings),
+            "findings_by_kind": dict(self.findings),
+            "findings_by_severity": dict(self.by_severity),
             "seconds": round(self.seconds, 3),
+            "webhook_delivered": self.delivered,
         }
 
 
@@ -60,43 +77,79 @@ class Auditor:
         progress: Callable[[int, int], None] | None = None,
     ) -> RunReport:
         """Audit `targets` (the watch-list when None). Workers pull from one iterator, so
-        memory stays bounded by the concurrency, not by the number of targets."""
+        memory stays bounded by the concurrency, not by the number of targets. A run that
+        raises is stored as `failed`; one whose process dies is closed as `interrupted`
+        when the store is next opened."""
         listed = list(targets) if targets is not None else self.store.watch_list()
-        run_id = self.store.start_run(source)
-        report = RunReport(run_id)
+        run_id, started_at = self.store.start_run(source)
+        report = RunReport(run_id, source, started_at)
         started = time.perf_counter()
         work = iter(listed)
+        failed: defaultdict[str, list[Check]] = defaultdict(list)  # upstream -> checks
+        found: list[Finding] = []
         self.running = True
 
         async def worker() -> None:
             for target in work:
-                check, findings = await self._check(run_id, target)
+                check = await self._check(target)
                 report.total += 1
                 report.by_status[check.status] += 1
-                report.findings.update(f.kind for f in findings)
+                if check.transient:  # judged at the end, with the run's other failures
+                    failed[check.upstream or "?"].append(check)
+                else:
+                    found.extend(self._judge(run_id, check))
                 if progress is not None:
                     progress(report.total, len(listed))
 
         try:
             await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(listed)))))
+            found.extend(self._judge_failures(run_id, failed))
+            report.status = "finished"
         finally:
             self.running = False
+            report.findings.update(f.kind for f in found)
+            report.by_severity.update(str(f.severity) for f in found)
             report.seconds = time.perf_counter() - started
-            self.store.finish_run(run_id, report.to_json())
+            if report.status != "finished":
+                report.status = "failed"
+            report.finished_at = time.time()
+            self.store.finish_run(run_id, report.to_json(), report.status, report.finished_at)
         if self.webhook is not None:
-            await self.webhook.drain()
+            report.delivered = await self.webhook.deliver(self.store, report, found)
         return report
 
-    async def _check(self, run_id: int, target: Watched) -> tuple[Check, list[Finding]]:
+    async def _check(self, target: Watched) -> Check:
         started = time.perf_counter()
         identity = await self.cached.refresh(target.identifier)
-        check = Check.of(
-            target.identifier, identity, time.time(), (time.perf_counter() - started) * 1000
-        )
-        previous, failures = self.store.previous(target.identifier)
+        took = (time.perf_counter() - started) * 1000
+        return Check.of(target.identifier, identity, time.time(), took)
+
+    def _judge(self, run_id: int, check: Check) -> list[Finding]:
+        previous, failures = self.store.previous(check.identifier)
         findings, failures = compare(previous, check, failures, self.unreachable_after)
         self.store.record(run_id, check, findings, failures)
-        if self.webhook is not None:
-            for finding in findings:
-                self.webhook.send(finding)
-        return check, findings
+        return findings
+
+    def _judge_failures(self, run_id: int, failed: dict[str, list[Check]]) -> list[Finding]:
+        """An upstream that failed for many identities is one finding, and those identities
+        are not a step closer to `unreachable`: it was not them. Fewer failures on one
+        upstream count for each identity as usual."""
+        found: list[Finding] = []
+        for upstream, checks in sorted(failed.items()):
+            if len(checks) < OUTAGE_MIN:
+                for check in checks:
+                    found.extend(self._judge(run_id, check))
+                continue
+            for check in checks:
+                self.store.record(run_id, check, [], None)
+            outage = Finding(
+                upstream,
+                "upstream_unavailable",
+                f"{len(checks)} identities could not be checked: {checks[0].error}",
+                max(c.checked_at for c in checks),
+                None,
+                str(len(checks)),
+            )
+            self.store.record_findings(run_id, [outage])
+            found.append(outage)
+        return found

@@ -1,63 +1,123 @@
-"""POST each finding as JSON to an operator's URL, with retries, off the audit's path."""
+"""One webhook delivery per audit run that found something: the run, its counts and its
+findings, structured, as JSON (or as a Slack message), signed with HMAC-SHA256 when a secret
+is configured. The payload is written to the audit store before it is sent and removed only
+once the receiver took it: a delivery that fails after its retries is sent again by the next
+run, in order, so nothing is lost and nothing is sent twice on purpose.
+
+Headers: `X-Atwhois-Run` (the run id, for receivers that deduplicate), and with a secret
+`X-Atwhois-Signature: sha256=<hex HMAC-SHA256 of the raw body>`."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import hashlib
+import hmac
+import json
 import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from .checks import Finding
+from .findings import Finding
+
+if TYPE_CHECKING:
+    from .runner import RunReport
+    from .store import AuditStore
 
 log = logging.getLogger("atwhois.audit")
+FORMATS = ("json", "slack")
+SLACK_LINES = 20
 
 
 class Webhook:
     def __init__(
-        self, url: str, *, attempts: int = 4, backoff: float = 0.5, timeout: float = 5.0
+        self,
+        url: str,
+        *,
+        secret: str | None = None,
+        format: str = "json",
+        attempts: int = 4,
+        backoff: float = 0.5,
+        timeout: float = 5.0,
     ) -> None:
-        self.url, self.attempts, self.backoff = url, attempts, backoff
+        if format not in FORMATS:
+            raise ValueError(f"webhook format {format!r}: one of {', '.join(FORMATS)}")
+        self.url, self.secret, self.format = url, secret, format
+        self.attempts, self.backoff = attempts, backoff
         self._client = httpx.AsyncClient(timeout=timeout)
-        self._queue: asyncio.Queue[Finding] = asyncio.Queue(maxsize=10_000)
-        self._task: asyncio.Task[None] | None = None
         self.delivered = 0
         self.failed = 0
 
-    def send(self, finding: Finding) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._deliver())
-        with contextlib.suppress(asyncio.QueueFull):  # a flood: drop, and count below
-            self._queue.put_nowait(finding)
-            return
-        self.failed += 1
+    async def deliver(
+        self, store: AuditStore, report: RunReport, findings: Iterable[Finding]
+    ) -> bool | None:
+        """Queue this run's payload (if it found anything) and send every queued one, oldest
+        first. True: nothing is left undelivered; False: some is, for the next run; None:
+        there was nothing to send."""
+        found = list(findings)
+        if found:
+            store.outbox_add(report.run_id, payload(report, found, store.labels()))
+        queued = store.outbox()
+        if not queued:
+            return None
+        for delivery, body in queued:
+            error = await self._send(body)
+            if error is None:
+                store.outbox_done(delivery)
+                self.delivered += 1
+            else:
+                store.outbox_failed(delivery, error)
+                self.failed += 1
+                log.warning(
+                    json.dumps(
+                        {"event": "webhook_undelivered", "run": body["run_id"], "error": error}
+                    )
+                )
+        return not store.outbox()
 
-    async def _deliver(self) -> None:
-        while True:
-            finding = await self._queue.get()
-            await self._post(finding)
-            self._queue.task_done()
-
-    async def _post(self, finding: Finding) -> None:
+    async def _send(self, data: dict[str, Any]) -> str | None:
+        """None once the receiver took it; else the last error."""
+        body = json.dumps(data if self.format == "json" else slack(data)).encode()
+        headers = {"Content-Type": "application/json", "X-Atwhois-Run": str(data["run_id"])}
+        if self.secret:
+            digest = hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
+            headers["X-Atwhois-Signature"] = f"sha256={digest}"
+        error = "not tried"
         for attempt in range(self.attempts):
+            if attempt:
+                await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
             try:
-                response = await self._client.post(self.url, json=finding.to_json())
-                if response.status_code < 500 and response.status_code != 429:
-                    self.delivered += response.is_success
-                    self.failed += not response.is_success
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(self.backoff * 2**attempt)
-        self.failed += 1
-        log.warning('{"event": "webhook_failed", "kind": "%s"}', finding.kind)
-
-    async def drain(self) -> None:
-        """Wait until every queued finding was delivered or given up on."""
-        if self._task is not None:
-            await self._queue.join()
+                response = await self._client.post(self.url, content=body, headers=headers)
+            except httpx.HTTPError as err:
+                error = f"{type(err).__name__}: {err}"
+                continue
+            if response.is_success:
+                return None
+            error = f"HTTP {response.status_code}"
+        return error
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
         await self._client.aclose()
+
+
+def payload(report: RunReport, findings: list[Finding], labels: dict[str, str]) -> dict[str, Any]:
+    ordered = sorted(findings, key=lambda f: (-f.severity.rank, f.identifier, f.kind))
+    return {
+        "event": "atwhois.audit",
+        **{k: v for k, v in report.to_json().items() if k != "webhook_delivered"},
+        "findings": [{**f.to_json(), "label": labels.get(f.identifier)} for f in ordered],
+    }
+
+
+def slack(data: dict[str, Any]) -> dict[str, str]:
+    """The payload as a Slack (or Mattermost, Discord /slack) incoming-webhook message."""
+    counts = data["findings_by_severity"]
+    head = ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "info") if counts.get(s))
+    lines = [f"*atwhois audit run {data['run_id']}* ({data['source']}): {head}"]
+    for f in data["findings"][:SLACK_LINES]:
+        who = f["identifier"] + (f" ({f['label']})" if f["label"] else "")
+        lines.append(f"• *{f['severity']}* {who}: {f['kind']}: {f['detail']}")
+    if len(data["findings"]) > SLACK_LINES:
+        lines.append(f"… and {len(data['findings']) - SLACK_LINES} more")
+    return {"text": "\n".join(lines)}

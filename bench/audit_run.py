@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -32,12 +32,10 @@ def audit_child(
         "ATWHOIS_AUDIT_DB": str(tmp / f"audit-{tag}.db"),
         "ATWHOIS_CACHE": f"sqlite://{tmp}/cache-{tag}.db",
     }
-    measured = run_cli(
-        ["audit", str(listing), "--concurrency", str(concurrency), "--per-host", str(concurrency)],
-        env,
-    )
-    match = re.search(r"^\s+verified\s+(\d+)$", measured.stdout, re.M)
-    verified = int(match.group(1)) if match else 0
+    width = str(concurrency)
+    command = ["audit", str(listing), "--format", "json", "--concurrency", width]
+    measured = run_cli([*command, "--per-host", width], env)
+    verified = int(json.loads(measured.stdout)["by_status"].get("verified", 0))
     return measured.seconds, measured.cpu_seconds, measured.peak_mib, verified
 
 

@@ -9,12 +9,14 @@ import dataclasses
 import io
 import json
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from audit import Auditor, AuditStore, Check, RunReport, Watched, default_audit_path
+from audit import Auditor, AuditStore, Check, RunReport, Severity, Watched, default_audit_path
+from audit.report import Report
 from audit.webhook import Webhook
 from cache import CachedResolver, open_store
 from resolver import Config, Resolver
@@ -73,14 +75,61 @@ def watch_list(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps([dataclasses.asdict(w) for w in watched], indent=2))
+        print(json.dumps([w.to_json() for w in watched], indent=2))
     else:
         for w in watched:
             print(f"{w.identifier}\t{w.label or ''}")
     return 0
 
 
+def watch_import(args: argparse.Namespace) -> int:
+    given, config = configure(args)
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        print(f"{args.prog}: cannot read {args.file}: {err}", file=sys.stderr)
+        return 2
+    entries, bad = [], []
+    for number, fields in enumerate(csv.reader(io.StringIO(text)), 1):
+        if not fields or not fields[0].strip() or fields[0].lstrip().startswith("#"):
+            continue
+        if fields[0].strip() == "identifier" and number == 1:  # watch export's header
+            continue
+        label = fields[1].strip() if len(fields) > 1 and fields[1].strip() else None
+        try:
+            entries.append((parse_lookup(fields[0].strip(), dev=config.dev).value, label))
+        except InvalidInput as err:
+            bad.append(f"line {number}: {err}")
+        if len(fields) > 2:
+            bad.append(f"line {number}: {len(fields)} columns; identifier[,label] expected")
+    if bad:
+        print(f"{args.prog}: nothing imported:", *bad, sep="\n  ", file=sys.stderr)
+        return 2
+    store = _open(given)
+    try:
+        new = store.watch_import(entries)
+    finally:
+        store.close()
+    print(f"imported {len(entries)} identifiers: {new} new, {len(entries) - new} already watched")
+    return 0
+
+
+def watch_export(args: argparse.Namespace) -> int:
+    given, _ = configure(args)
+    store = _open(given)
+    try:
+        watched = store.watch_list()
+    finally:
+        store.close()
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(["identifier", "label"])
+    writer.writerows([w.identifier, w.label or ""] for w in watched)
+    return 0
+
+
 def audit_run(args: argparse.Namespace) -> int:
+    """Exit 0: nothing at the `--fail-on` level or worse; 1: something is; 3: the run could
+    not complete (it failed, or its webhook delivery is still owed)."""
     given, config = configure(args)
     config = dataclasses.replace(config, verify_plc=True, per_host_limit=args.per_host)
     targets = None
@@ -96,11 +145,21 @@ def audit_run(args: argparse.Namespace) -> int:
         targets = [Watched(name) for name in names]
     store = _open(given)
     try:
-        report = asyncio.run(_run(config, given, store, targets, args))
-        print(render_report(report, store, args.format), end="")
+        try:
+            run = asyncio.run(_run(config, given, store, targets, args))
+        except Exception as err:  # the run is stored as failed; say why, exit 3
+            print(f"{args.prog}: the run could not complete: {err!r}", file=sys.stderr)
+            return 3
+        report = Report.of(run, store)
+        print(report.render(args.format), end="")
     finally:
         store.close()
-    return 0
+    if run.status != "finished" or run.delivered is False:
+        return 3
+    return 1 if report.worst().rank >= FAIL_ON[args.fail_on].rank else 0
+
+
+FAIL_ON = {"critical": Severity.CRITICAL, "warning": Severity.WARNING, "any": Severity.INFO}
 
 
 async def _run(
@@ -110,7 +169,7 @@ async def _run(
     targets: list[Watched] | None,
     args: argparse.Namespace,
 ) -> RunReport:
-    webhook = Webhook(given["webhook"]) if given.get("webhook") else None
+    webhook = webhook_from(given)
     cached = CachedResolver(Resolver(config), open_store(given.get("cache")))
     auditor = Auditor(
         cached,
@@ -123,7 +182,7 @@ async def _run(
         return await auditor.run(
             targets,
             source=str(args.file or "watch-list"),
-            progress=_progress_bar() if sys.stderr.isatty() else None,
+            progress=progress_line() if sys.stderr.isatty() else None,
         )
     finally:
         await cached.aclose()
@@ -131,69 +190,33 @@ async def _run(
             await webhook.aclose()
 
 
-def _progress_bar() -> Progress:
+def webhook_from(given: dict[str, Any]) -> Webhook | None:
+    """The webhook the settings name (`webhook`, `webhook_secret`, `webhook_format`)."""
+    if not given.get("webhook"):
+        return None
+    return Webhook(
+        given["webhook"],
+        secret=given.get("webhook_secret"),
+        format=given.get("webhook_format", "json"),
+    )
+
+
+def progress_line(clock: Callable[[], float] = time.monotonic) -> Progress:
+    """done/total, the rate and what is left, redrawn in place on a terminal's stderr."""
+    started = clock()
+
     def show(done: int, total: int) -> None:
-        width = 30
-        filled = width * done // max(total, 1)
+        rate = done / max(clock() - started, 1e-9)
+        left = (total - done) / rate if rate else 0.0
         end = "\n" if done == total else ""
         print(
-            f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total}",
+            f"\r\x1b[K  {done}/{total}  {rate:.1f}/s  ETA {left:.0f} s",
             end=end,
             file=sys.stderr,
             flush=True,
         )
 
     return show
-
-
-_COLUMNS = ("identifier", "status", "did", "handle", "method", "pds", "ms", "findings")
-
-
-def _rows(report: RunReport, store: AuditStore) -> list[dict[str, str]]:
-    found: dict[str, list[str]] = {}
-    for finding in store.run_findings(report.run_id):
-        found.setdefault(finding.identifier, []).append(f"{finding.kind}: {finding.detail}")
-    return [
-        {
-            "identifier": c.identifier,
-            "status": c.status,
-            "did": c.did or "",
-            "handle": c.handle,
-            "method": c.method,
-            "pds": c.pds or "",
-            "ms": f"{c.duration_ms:.0f}",
-            "findings": "; ".join(found.get(c.identifier, [])),
-        }
-        for c in store.run_checks(report.run_id)
-    ]
-
-
-def render_report(report: RunReport, store: AuditStore, fmt: str) -> str:
-    if fmt == "json":
-        checks = [c.to_json() for c in store.run_checks(report.run_id)]
-        findings = [f.to_json() for f in store.run_findings(report.run_id)]
-        return (
-            json.dumps({**report.to_json(), "checks": checks, "new_findings": findings}, indent=2)
-            + "\n"
-        )
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=_COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(_rows(report, store))
-        return out.getvalue()
-    if fmt == "markdown":
-        lines = ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
-        for row in _rows(report, store):
-            cells = (row[c].replace("|", "\\|") for c in _COLUMNS)
-            lines.append("| " + " | ".join(cells) + " |")
-        return "\n".join(lines) + "\n"
-    lines = [f"audit run {report.run_id}: {report.total} identities in {report.seconds:.1f}s"]
-    lines += [f"  {status:<18} {n}" for status, n in report.by_status.most_common()]
-    new = store.run_findings(report.run_id)
-    lines.append(f"new findings: {len(new)}")
-    lines += [f"  {f.identifier:<28} {f.kind:<22} {f.detail}" for f in new]
-    return "\n".join(lines) + "\n"
 
 
 def audit_history(args: argparse.Namespace) -> int:

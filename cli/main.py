@@ -161,12 +161,23 @@ def _identifiers(label: bool) -> Callable[[argparse.ArgumentParser], None]:
     return arguments
 
 
+def _import_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="the CSV file, or - for standard input")
+
+
 def _audit_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", nargs="?", type=Path, help="identifiers, one a line")
     parser.add_argument("--format", choices=("text", "json", "csv", "markdown"), default="text")
     parser.add_argument("--concurrency", type=int, default=32, help="identities checked at once")
     parser.add_argument(
         "--per-host", type=int, default=8, help="requests at once to one upstream host (politeness)"
+    )
+    parser.add_argument(
+        "--fail-on",
+        choices=("critical", "warning", "any"),
+        default="critical",
+        help="exit 1 when an identity or finding is at this level or worse (default: "
+        "critical); 3 when the run could not complete or its webhook is still owed",
     )
 
 
@@ -177,6 +188,15 @@ It binds 127.0.0.1 unless told otherwise, caches in the embedded SQLite file unl
 --cache, and stops gracefully on SIGTERM: no new connections, in-flight requests finish,
 stores are closed."""
 AUDIT_STORE = ["dev", "audit_db"]
+AUDIT_RUN_SETTINGS = [
+    *RESOLUTION,
+    "cache",
+    "audit_db",
+    "webhook",
+    "webhook_secret",
+    "webhook_format",
+    "unreachable_after",
+]
 
 # Groups of commands: their help; a group's first command is its default if it has one.
 GROUPS = {
@@ -249,11 +269,25 @@ COMMANDS = [
     ),
     Command(("watch", "list"), "cli.audit:watch_list", "the watch-list", ["audit_db"], _json_flag),
     Command(
+        ("watch", "import"),
+        "cli.audit:watch_import",
+        "watch every identifier of a CSV file (identifier[,label] a line; # comments; - for "
+        "standard input); all or none: a bad line is named and nothing is added",
+        AUDIT_STORE,
+        _import_arguments,
+    ),
+    Command(
+        ("watch", "export"),
+        "cli.audit:watch_export",
+        "the watch-list as CSV (identifier,label), which watch import reads back",
+        ["audit_db"],
+    ),
+    Command(
         ("audit", "run"),
         "cli.audit:audit_run",
         "re-verify the watch-list (or the identifiers in FILE, without adding them to it), "
         "store one check each, and report what changed since the last check",
-        [*RESOLUTION, "cache", "audit_db", "webhook", "unreachable_after"],
+        [*AUDIT_RUN_SETTINGS],
         _audit_run_arguments,
     ),
     Command(

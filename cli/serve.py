@@ -24,7 +24,6 @@ from aiohttp import web
 
 from audit import Auditor, AuditStore, default_audit_path
 from audit.api import AuditApi
-from audit.webhook import Webhook
 from cache import CachedResolver, Lifetime, Policy, open_store
 from cache.stores import default_sqlite_path
 from resolver import Config, Resolver
@@ -32,6 +31,7 @@ from server.memory import small_tls_buffers, trim_periodically
 from server.service import MalformedRequestLog, Service, Settings
 
 from . import settings
+from .audit import webhook_from
 from .main import configure
 
 DEFAULT_PORT = 2584
@@ -131,7 +131,7 @@ async def serve(
     # Audits resolve afresh, replaying did:plc logs (rotation keys), politely, through the
     # same store: their results refresh the answers the daemon serves.
     audit_config = dataclasses.replace(config, verify_plc=True, per_host_limit=8)
-    webhook = Webhook(merged["webhook"]) if merged.get("webhook") else None
+    webhook = webhook_from(merged)
     audit_path = Path(merged.get("audit_db") or default_audit_path())
     auditor = Auditor(
         CachedResolver(Resolver(audit_config), store, policy),

@@ -38,6 +38,7 @@ class Setting:
     low: float | None = None  # numbers: the smallest allowed value
     high: float | None = None
     secret: bool = field(default=False)
+    choices: tuple[str, ...] = ()  # strings: the only values allowed
 
     @property
     def env(self) -> str:
@@ -172,7 +173,25 @@ _TABLE = [
         "~/.local/share/atwhois/audit.db",
         "PATH",
     ),
-    Setting("webhook", str, AUDITS, "POST audit findings here as JSON", "none", "URL"),
+    Setting("webhook", str, AUDITS, "POST each audit run's findings here", "none", "URL"),
+    Setting(
+        "webhook_secret",
+        str,
+        AUDITS,
+        "sign webhook bodies: X-Atwhois-Signature: sha256=HMAC-SHA256(secret, body)",
+        "none: unsigned",
+        "SECRET",
+        secret=True,
+    ),
+    Setting(
+        "webhook_format",
+        str,
+        AUDITS,
+        "json (structured) or slack (a Slack incoming-webhook message)",
+        "json",
+        "FORMAT",
+        choices=("json", "slack"),
+    ),
     Setting(
         "unreachable_after",
         int,
@@ -226,6 +245,8 @@ def check(name: str, value: Any) -> Any:
         value = Path(value)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise SettingError(f"{name} must be {_KIND_NAMES[kind]}, not {value!r}")
+    if setting.choices and value not in setting.choices:
+        raise SettingError(f"{name} must be one of {', '.join(setting.choices)}, not {value!r}")
     if isinstance(value, list) and not all(isinstance(item, str) for item in value):
         raise SettingError(f"{name} must be a list of strings, not {value!r}")
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -290,6 +311,8 @@ def add_flags(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
             else:
                 options["metavar"] = setting.metavar
                 options["type"] = str if setting.kind in (list, Path) else setting.kind
+                if setting.choices:
+                    options["choices"] = setting.choices
                 if setting.kind is list:
                     options["action"] = "append"
             group.add_argument(setting.flag, **options)

@@ -39,6 +39,14 @@ def _object(properties: dict[str, Any], *, required: bool = True) -> dict[str, A
     return schema
 
 
+def _nullable_time() -> dict[str, Any]:
+    return {"type": ["string", "null"], "format": "date-time"}
+
+
+_TIME = {"type": "string", "format": "date-time"}  # ISO 8601, UTC
+_COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+
+
 def _strings() -> dict[str, Any]:
     return {"type": "array", "items": {"type": "string"}}
 
@@ -147,32 +155,42 @@ _SCHEMAS: dict[str, Any] = {
         {
             "identifier": {"type": "string"},
             "label": _nullable("string"),
-            "added_at": {"type": "number"},
+            "added_at": _TIME,
         }
     ),
     "Finding": _object(
         {
             "identifier": {"type": "string"},
             "kind": {"type": "string"},
+            "severity": {"enum": ["critical", "warning", "info"]},
             "detail": {"type": "string"},
-            "at": {"type": "number"},
+            "old": _nullable("string"),
+            "new": _nullable("string"),
+            "at": _TIME,
         }
     ),
     "RunReport": _object(
         {
             "run_id": {"type": "integer"},
+            "source": {"type": "string"},
+            "started_at": _TIME,
+            "finished_at": _nullable_time(),
+            "status": {"enum": ["running", "finished", "failed"]},
             "total": {"type": "integer"},
-            "by_status": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "findings": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "by_status": _COUNTS,
+            "findings_by_kind": _COUNTS,
+            "findings_by_severity": _COUNTS,
             "seconds": {"type": "number"},
+            "webhook_delivered": {"type": ["boolean", "null"]},
         }
     ),
     "Run": _object(
         {
             "id": {"type": "integer"},
-            "started_at": {"type": "number"},
-            "finished_at": _nullable("number"),
+            "started_at": _TIME,
+            "finished_at": _nullable_time(),
             "source": _nullable("string"),
+            "status": {"enum": ["running", "finished", "failed", "interrupted"]},
             "summary": {"type": ["object", "null"]},
         }
     ),
@@ -349,7 +367,7 @@ def openapi() -> dict[str, Any]:
             },
             "/v1/audit/findings": {
                 "get": {
-                    "summary": "Audit findings since a Unix time",
+                    "summary": "Audit findings since a time (ISO 8601 or Unix seconds)",
                     "parameters": [
                         {
                             "name": "since",

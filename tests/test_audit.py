@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import hashlib
+import hmac
+import http.server
+import io
 import json
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 
-from audit import Auditor, AuditStore, Check, Watched, compare
+from audit import Auditor, AuditStore, Check, Finding, RunReport, Watched, compare
+from audit.report import COLUMNS
 from audit.webhook import Webhook
 from cache import CachedResolver, MemoryStore
 from resolver import Config, Resolver, Status
@@ -22,6 +31,8 @@ from tests import metrics
 from tests.daemon import running_daemon
 from tests.devnet import world
 from tests.devnet.network import DevnetState
+from tests.forwarder import PlcStandIn
+from tests.plc_ops import PlcAccount
 
 ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
 
@@ -39,40 +50,67 @@ def kinds(store: AuditStore, run_id: int) -> set[tuple[str, str]]:
     return {(f.identifier, f.kind) for f in store.run_findings(run_id)}
 
 
+class Receiver:
+    """A webhook endpoint on loopback, in a thread of its own (the CLI's runs block this
+    one): it refuses the first `failures` attempts of each run's delivery (HTTP 500), or
+    every attempt while `down`, then takes it."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.down = False
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        self.attempts: Counter[str] = Counter()
+        state = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                run = self.headers["X-Atwhois-Run"]
+                state.attempts[run] += 1
+                refused = state.down or state.attempts[run] <= state.failures
+                if not refused:
+                    state.received.append((dict(self.headers), body))
+                self.send_response(500 if refused else 204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def payloads(self) -> list[dict[str, Any]]:
+        return [json.loads(body) for _, body in self.received]
+
+
 @pytest.fixture
-async def receiver() -> AsyncIterator[tuple[str, list[dict[str, object]]]]:
-    """A webhook endpoint that fails each delivery once (500) before accepting it."""
-    received: list[dict[str, object]] = []
-    attempts: dict[str, int] = {}
+def receiver() -> Iterator[Receiver]:
+    state = Receiver()
+    yield state
+    state.server.shutdown()
 
-    async def hook(request: web.Request) -> web.Response:
-        body = await request.json()
-        key = f"{body['identifier']}/{body['kind']}"
-        attempts[key] = attempts.get(key, 0) + 1
-        if attempts[key] == 1:
-            return web.Response(status=500)
-        received.append(body)
-        return web.Response(status=204)
 
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}/hook", received
-    await runner.cleanup()
+SECRET = "s3cret-hook-key"
+
+
+def signed_by(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(headers["X-Atwhois-Signature"], expected)
 
 
 async def test_the_world_changes_between_runs(
-    devnet: DevnetState, store: AuditStore, receiver: tuple[str, list[dict[str, object]]]
+    devnet: DevnetState, store: AuditStore, receiver: Receiver
 ) -> None:
-    url, received = receiver
+    receiver.failures = 1  # every delivery is refused once, then taken
     targets = [Watched(h) for h in ("victor.test", "wendy.test", "xavier.test", "yvonne.test")]
-    webhook = Webhook(url, backoff=0.05)
+    webhook = Webhook(receiver.url, secret=SECRET, backoff=0.05)
     async with CachedResolver(Resolver(_config(devnet)), MemoryStore()) as cached:
         auditor = Auditor(cached, store, concurrency=4, webhook=webhook)
         first = await auditor.run(targets)
         assert first.by_status == {"verified": 4} and not kinds(store, first.run_id)
+        assert first.delivered is None  # nothing found, nothing sent
         assert {c.method for c in store.run_checks(first.run_id)} == {"dns"}
 
         devnet.submit("victor", "handle", handle="victor2.test")  # a handle change op
@@ -82,23 +120,27 @@ async def test_the_world_changes_between_runs(
         devnet.set_file("yvonne.test", world.WELL_KNOWN, devnet.did("yvonne"))  # ... HTTPS added
         second = await auditor.run(targets)
         assert kinds(store, second.run_id) == {
-            ("victor.test", "became_invalid"),
+            ("victor.test", "became_unverified"),
             ("victor.test", "handle_changed"),
-            ("wendy.test", "became_invalid"),
-            ("wendy.test", "deactivated"),
-            ("xavier.test", "became_invalid"),
-            ("xavier.test", "did_changed"),
-            ("xavier.test", "handle_changed"),
-            ("xavier.test", "signing_key_rotated"),
-            ("xavier.test", "rotation_keys_changed"),
+            ("wendy.test", "deactivated"),  # one finding for one change of status
+            ("xavier.test", "became_unverified"),
+            ("xavier.test", "did_changed"),  # another identity: its keys are not "rotated"
             ("yvonne.test", "method_changed"),
         }
-        details = {(f.identifier, f.kind): f.detail for f in store.run_findings(second.run_id)}
-        assert details[("victor.test", "handle_changed")] == "victor.test -> victor2.test"
-        assert details[("yvonne.test", "method_changed")] == "dns -> https"
-        assert details[("xavier.test", "did_changed")] == (
-            f"{devnet.did('xavier')} -> {devnet.did('alice')}"
+        found = {(f.identifier, f.kind): f for f in store.run_findings(second.run_id)}
+        assert found[("victor.test", "handle_changed")].detail == "victor.test -> victor2.test"
+        assert (
+            found[("victor.test", "handle_changed")].old,
+            found[("victor.test", "handle_changed")].new,
+        ) == ("victor.test", "victor2.test")
+        assert found[("yvonne.test", "method_changed")].detail == "dns -> https"
+        did_changed = found[("xavier.test", "did_changed")]
+        assert (did_changed.old, did_changed.new) == (devnet.did("xavier"), devnet.did("alice"))
+        assert (
+            did_changed.severity == "critical"
+            and found[("wendy.test", "deactivated")].severity == "critical"
         )
+        assert found[("yvonne.test", "method_changed")].severity == "info"
 
         # A well-known body changed: DNS and HTTPS now disagree (DNS wins), then agree again.
         devnet.set_txt("yvonne.test", [f"did={devnet.did('yvonne')}"])
@@ -117,13 +159,51 @@ async def test_the_world_changes_between_runs(
         # The fresh results updated the cache the daemon would answer from.
         assert (await cached.lookup("wendy.test")).status is Status.DID_DEACTIVATED
     await webhook.aclose()
-    delivered = {(str(f["identifier"]), str(f["kind"])) for f in received}
-    assert delivered == kinds(store, second.run_id) | kinds(store, third.run_id) | kinds(
-        store, fourth.run_id
-    ) | kinds(store, fifth.run_id)
-    assert webhook.delivered == len(received) and webhook.failed == 0
+    # One delivery per run that found something, each once, signed, structured.
+    runs = [second, third, fourth, fifth]
+    assert [p["run_id"] for p in receiver.payloads()] == [r.run_id for r in runs]
+    assert all(r.delivered for r in runs) and webhook.delivered == 4 and webhook.failed == 0
+    assert all(receiver.attempts[str(r.run_id)] == 2 for r in runs)  # refused once, then taken
+    for (headers, body), run in zip(receiver.received, runs, strict=True):
+        assert signed_by(SECRET, headers, body) and not signed_by("another", headers, body)
+        payload = json.loads(body)
+        assert {(f["identifier"], f["kind"]) for f in payload["findings"]} == kinds(
+            store, run.run_id
+        )
+        assert payload["started_at"].endswith("Z") and payload["finished_at"].endswith("Z")
+    second_payload = receiver.payloads()[0]
+    assert second_payload["findings"][0]["severity"] == "critical"  # the worst first
+    assert second_payload["findings_by_severity"] == {"critical": 2, "warning": 3, "info": 1}
+    assert {"kind", "severity", "identifier", "label", "old", "new", "detail", "at"} <= set(
+        second_payload["findings"][0]
+    )
     history = store.history("victor.test")
     assert [c.status for c in history] == ["verified", "handle_mismatch"]
+
+
+async def test_a_slack_delivery_is_a_signed_text_message(
+    store: AuditStore, receiver: Receiver
+) -> None:
+    run_id, started = store.start_run("watch-list")
+    report = RunReport(run_id, "watch-list", started, started + 1, "finished", total=30)
+    found = [
+        Finding(f"u{i:02}.test", "became_unverified", "verified -> handle_mismatch", started)
+        for i in range(25)
+    ] + [Finding("boss.test", "did_changed", "did:plc:a -> did:plc:b", started)]
+    report.by_severity.update(str(f.severity) for f in found)
+    store.watch_add("boss.test", "the CEO")
+    webhook = Webhook(receiver.url, secret=SECRET, format="slack", backoff=0.01)
+    try:
+        assert await webhook.deliver(store, report, found) is True
+    finally:
+        await webhook.aclose()
+    ((headers, body),) = receiver.received
+    assert signed_by(SECRET, headers, body)
+    text = json.loads(body)["text"].splitlines()
+    assert text[0] == f"*atwhois audit run {run_id}* (watch-list): 1 critical, 25 warning"
+    assert text[1] == "• *critical* boss.test (the CEO): did_changed: did:plc:a -> did:plc:b"
+    assert len(text) == 1 + 20 + 1 and text[-1] == "… and 6 more"
+    assert store.outbox() == []
 
 
 async def test_one_transient_failure_is_not_news_n_in_a_row_are(
@@ -162,6 +242,33 @@ async def test_one_transient_failure_is_not_news_n_in_a_row_are(
         devnet.set_dns_faults({})
 
 
+async def test_a_plc_outage_is_one_finding_and_moves_no_one_towards_unreachable(
+    devnet: DevnetState, store: AuditStore
+) -> None:
+    """The directory fails for everyone in one run: one `upstream_unavailable` naming it, no
+    `unreachable` even with a streak of one, no `reachable_again` when it is back."""
+    targets = [Watched(h) for h in ("alice.test", "bob.test", "carol.test", "dave.test")]
+    with PlcStandIn(devnet.plc_url) as plc:
+        config = dataclasses.replace(_config(devnet), plc_url=plc.url)
+        async with CachedResolver(Resolver(config), MemoryStore()) as cached:
+            auditor = Auditor(cached, store, unreachable_after=1)
+            first = await auditor.run(targets)
+            assert first.by_status == {"verified": 4}
+            plc.set_fault("status:503")
+            down = await auditor.run(targets)
+            assert down.by_status == {"unavailable": 4}
+            outage = store.run_findings(down.run_id)
+            upstream = plc.url.removeprefix("http://")
+            assert [(f.identifier, f.kind, f.new) for f in outage] == [
+                (upstream, "upstream_unavailable", "4")
+            ]
+            assert outage[0].severity == "warning"
+            assert all(store.previous(t.identifier)[1] == 0 for t in targets)  # no streak
+            plc.set_fault(None)
+            back = await auditor.run(targets)
+            assert back.by_status == {"verified": 4} and store.run_findings(back.run_id) == []
+
+
 def test_compare_is_pure_and_ignores_fields_that_vanish() -> None:
     base = Check(
         "a.test",
@@ -189,9 +296,29 @@ def test_compare_is_pure_and_ignores_fields_that_vanish() -> None:
         handle="handle.invalid",
     )
     findings, failures = compare(base, gone, 0, 3)
-    assert [f.kind for f in findings] == ["became_invalid"] and failures == 0
+    assert [f.kind for f in findings] == ["became_unverified"] and failures == 0
     findings, _ = compare(None, base, 0, 3)
     assert findings == []  # a first check has nothing to compare with
+
+
+def new_handle(tag: str) -> str:
+    return f"{tag}-{uuid.uuid4().hex[:10]}.test"
+
+
+def _cli(env: dict[str, str]) -> Callable[..., tuple[int, str, str]]:
+    def run(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+        done = subprocess.run(
+            [ATWHOIS, *args],
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    return run
 
 
 def test_cli_audit_of_a_file_and_the_watch_list(devnet: DevnetState, tmp_path: Path) -> None:
@@ -200,23 +327,19 @@ def test_cli_audit_of_a_file_and_the_watch_list(devnet: DevnetState, tmp_path: P
         "ATWHOIS_AUDIT_DB": str(tmp_path / "audit.db"),
         "ATWHOIS_CACHE": "memory:",
     }
-
-    def run(*args: str) -> tuple[int, str]:
-        done = subprocess.run(
-            [ATWHOIS, *args], env=env, capture_output=True, text=True, timeout=120, check=False
-        )
-        return done.returncode, done.stdout + done.stderr
-
+    run = _cli(env)
     listing = tmp_path / "handles.txt"
     listing.write_text("# audited without a watch-list\nalice.test\n@Carol.Test\nnobody.test\n")
-    code, out = run("audit", str(listing), "--format", "csv")
-    rows = out.splitlines()
-    assert code == 0 and rows[0] == "identifier,status,did,handle,method,pds,ms,findings"
-    assert sorted(r.split(",")[:2] for r in rows[1:]) == [
-        ["alice.test", "verified"],
-        ["carol.test", "verified"],
-        ["nobody.test", "handle_not_found"],
+    code, out, _ = run("audit", str(listing), "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and list(rows[0]) == list(COLUMNS)
+    # sorted by severity, then name: the handle that does not resolve first
+    assert [(r["identifier"], r["status"], r["severity"]) for r in rows] == [
+        ("nobody.test", "handle_not_found", "warning"),
+        ("alice.test", "verified", "ok"),
+        ("carol.test", "verified", "ok"),
     ]
+    assert rows[0]["reason"] and rows[0]["since"].endswith("Z")
     assert run("watch", "list")[1] == ""  # the file did not become a watch-list
     assert run("watch", "add", "alice.test", "bob.test", "--label", "team")[1].split() == [
         "added",
@@ -224,16 +347,132 @@ def test_cli_audit_of_a_file_and_the_watch_list(devnet: DevnetState, tmp_path: P
         "added",
         "bob.test",
     ]
-    code, out = run("audit", "--format", "json")
+    assert run("watch", "add", "alice.test")[1].strip() == "updated alice.test"
+    code, out, _ = run("watch", "export")
+    assert out == "identifier,label\nalice.test,team\nbob.test,team\n"  # the label was kept
+    code, out, _ = run("audit", "--format", "json")
     report = json.loads(out)
     assert code == 0 and report["total"] == 2 and report["by_status"] == {"verified": 2}
-    code, out = run("audit", "--format", "markdown")
-    assert out.splitlines()[0].startswith("| identifier | status |") and "| bob.test |" in out
-    code, out = run("audit", "history", "alice.test")
+    assert {r["label"] for r in report["rows"]} == {"team"}
+    code, out, _ = run("audit", "--format", "markdown")
+    assert out.splitlines()[0].startswith("| severity | identifier | label |")
+    assert "| ok | bob.test | team |" in out
+    code, out, _ = run("audit", "history", "alice.test")
     assert code == 0 and out.startswith("alice.test: 3 checks")  # the file run counts too
     assert run("watch", "remove", "bob.test")[1].strip() == "removed bob.test"
     assert run("audit", "history", "nobody-ever.test")[0] == 1
     assert run("watch", "add", "bad..handle")[0] == 2
+
+
+def test_watch_import_is_all_or_nothing_and_export_reads_back(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    run = _cli({**devnet.env(), "ATWHOIS_AUDIT_DB": str(tmp_path / "audit.db")})
+    bad = "alice.test,ours\n# a comment\n\nbad..handle\ncarol.test,x,y\n"
+    code, _, err = run("watch", "import", "-", stdin=bad)
+    assert code == 2 and "line 4:" in err and "line 5: 3 columns" in err
+    assert run("watch", "export")[1] == "identifier,label\n"  # nothing was added
+    code, out, _ = run("watch", "import", "-", stdin='alice.test,"ours, the PDS"\n@Carol.Test\n')
+    assert code == 0 and out.strip() == "imported 2 identifiers: 2 new, 0 already watched"
+    exported = run("watch", "export")[1]
+    assert exported == 'identifier,label\nalice.test,"ours, the PDS"\ncarol.test,\n'
+    again = tmp_path / "again.db"
+    code, out, _ = _cli({**devnet.env(), "ATWHOIS_AUDIT_DB": str(again)})(
+        "watch", "import", "-", stdin=exported
+    )
+    assert code == 0 and "2 new" in out
+    assert _cli({**devnet.env(), "ATWHOIS_AUDIT_DB": str(again)})("watch", "export")[1] == exported
+
+
+def test_an_audit_an_operator_can_act_on(
+    devnet: DevnetState, tmp_path: Path, receiver: Receiver
+) -> None:
+    """Cron's view: the world changes between runs; the summary names who is broken, the
+    exit code follows --fail-on, and each run that found something is delivered once,
+    signed, also when the receiver fails twice, and on the next run when it was down."""
+    names = [new_handle(tag) for tag in ("stays", "moves", "goes")]
+    stays, moves, goes = (PlcAccount(devnet.plc_url, name) for name in names)
+    handles = dict(zip((stays, moves, goes), names, strict=True))
+    devnet.set_txts({h: [f"did={a.did}"] for a, h in handles.items()})
+    env = {
+        **devnet.env(),
+        "ATWHOIS_AUDIT_DB": str(tmp_path / "audit.db"),
+        "ATWHOIS_CACHE": "memory:",
+        "ATWHOIS_WEBHOOK": receiver.url,
+        "ATWHOIS_WEBHOOK_SECRET": SECRET,
+    }
+    run = _cli(env)
+    listing = "".join(
+        f"{h},{label}\n" for h, label in zip(handles.values(), ("a", "b", "c"), strict=True)
+    )
+    assert run("watch", "import", "-", stdin=listing)[0] == 0
+    code, out, _ = run("audit")
+    assert code == 0 and "3 identities" in out and "0 critical, 0 warning" in out
+    assert receiver.received == []  # nothing found, nothing sent
+
+    goes.tombstone()
+    moves.set_handle(new_handle("elsewhere"))
+    receiver.failures = 2  # refused twice, then taken
+    code, out, _ = run("audit")
+    assert code == 1  # a critical identity, --fail-on critical by default
+    lines = out.splitlines()
+    critical, warning = lines.index("critical:"), lines.index("warning:")
+    assert lines[critical + 1].startswith(
+        f"  {handles[goes]} [c]: deactivated; did_deactivated since "
+    )
+    assert lines[critical + 1].endswith("(was verified)")
+    assert lines[warning + 1].startswith(
+        f"  {handles[moves]} [b]: became_unverified, handle_changed"
+    )
+    assert handles[stays] not in out  # nothing to say about it
+    assert len(receiver.received) == 1 and receiver.attempts.total() == 3
+    headers, body = receiver.received[0]
+    assert signed_by(SECRET, headers, body)
+    delivered = json.loads(body)
+    assert [
+        (f["identifier"], f["kind"], f["severity"], f["label"]) for f in delivered["findings"]
+    ] == [
+        (handles[goes], "deactivated", "critical", "c"),
+        (handles[moves], "became_unverified", "warning", "b"),
+        (handles[moves], "handle_changed", "warning", "b"),
+    ]
+    assert (
+        delivered["findings"][0]["old"] == "verified"
+        and delivered["findings"][0]["new"] == "did_deactivated"
+    )
+
+    # Nothing new: no delivery; the state still decides the exit code, level by level.
+    code, out, _ = run("audit", "--format", "json")
+    report = json.loads(out)
+    assert code == 1 and report["findings_by_severity"] == {} and len(receiver.received) == 1
+    assert [(r["identifier"], r["severity"], r["previous"]) for r in report["rows"]] == [
+        (handles[goes], "critical", "verified"),
+        (handles[moves], "warning", "verified"),
+        (handles[stays], "ok", None),
+    ]
+    just = {name: tmp_path / f"{name}.txt" for name in ("moves", "stays")}
+    just["moves"].write_text(handles[moves] + "\n")
+    just["stays"].write_text(handles[stays] + "\n")
+    for target, fail_on, expected in [
+        ("moves", "critical", 0),
+        ("moves", "warning", 1),
+        ("moves", "any", 1),
+        ("stays", "any", 0),
+    ]:
+        code, _, _ = run("audit", str(just[target]), "--fail-on", fail_on)
+        assert code == expected, (target, fail_on)
+
+    # The receiver is down for a whole run: exit 3, the payload kept; the next run sends it.
+    receiver.down = True
+    stays.set_handle(new_handle("renamed"))
+    code, out, _ = run("audit")
+    assert code == 3 and "webhook: NOT delivered" in out
+    owed = max(int(r) for r in receiver.attempts)
+    receiver.down = False
+    code, _, _ = run("audit")
+    assert code == 1
+    assert [p["run_id"] for p in receiver.payloads()][1:] == [owed]  # once, late, complete
+    assert {f["identifier"] for f in receiver.payloads()[1]["findings"]} == {handles[stays]}
 
 
 def test_the_daemon_schedules_audits_and_serves_them(devnet: DevnetState, tmp_path: Path) -> None:

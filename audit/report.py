@@ -1,0 +1,174 @@
+"""An audit run's report: who needs attention, how badly, since when. One row per identity,
+sorted by severity, then name; the same rows as text (one screen), JSON, CSV or Markdown."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from resolver import Status
+
+from .checks import iso
+from .findings import STATE_SEVERITY, Finding, Severity
+from .runner import RunReport
+from .store import AuditStore
+
+FORMATS = ("text", "json", "csv", "markdown")
+COLUMNS = (
+    "severity",
+    "identifier",
+    "label",
+    "status",
+    "reason",
+    "since",
+    "previous",
+    "did",
+    "handle",
+    "pds",
+    "method",
+    "ms",
+    "findings",
+)
+SCREEN = 15  # rows per severity in the text summary
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    severity: Severity  # the worse of the state's and of this run's findings
+    identifier: str
+    label: str | None
+    status: str
+    reason: str | None
+    since: str | None  # first seen in this status
+    previous: str | None  # the status before
+    did: str | None
+    handle: str
+    pds: str | None
+    method: str
+    ms: float
+    findings: tuple[Finding, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__slots__}
+        return {
+            **data,
+            "severity": str(self.severity),
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+    def cells(self) -> dict[str, str]:
+        """Flat text, for CSV and Markdown."""
+        data = {**self.to_json(), "ms": f"{self.ms:.0f}"}
+        data["findings"] = "; ".join(f"{f.kind} ({f.severity}): {f.detail}" for f in self.findings)
+        return {k: "" if data[k] is None else str(data[k]) for k in COLUMNS}
+
+
+@dataclass(frozen=True)
+class Report:
+    run: RunReport
+    rows: list[Row]
+    upstreams: list[Finding]  # outages: findings about no one identity
+
+    @classmethod
+    def of(cls, run: RunReport, store: AuditStore) -> Report:
+        checks = store.run_checks(run.run_id)
+        findings = store.run_findings(run.run_id)
+        states = store.states(c.identifier for c in checks)
+        labels = store.labels()
+        by_identity: dict[str, list[Finding]] = {}
+        for finding in findings:
+            by_identity.setdefault(finding.identifier, []).append(finding)
+        rows = []
+        for check in checks:
+            own = tuple(by_identity.pop(check.identifier, ()))
+            severity = max(
+                [STATE_SEVERITY[Status(check.status)], *(f.severity for f in own)],
+                key=lambda s: s.rank,
+            )
+            state = states.get(check.identifier)
+            rows.append(
+                Row(
+                    severity,
+                    check.identifier,
+                    labels.get(check.identifier),
+                    check.status,
+                    check.error,
+                    iso(state.since) if state else None,
+                    state.previous if state else None,
+                    check.did,
+                    check.handle,
+                    check.pds,
+                    check.method,
+                    check.duration_ms,
+                    own,
+                )
+            )
+        rows.sort(key=lambda r: (-r.severity.rank, r.identifier))
+        upstreams = [f for rest in by_identity.values() for f in rest]
+        return cls(run, rows, upstreams)
+
+    def worst(self) -> Severity:
+        levels = [r.severity for r in self.rows] + [f.severity for f in self.upstreams]
+        return max(levels, key=lambda s: s.rank, default=Severity.OK)
+
+    def counts(self) -> dict[str, int]:
+        counted = {str(s): 0 for s in Severity}
+        for row in self.rows:
+            counted[str(row.severity)] += 1
+        return counted
+
+    def render(self, fmt: str) -> str:
+        if fmt == "json":
+            data = {
+                **self.run.to_json(),
+                "rows_by_severity": self.counts(),
+                "rows": [r.to_json() for r in self.rows],
+                "upstreams": [f.to_json() for f in self.upstreams],
+            }
+            return json.dumps(data, indent=2) + "\n"
+        if fmt == "csv":
+            out = io.StringIO()
+            writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(r.cells() for r in self.rows)
+            return out.getvalue()
+        if fmt == "markdown":
+            lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+            for row in self.rows:
+                cells = (row.cells()[c].replace("|", "\\|").replace("\n", " ") for c in COLUMNS)
+                lines.append("| " + " | ".join(cells) + " |")
+            return "\n".join(lines) + "\n"
+        return self._text()
+
+    def _text(self) -> str:
+        """One screen: the counts, then who is critical and who is a warning, by name."""
+        run, counts = self.run, self.counts()
+        new = sum(run.by_severity.values())
+        lines = [
+            f"audit run {run.run_id} ({run.source}, {run.status}): {run.total} identities in "
+            f"{run.seconds:.1f} s: {counts['critical']} critical, {counts['warning']} warning, "
+            f"{counts['info']} info, {counts['ok']} ok; {new} new findings"
+        ]
+        for outage in self.upstreams:
+            lines.append(f"upstream {outage.identifier} unavailable: {outage.detail}")
+        for level in (Severity.CRITICAL, Severity.WARNING):
+            rows = [r for r in self.rows if r.severity is level]
+            if not rows:
+                continue
+            lines.append(f"{level}:")
+            for row in rows[:SCREEN]:
+                name = row.identifier + (f" [{row.label}]" if row.label else "")
+                what = ", ".join(f.kind for f in row.findings) or row.status
+                since = f" since {row.since}" if row.since else ""
+                was = f" (was {row.previous})" if row.previous else ""
+                lines.append(f"  {name}: {what}; {row.status}{since}{was}")
+                if row.reason:
+                    lines.append(f"      {row.reason}")
+            if len(rows) > SCREEN:
+                lines.append(f"  … and {len(rows) - SCREEN} more (--format csv lists all)")
+        if run.delivered is False:
+            lines.append("webhook: NOT delivered; kept, and sent again by the next run")
+        return "\n".join(lines) + "\n"

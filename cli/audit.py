@@ -67,13 +67,16 @@ def watch_remove(args: argparse.Namespace) -> int:
     )
 
 
-def watch_list(args: argparse.Namespace) -> int:
-    given, _ = configure(args)
-    store = _open(given)
+def _watch_list(args: argparse.Namespace) -> list[Watched]:
+    store = _open(configure(args)[0])
     try:
-        watched = store.watch_list()
+        return store.watch_list()
     finally:
         store.close()
+
+
+def watch_list(args: argparse.Namespace) -> int:
+    watched = _watch_list(args)
     if args.json:
         print(json.dumps([w.to_json() for w in watched], indent=2))
     else:
@@ -115,12 +118,7 @@ def watch_import(args: argparse.Namespace) -> int:
 
 
 def watch_export(args: argparse.Namespace) -> int:
-    given, _ = configure(args)
-    store = _open(given)
-    try:
-        watched = store.watch_list()
-    finally:
-        store.close()
+    watched = _watch_list(args)
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(["identifier", "label"])
     writer.writerows([w.identifier, w.label or ""] for w in watched)

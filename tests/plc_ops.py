@@ -50,6 +50,11 @@ def plc_operation(prev: str | None, keys: list[Key], aliases: list[str]) -> dict
     }
 
 
+def new_handle(tag: str) -> str:
+    """A handle no other test uses (its TXT record is the test's to write)."""
+    return f"{tag}-{uuid.uuid4().hex[:10]}.test"
+
+
 class PlcAccount:
     """A did:plc created on a live directory; each change is one signed operation."""
 

@@ -9,11 +9,8 @@ import hmac
 import http.server
 import io
 import json
-import subprocess
-import sys
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,13 +25,12 @@ from audit.webhook import Webhook
 from cache import CachedResolver, MemoryStore
 from resolver import Config, Resolver, Status
 from tests import metrics
+from tests.cli import run as run_cli
 from tests.daemon import running_daemon
 from tests.devnet import world
 from tests.devnet.network import DevnetState
 from tests.forwarder import PlcStandIn
-from tests.plc_ops import PlcAccount
-
-ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
+from tests.plc_ops import PlcAccount, new_handle
 
 
 def _config(devnet: DevnetState) -> Config:
@@ -301,24 +297,9 @@ def test_compare_is_pure_and_ignores_fields_that_vanish() -> None:
     assert findings == []  # a first check has nothing to compare with
 
 
-def new_handle(tag: str) -> str:
-    return f"{tag}-{uuid.uuid4().hex[:10]}.test"
-
-
 def _cli(env: dict[str, str]) -> Callable[..., tuple[int, str, str]]:
-    def run(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
-        done = subprocess.run(
-            [ATWHOIS, *args],
-            env=env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        return done.returncode, done.stdout, done.stderr
-
-    return run
+    """`atwhois ARGS` with this environment: exit code, stdout, stderr."""
+    return lambda *args, stdin=None: run_cli(list(args), env, stdin)
 
 
 def test_cli_audit_of_a_file_and_the_watch_list(devnet: DevnetState, tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,16 +22,12 @@ from tests import metrics
 from tests.daemon import Daemon, running_daemon
 from tests.devnet.network import DevnetState
 from tests.forwarder import PlcStandIn
-from tests.plc_ops import PlcAccount
+from tests.plc_ops import PlcAccount, new_handle
 from tests.redis_server import RedisServer
 
 XRPC = "/xrpc/com.atproto.identity."
 TOKEN = "truth-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def new_handle(tag: str) -> str:
-    return f"{tag}-{uuid.uuid4().hex[:10]}.test"
 
 
 def get(daemon: Daemon, path: str, **params: str) -> httpx.Response:

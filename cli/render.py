@@ -6,25 +6,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, TextIO
 
-from resolver.outcome import Outcome, Status
+from resolver.outcome import VERDICTS, Outcome, Status
 
 if TYPE_CHECKING:
     from resolver.plc import Audit
 
 Report = dict[str, Any]  # a JSON report: `Identity.to_json()` or a part of it
 
-_VERDICT = {
-    Status.VERIFIED: "verified",
-    Status.HANDLE_MISMATCH: "NOT verified: handle and DID do not point at each other",
-    Status.HANDLE_NOT_FOUND: "NOT verified: the handle does not resolve",
-    Status.DID_NOT_FOUND: "NOT verified: the DID does not exist",
-    Status.DID_DEACTIVATED: "NOT verified: the DID is deactivated",
-    Status.AMBIGUOUS: "NOT verified: the handle names several DIDs",
-    Status.INVALID_DOCUMENT: "NOT verified: the DID document is invalid",
-    Status.PLC_LOG_INVALID: "NOT verified: the directory serves what no signed op says",
-    Status.INVALID_INPUT: "invalid input",
-    Status.UNAVAILABLE: "could not be checked now (transient failure)",
-}
 GREEN, RED, YELLOW, BOLD, DIM = "32", "31", "33", "1", "2"
 
 
@@ -46,7 +34,7 @@ class Style:
 def verdict_line(report: Report, style: Style) -> str:
     status = Status(report["status"])
     color = {Status.VERIFIED: GREEN, Status.UNAVAILABLE: YELLOW}.get(status, RED)
-    return f"{report['query']}: {style(_VERDICT[status], BOLD, color)} [{status}]"
+    return f"{report['query']}: {style(VERDICTS[status], BOLD, color)} [{status}]"
 
 
 def _evidence(name: str, evidence: Report, style: Style) -> str:

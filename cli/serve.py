@@ -24,11 +24,13 @@ from aiohttp import web
 
 from audit import Auditor, AuditStore, default_audit_path
 from audit.api import AuditApi
+from audit.pages import AuditPages
 from cache import CachedResolver, Lifetime, Policy, open_store
 from cache.stores import default_sqlite_path
 from resolver import Config, Resolver
 from server.memory import small_tls_buffers, trim_periodically
 from server.service import MalformedRequestLog, Service, Settings
+from server.web import WebPages
 
 from . import settings
 from .audit import webhook_from
@@ -118,6 +120,7 @@ async def serve(
             refresh_token=merged.get("refresh_token"),
             request_log=merged.get("request_log", True),
             answer_cache_bytes=budget // 8,
+            cors_origins=tuple(merged.get("cors_origin", ())),
         ),
         **limits,
     )
@@ -141,6 +144,8 @@ async def serve(
     )
     interval = float(merged["audit_interval"]) if merged.get("audit_interval") else None
     AuditApi(service, auditor, interval).attach(app)
+    WebPages(service).attach(app)
+    AuditPages(service, auditor.store).attach(app)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=30)
     await runner.setup()
     host, port = merged.get("host", "127.0.0.1"), int(merged.get("port", DEFAULT_PORT))

@@ -161,6 +161,14 @@ _TABLE = [
     ),
     Setting("request_log", bool, SERVICE, "a JSON line per request on stderr", "true"),
     Setting(
+        "cors_origin",
+        list,
+        SERVICE,
+        "a browser origin that may read the XRPC and /v1 endpoints (repeatable; * for any)",
+        "none: CORS off",
+        "ORIGIN",
+    ),
+    Setting(
         "ttl_verified", str, SERVICE, "seconds fresh and at most, verified", "3600:86400", _TTL
     ),
     Setting("ttl_unverified", str, SERVICE, "the same, not verified", "300:3600", _TTL),

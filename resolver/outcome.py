@@ -39,3 +39,18 @@ class Status(StrEnum):
         if self is Status.UNAVAILABLE:
             return 3
         return 1
+
+
+# The verdict in words, for people (the CLI's text, the web page).
+VERDICTS: dict[Status, str] = {
+    Status.VERIFIED: "verified",
+    Status.HANDLE_MISMATCH: "NOT verified: handle and DID do not point at each other",
+    Status.HANDLE_NOT_FOUND: "NOT verified: the handle does not resolve",
+    Status.DID_NOT_FOUND: "NOT verified: the DID does not exist",
+    Status.DID_DEACTIVATED: "NOT verified: the DID is deactivated",
+    Status.AMBIGUOUS: "NOT verified: the handle names several DIDs",
+    Status.INVALID_DOCUMENT: "NOT verified: the DID document is invalid",
+    Status.PLC_LOG_INVALID: "NOT verified: the directory serves what no signed op says",
+    Status.INVALID_INPUT: "invalid input",
+    Status.UNAVAILABLE: "could not be checked now (transient failure)",
+}

@@ -12,6 +12,9 @@ command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# the browser tests' headless browser and its driver (nothing is downloaded at run time)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   apt-get update -qq
@@ -39,4 +42,12 @@ if [ ! -f "$plc/node_modules/.package-lock.json" ] || ! cmp -s "$plc/package-loc
   echo "setup: installing the PLC directory from npm"
   (cd "$plc" && npm ci --no-audit --no-fund --loglevel=error)
   cp "$plc/package-lock.json" "$plc/node_modules/.atwhois-lock"
+fi
+
+# axe-core for the browser tests' accessibility check, exactly as locked.
+browser=tests/browser
+if [ ! -f "$browser/node_modules/.package-lock.json" ] || ! cmp -s "$browser/package-lock.json" "$browser/node_modules/.atwhois-lock"; then
+  echo "setup: installing axe-core from npm"
+  (cd "$browser" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$browser/package-lock.json" "$browser/node_modules/.atwhois-lock"
 fi

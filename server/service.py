@@ -56,6 +56,7 @@ class Settings:
     retry_after: int = 30  # seconds, on 502 and 503
     request_log: bool = True  # one JSON line per request on stderr
     answer_cache_bytes: int = 8 * 1024 * 1024  # rendered answers of fresh hits
+    cors_origins: tuple[str, ...] = ()  # browser origins that may read the API ("*": any)
 
 
 class MalformedRequestLog(logging.Filter):
@@ -78,6 +79,11 @@ class MalformedRequestLog(logging.Filter):
 # Operations endpoints answer even when every request slot is taken: a health check that
 # queued behind the load would flap a container exactly when it is busiest.
 _UNGATED = frozenset({"/_health", "/metrics"})
+_PREFLIGHT = {
+    "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
+    "Access-Control-Allow-Headers": "Accept, Content-Type, X-Request-Id",
+    "Access-Control-Max-Age": "86400",
+}
 log = logging.getLogger("atwhois.serve")
 
 
@@ -294,7 +300,9 @@ class Service:
         response: web.StreamResponse
         try:
             answer = self.answers.get(request.path_qs) if request.method == "GET" else None
-            if answer is not None:
+            if request.method == "OPTIONS" and self._cors_origin(request):
+                response = web.Response(status=204, headers=_PREFLIGHT)
+            elif answer is not None:
                 self.cached.counters["fresh"] += 1  # what the cached lookup would have counted
                 response = _json_bytes(*answer)
             elif request.path in _UNGATED:
@@ -321,6 +329,11 @@ class Service:
             response = _json(body, 500, {"Cache-Control": "no-store"})
         seconds = time.perf_counter() - started
         response.headers["X-Request-Id"] = request_id
+        if request.method in ("GET", "HEAD", "OPTIONS") and (origin := self._cors_origin(request)):
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Expose-Headers"] = "X-Request-Id, Retry-After"
+            if origin != "*":
+                response.headers["Vary"] = "Origin"
         self.metrics.request(endpoint, response.status, seconds)
         if self.settings.request_log:
             self.request_log.write(
@@ -426,6 +439,17 @@ class Service:
         identity = await self._lookup(identifier)
         fields, document = self._identity_info(identity, identifier)
         return self._answer(request, identity, _with_document(fields, document))
+
+    def _cors_origin(self, request: web.Request) -> str | None:
+        """What `Access-Control-Allow-Origin` says for this request: CORS is for the read
+        endpoints (XRPC and /v1), for the configured origins only, off by default."""
+        origins = self.settings.cors_origins
+        if not origins or not request.path.startswith(("/xrpc/", "/v1/")):
+            return None
+        if "*" in origins:
+            return "*"
+        origin = request.headers.get("Origin")
+        return origin if origin in origins else None
 
     def authorize(self, request: web.Request, what: str) -> None:
         """Changes (refresh, watch-list edits) need the configured bearer token."""

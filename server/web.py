@@ -1,0 +1,107 @@
+"""The daemon in a browser: `GET /` (a lookup form) and `/id/{identifier}` (the `Identity`
+report as a page: the verdict, each method's evidence, the document, a did:plc's history).
+
+Server-rendered (Jinja2, autoescaping on: every value a stranger controls is escaped), no
+script at all, one stylesheet of its own; a strict Content-Security-Policy on every page.
+The pages read what the API reads, through the same cache."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from aiohttp import web
+
+from resolver import Status
+from resolver.errors import ResolutionError
+from resolver.outcome import VERDICTS
+from resolver.plc import Audit
+
+from .service import Service
+
+STATIC = Path(__file__).with_name("static")
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+    "base-uri 'none'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("server", "templates"),
+    autoescape=True,  # every template, whatever its name
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+# How a status looks: a word and a tone (the tone is colour *and* an icon and a word).
+TONES = {Status.VERIFIED: "ok", Status.UNAVAILABLE: "unknown"}
+
+
+def page(template: str, status: int = 200, **context: Any) -> web.Response:
+    body = _TEMPLATES.get_template(template).render(**context)
+    return web.Response(
+        text=body, status=status, content_type="text/html", charset="utf-8", headers=PAGE_HEADERS
+    )
+
+
+def tone(status: str) -> str:
+    return TONES.get(Status(status), "bad")
+
+
+_TEMPLATES.globals.update(
+    tone=tone, verdict=lambda s: VERDICTS[Status(s)], quote=urllib.parse.quote
+)
+
+
+class WebPages:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def attach(self, app: web.Application) -> None:
+        app.router.add_get("/", self.home)
+        app.router.add_get("/id", self.search)
+        app.router.add_get("/id/{identifier}", self.identity)
+        app.router.add_static("/static", STATIC)
+
+    async def home(self, _: web.Request) -> web.Response:
+        return page("home.html", title="atwhois")
+
+    async def search(self, request: web.Request) -> web.Response:
+        """The form's GET: to the permalink of what was typed."""
+        typed = request.query.get("q", "").strip()
+        if not typed:
+            return web.Response(status=303, headers={"Location": "/"})
+        return web.Response(
+            status=303, headers={"Location": "/id/" + urllib.parse.quote(typed, safe="")}
+        )
+
+    async def identity(self, request: web.Request) -> web.Response:
+        identifier = request.match_info["identifier"].strip()
+        identity = await self.service.cached.lookup(identifier)
+        report = identity.to_json(include_document=True)
+        history: Audit | str | None = None  # the log, or why it could not be read
+        if identity.did and identity.did.startswith("did:plc:"):
+            try:
+                history = await self.service.cached.resolver.audit_log(identity.did)
+            except ResolutionError as err:
+                history = str(err)
+        return page(
+            "identity.html",
+            status=400 if identity.status is Status.INVALID_INPUT else 200,
+            title=f"{identifier} — atwhois",
+            typed=identifier,
+            r=report,
+            document=(
+                json.dumps(report["did_document"], indent=2, ensure_ascii=False)
+                if report.get("did_document") is not None
+                else None
+            ),
+            history=history,
+        )

@@ -10,6 +10,7 @@ COPY cache ./cache
 COPY server ./server
 COPY cli ./cli
 COPY audit ./audit
+COPY stream ./stream
 RUN pip install --no-cache-dir --no-deps . && useradd --create-home atwhois && mkdir /data \
     && chown atwhois /data
 USER atwhois

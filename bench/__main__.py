@@ -12,6 +12,7 @@ from bench import (
     plc_verify,
     serve_load,
     startup,
+    stream_decode,
 )
 
 BENCHMARKS = {
@@ -22,6 +23,7 @@ BENCHMARKS = {
     "audit": audit_run.main,
     "memory": memory_load.main,
     "startup": startup.main,
+    "stream": stream_decode.main,
 }
 
 

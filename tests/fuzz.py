@@ -37,6 +37,9 @@ from resolver.plc import replay
 from resolver.plc.encoding import NotEncodable, dag_cbor
 from resolver.plc.export import verify_export
 from resolver.plc.operation import BadOperation, parse_operation
+from stream import MalformedFrame
+from stream import decode as decode_frame
+from tests import stream_frames
 from tests.daemon import error_name
 from tests.synthetic_plc import export_lines
 from tests.vectors import did_documents, plc_logs, syntax_cases
@@ -266,6 +269,46 @@ def _config(text: str) -> None:
         pass
 
 
+FRAMES = [
+    stream_frames.identity(1),
+    stream_frames.account(2, False, "takendown"),
+    stream_frames.commit(3, blocks=64),
+    stream_frames.info(),
+    stream_frames.error(),
+]
+
+
+def _flipped(case: tuple[bytes, list[tuple[int, int]], int]) -> bytes:
+    """A real frame with some bytes replaced and its tail perhaps cut."""
+    frame, flips, cut = case
+    data = bytearray(frame)
+    for at, value in flips:
+        data[at % len(data)] = value
+    return bytes(data[: max(1, len(data) - cut)])
+
+
+frames = st.one_of(
+    st.binary(max_size=200),
+    st.tuples(
+        st.sampled_from(FRAMES),
+        st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4),
+        st.integers(0, 40),
+    ).map(_flipped),
+)
+
+
+def _frame(raw: bytes) -> None:
+    with contextlib.suppress(MalformedFrame):
+        event = decode_frame(raw)
+        assert type(event).__name__ in (
+            "IdentityEvent",
+            "AccountEvent",
+            "InfoEvent",
+            "ErrorFrame",
+            "Skipped",
+        )
+
+
 TOML_SEEDS = [
     'cache = "memory:"\nttl_verified = "1:3600"\n',
     'dev = true\nplc_url = "https://plc.directory"\nport = 2584\n',
@@ -323,6 +366,7 @@ TARGETS = [
         ),
         _export,
     ),
+    Target("event stream frames", frames, _frame),
     Target(
         "TOML configuration",
         st.one_of(mutated_text(TOML_SEEDS), st.text(max_size=120)),

@@ -1,0 +1,80 @@
+"""Decoding a relay's stream on one core: `stream.decode` (libipld, events only for what an
+identity resolver acts on) against the atproto SDK's way (`Frame.from_bytes`, then
+`parse_subscribe_repos_message` into its models), on the same synthetic stream (96 %
+commits with 0.5 to 6 KB of blocks, identity, account and sync events), interleaved, medians
+of R rounds. Only a correct decoding counts: every frame must yield its sequence number.
+
+    python -m bench stream [--frames 20000] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from atproto_client.subscriptions import parse_com_atproto_sync_subscribe_repos_message
+from atproto_subscription.frames import Frame
+
+from stream import AccountEvent, IdentityEvent, Skipped, decode
+from tests.stream_frames import stream
+
+TARGET = 3.0  # events/s over the SDK's, on the same core
+RELAY_RATE = 2000  # events/s a busy relay sends
+
+
+def ours(frames: list[bytes]) -> int:
+    seqs = 0
+    for raw in frames:
+        event = decode(raw)
+        if isinstance(event, IdentityEvent | AccountEvent | Skipped) and event.seq is not None:
+            seqs += 1
+    return seqs
+
+
+def sdks(frames: list[bytes]) -> int:
+    seqs = 0
+    for raw in frames:
+        message = parse_com_atproto_sync_subscribe_repos_message(Frame.from_bytes(raw))  # type: ignore[arg-type]
+        if getattr(message, "seq", None) is not None:
+            seqs += 1
+    return seqs
+
+
+def timed(decoder: Callable[[list[bytes]], int], frames: list[bytes]) -> float:
+    started = time.process_time()
+    decoded = decoder(frames)
+    seconds = time.process_time() - started
+    if decoded != len(frames):
+        raise SystemExit(f"{decoder.__name__} decoded {decoded} of {len(frames)} frames")
+    return len(frames) / seconds
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench stream", description=__doc__)
+    parser.add_argument("--frames", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    frames = stream(args.frames)
+    megabytes = sum(map(len, frames)) / 1e6
+    rates: dict[str, list[float]] = {"stream.decode (libipld)": [], "atproto SDK models": []}
+    for _ in range(args.rounds):  # interleaved: the machine's noise falls on both alike
+        rates["stream.decode (libipld)"].append(timed(ours, frames))
+        rates["atproto SDK models"].append(timed(sdks, frames))
+    print(
+        f"{args.frames:,} frames ({megabytes:.1f} MB), medians of {args.rounds} rounds, CPU time:"
+    )
+    for name, samples in rates.items():
+        rate = statistics.median(samples)
+        per = 1e6 / rate
+        print(f"  {name:<26} {rate:10,.0f} events/s   {per:6.1f} µs per event")
+    ratio = statistics.median(rates["stream.decode (libipld)"]) / statistics.median(
+        rates["atproto SDK models"]
+    )
+    ours_rate = statistics.median(rates["stream.decode (libipld)"])
+    print(f"  ratio ours / SDK: {ratio:.1f}x (target {TARGET:.0f}x)")
+    print(
+        f"  one core keeps up with {ours_rate / RELAY_RATE:.0f}x a busy relay's "
+        f"{RELAY_RATE:,} events/s"
+    )

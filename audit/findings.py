@@ -137,7 +137,7 @@ def compare(
         return findings, 0
     before, after = Status(previous.status), Status(current.status)
     if before is not after:
-        kind = TRANSITIONS[(before, after)]
+        kind = _status_kind(before, after)
         reason = f": {current.error}" if current.error else ""
         findings.append(found(kind, f"{before} -> {after}{reason}", before, after))
     if previous.did and current.did and previous.did != current.did:

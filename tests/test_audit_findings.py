@@ -72,45 +72,171 @@ def test_the_transitions_say_what_matters() -> None:
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({"pds": "https://pds.b"}, [("pds_changed", "info", "https://pds.a", "https://pds.b")]),
+        (
+            {"pds": "https://pds.b"},
+            [
+                (
+                    "pds_changed",
+                    "info",
+                    "https://pds.a -> https://pds.b",
+                    "https://pds.a",
+                    "https://pds.b",
+                )
+            ],
+        ),
         (
             {"signing_key": "did:key:zB"},  # the replayed log vouches for it
-            [("signing_key_rotated", "info", "did:key:zA", "did:key:zB")],
+            [
+                (
+                    "signing_key_rotated",
+                    "info",
+                    "did:key:zA -> did:key:zB",
+                    "did:key:zA",
+                    "did:key:zB",
+                )
+            ],
         ),
         (
             {"signing_key": "did:key:zB", "evidence": {**BASE.evidence, "plc_log": "skipped"}},
-            [("signing_key_changed", "critical", "did:key:zA", "did:key:zB")],
+            [
+                (
+                    "signing_key_changed",
+                    "critical",
+                    "did:key:zA -> did:key:zB",
+                    "did:key:zA",
+                    "did:key:zB",
+                )
+            ],
         ),
         (
             {"rotation_keys": ("did:key:zR1", "did:key:zR2")},
-            [("rotation_keys_changed", "info", "did:key:zR1", "did:key:zR1 did:key:zR2")],
+            [
+                (
+                    "rotation_keys_changed",
+                    "info",
+                    "1 added, 0 removed",
+                    "did:key:zR1",
+                    "did:key:zR1 did:key:zR2",
+                )
+            ],
         ),
-        ({"declared_handle": "b.test"}, [("handle_changed", "warning", "a.test", "b.test")]),
-        ({"method": "both"}, [("method_changed", "info", "dns", "both")]),
+        (
+            {"rotation_keys": ("did:key:zR3",)},
+            [("rotation_keys_changed", "info", "1 added, 1 removed", "did:key:zR1", "did:key:zR3")],
+        ),
+        (
+            {"declared_handle": "b.test"},
+            [("handle_changed", "warning", "a.test -> b.test", "a.test", "b.test")],
+        ),
+        ({"method": "both"}, [("method_changed", "info", "dns -> both", "dns", "both")]),
         ({"method": "none"}, []),  # no method answered: the status says why
         (
             {"conflict": True, "method": "both"},
             [
-                ("method_changed", "info", "dns", "both"),
-                ("conflict_appeared", "warning", "False", "True"),
+                ("method_changed", "info", "dns -> both", "dns", "both"),
+                (
+                    "conflict_appeared",
+                    "warning",
+                    "DNS and HTTPS name different DIDs",
+                    "False",
+                    "True",
+                ),
             ],
         ),
         (  # another DID: the other identity's keys and PDS are not changes of this one
             {"did": "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb", "pds": "https://pds.b", "signing_key": "x"},
-            [("did_changed", "critical", BASE.did, "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb")],
+            [
+                (
+                    "did_changed",
+                    "critical",
+                    f"{BASE.did} -> did:plc:bbbbbbbbbbbbbbbbbbbbbbbb",
+                    BASE.did,
+                    "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb",
+                )
+            ],
         ),
         ({"pds": None, "signing_key": None, "rotation_keys": ()}, []),  # vanished: no claim
+        ({"declared_handle": None, "did": None}, []),
     ],
 )
-def test_field_changes(changes: dict[str, object], expected: list[tuple[str, ...]]) -> None:
-    findings, _ = compare(BASE, later(**changes), 0, 3)
-    assert [(f.kind, str(f.severity), f.old, f.new) for f in findings] == expected
+def test_field_changes(changes: dict[str, object], expected: list[tuple[str, ...]] | None) -> None:
+    findings, failures = compare(BASE, later(**changes), 0, 3)
+    found = [(f.kind, str(f.severity), f.detail, f.old, f.new) for f in findings]
+    if expected is None:  # the reverse change: the keys went from two to one
+        back, _ = compare(later(**changes), BASE, 0, 3)
+        assert [(f.kind, f.detail) for f in back] == [
+            ("rotation_keys_changed", "0 added, 1 removed")
+        ]
+        return
+    assert found == expected and failures == 0
+    assert all(f.identifier == "a.test" and f.at == BASE.checked_at + 60 for f in findings)
+
+
+def test_rotation_keys_removed_or_reordered() -> None:
+    two = later(rotation_keys=("did:key:zR1", "did:key:zR2"))
+    swapped = later(rotation_keys=("did:key:zR2", "did:key:zR1"))
+    assert [(f.kind, f.detail) for f in compare(two, swapped, 0, 3)[0]] == [
+        ("rotation_keys_changed", "reordered")
+    ]
+    assert [(f.kind, f.detail, f.old, f.new) for f in compare(two, BASE, 0, 3)[0]] == [
+        ("rotation_keys_changed", "0 added, 1 removed", "did:key:zR1 did:key:zR2", "did:key:zR1")
+    ]
+
+
+def test_transient_failures_count_to_unreachable_once_then_back() -> None:
+    failing = later(status="unavailable", error="DNS timed out", method="none")
+    streak = 0
+    said = []
+    for _ in range(5):
+        findings, streak = compare(BASE, failing, streak, 3)
+        said.append([(f.kind, f.detail, f.old, f.new) for f in findings])
+    assert said == [
+        [],
+        [],
+        [("unreachable", "3 checks in a row failed: DNS timed out", None, "3")],
+        [],
+        [],
+    ]
+    assert streak == 5
+    findings, streak = compare(BASE, later(), streak, 3)
+    assert [(f.kind, f.detail, f.old, f.new) for f in findings] == [
+        ("reachable_again", "after 5 failed checks", "5", "0")
+    ] and streak == 0
+    findings, streak = compare(BASE, later(), 2, 3)  # fewer than N: nothing to say
+    assert findings == [] and streak == 0
+    findings, streak = compare(BASE, later(), 3, 3)  # exactly N: it was said, so is this
+    assert [f.kind for f in findings] == ["reachable_again"] and streak == 0
+    assert compare(None, BASE, 2, 3) == ([], 0)  # a first check that reached: streak over
+    assert compare(None, failing, 0, 1)[0][0].kind == "unreachable"  # even with no past
+
+
+def test_a_change_of_status_says_why_when_there_is_a_reason() -> None:
+    failing = later(status="handle_mismatch", error="the document declares b.test")
+    assert compare(BASE, failing, 0, 3)[0][0].detail == (
+        "verified -> handle_mismatch: the document declares b.test"
+    )
+    assert compare(failing, later(), 0, 3)[0][0].detail == "handle_mismatch -> verified"
+
+
+def test_a_finding_in_json_has_its_severity_and_an_iso_time() -> None:
+    finding = compare(BASE, later(status="did_deactivated", error="tombstoned"), 0, 3)[0][0]
+    assert finding.to_json() == {
+        "identifier": "a.test",
+        "kind": "deactivated",
+        "severity": "critical",
+        "detail": "verified -> did_deactivated: tombstoned",
+        "old": "verified",
+        "new": "did_deactivated",
+        "at": "2023-11-14T22:14:20.000Z",
+    }
 
 
 def test_conflict_cleared_only_when_both_agree_again() -> None:
     conflicted = later(conflict=True, method="both")
     agree = later(conflict=False, method="both")
-    assert [f.kind for f in compare(conflicted, agree, 0, 3)[0]] == ["conflict_cleared"]
+    assert [(f.kind, f.detail, f.old, f.new) for f in compare(conflicted, agree, 0, 3)[0]] == [
+        ("conflict_cleared", "DNS and HTTPS agree again", "True", "False")
+    ]
     ambiguous = later(conflict=False, method="none", status="ambiguous")
     kinds = [f.kind for f in compare(conflicted, ambiguous, 0, 3)[0]]
     assert kinds == ["became_unverified"]  # not "DNS and HTTPS agree again"

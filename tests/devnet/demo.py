@@ -50,8 +50,8 @@ def main() -> None:
         subprocess.run([atwhois, "conflict.test"], env={**os.environ, **devnet.env()}, check=False)
         if sys.stdin.isatty():
             print(
-                f"\nserving at {daemon.url} until Ctrl-C "
-                f"(/v1/identity/alice.test, /metrics, /openapi.json)"
+                f"\nserving at {daemon.url} until Ctrl-C: open {daemon.url}/id/alice.test in "
+                f"a browser on this machine (or /v1/identity/alice.test, /metrics, /openapi.json)"
             )
             try:
                 while daemon.process.poll() is None:

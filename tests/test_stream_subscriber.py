@@ -1,0 +1,176 @@
+"""The subscriber against a relay stand-in on loopback (a real websocket server sending
+real DAG-CBOR frames): events in order and once, the cursor across drops and restarts (kept
+in a real SQLite store), FutureCursor and OutdatedCursor, malformed frames, back-off."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from cache.stores.sqlite import SqliteStore
+from stream import AccountEvent, IdentityEvent
+from stream.subscriber import PATH, Backoff, MemoryCursor, StoreCursor, Subscriber
+from tests import stream_frames as f
+
+
+class Relay:
+    """Serves `frames` (the i-th has seq i+1) from after the cursor a client gives; frames
+    before `oldest` are gone; `drop_after` closes each connection after that many frames."""
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self.frames = frames
+        self.oldest = 1
+        self.drop_after: int | None = None
+        self.cursors: list[int | None] = []  # what each connection asked for
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        given = request.query.get("cursor")
+        cursor = int(given) if given is not None else None
+        self.cursors.append(cursor)
+        if cursor is not None and cursor > len(self.frames):
+            await ws.send_bytes(f.error("FutureCursor"))
+            await ws.close()
+            return ws
+        start = 0  # no cursor: from the oldest kept (a real relay would start live)
+        if cursor is not None:
+            start = cursor
+            if cursor < self.oldest - 1:
+                await ws.send_bytes(f.info("OutdatedCursor"))
+                start = self.oldest - 1
+        for sent, frame in enumerate(self.frames[start:]):
+            if self.drop_after is not None and sent == self.drop_after:
+                break
+            await ws.send_bytes(frame)
+        await ws.close()
+        return ws
+
+
+@pytest.fixture
+async def relay() -> AsyncIterator[Relay]:
+    stand_in = Relay(f.stream(200, seed=3))
+    app = web.Application()
+    app.router.add_get(PATH, stand_in.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    stand_in.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    yield stand_in
+    await runner.cleanup()
+
+
+def quick() -> Backoff:
+    return Backoff(base=0.01, cap=0.05, rng=random.Random(1))
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def wanted(frames: list[bytes]) -> list[int]:
+    """The seqs of the identity and account events among `frames`."""
+    from stream import decode
+
+    return [e.seq for e in map(decode, frames) if isinstance(e, IdentityEvent | AccountEvent)]
+
+
+async def follow(subscriber: Subscriber, done: Callable[[], bool]) -> None:
+    task = asyncio.create_task(subscriber.run())
+    try:
+        await until(done)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_events_arrive_in_order_once_across_dropped_connections(relay: Relay) -> None:
+    seen: list[int] = []
+
+    async def on_event(event: IdentityEvent | AccountEvent) -> None:
+        seen.append(event.seq)
+
+    relay.drop_after = 30  # the relay hangs up every 30 frames
+    subscriber = Subscriber(relay.url, on_event, MemoryCursor(), backoff=quick(), save_every=0)
+    await follow(subscriber, lambda: subscriber.state.cursor == 200)
+    assert seen == wanted(relay.frames)  # each once, in order
+    assert relay.cursors[:3] == [None, 30, 60]  # each reconnection resumes where it was
+    assert subscriber.state.reconnects >= 6
+    state = subscriber.state.to_json()
+    assert state["events"]["#commit"] + state["events"].get("#sync", 0) + len(seen) == 200
+
+
+async def test_the_cursor_survives_a_restart_in_the_store(relay: Relay, tmp_path: Path) -> None:
+    everything = relay.frames
+    relay.frames = everything[:50]  # what the relay has while the first daemon runs
+    store = SqliteStore(tmp_path / "cache.db")
+    try:
+        cursor = StoreCursor(store, relay.url)
+        first = Subscriber(relay.url, _ignore, cursor, backoff=quick(), save_every=0)
+        await follow(first, lambda: first.state.cursor == 50)
+        again = SqliteStore(tmp_path / "cache.db")  # another process, the same file
+        try:
+            relay.frames = everything
+            connections = len(relay.cursors)
+            second = Subscriber(relay.url, _ignore, StoreCursor(again, relay.url), backoff=quick())
+            await follow(second, lambda: second.state.cursor == 200)
+        finally:
+            await again.close()
+        assert relay.cursors[connections] == 50  # resumed, not replayed from the start
+        await cursor.save(None)
+        assert await cursor.load() is None
+    finally:
+        await store.close()
+
+
+async def test_a_cursor_ahead_of_the_relay_is_dropped(relay: Relay) -> None:
+    cursor = MemoryCursor(10**9)  # from another relay, or this one lost its state
+    subscriber = Subscriber(relay.url, _ignore, cursor, backoff=quick(), save_every=0)
+    await follow(subscriber, lambda: subscriber.state.cursor == 200)
+    assert relay.cursors[:2] == [10**9, None] and subscriber.state.events["error"] == 1
+    assert subscriber.state.last_error is not None
+
+
+async def test_an_outdated_cursor_is_counted_and_the_stream_goes_on(relay: Relay) -> None:
+    relay.oldest = 100
+    subscriber = Subscriber(relay.url, _ignore, MemoryCursor(10), backoff=quick(), save_every=0)
+    await follow(subscriber, lambda: subscriber.state.cursor == 200)
+    assert subscriber.state.outdated_cursor == 1 and relay.cursors[0] == 10
+
+
+async def test_malformed_frames_are_skipped_and_counted(relay: Relay) -> None:
+    relay.frames[5] = b"\xff\xfe not cbor"
+    relay.frames[6] = f.identity(7, did="did:plc:<script>")
+    seen: list[int] = []
+
+    async def on_event(event: IdentityEvent | AccountEvent) -> None:
+        seen.append(event.seq)
+
+    subscriber = Subscriber(relay.url, on_event, MemoryCursor(), backoff=quick(), save_every=0)
+    await follow(subscriber, lambda: subscriber.state.cursor == 200)
+    assert subscriber.state.malformed == 2 and 7 not in seen
+
+
+def test_backoff_is_jittered_grows_and_is_capped() -> None:
+    backoff = Backoff(base=0.5, cap=8.0, rng=random.Random(4))
+    waits = [backoff.next() for _ in range(10)]
+    ceilings = [min(8.0, 0.5 * 2**n) for n in range(10)]
+    assert all(0 <= w <= c for w, c in zip(waits, ceilings, strict=True))
+    assert len(set(waits)) == 10  # jittered, not a fixed ladder
+    assert max(waits[6:]) > 2.0  # it did grow
+    backoff.reset()
+    assert backoff.next() <= 0.5
+
+
+async def _ignore(_: IdentityEvent | AccountEvent) -> None:
+    pass

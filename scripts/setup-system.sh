@@ -36,18 +36,15 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
     --dir /var/lib/redis --logfile /var/log/redis/ci.log
 fi
 
-# The reference PLC directory, from the npm registry, exactly as locked.
-plc=tests/devnet/plc
-if [ ! -f "$plc/node_modules/.package-lock.json" ] || ! cmp -s "$plc/package-lock.json" "$plc/node_modules/.atwhois-lock"; then
-  echo "setup: installing the PLC directory from npm"
-  (cd "$plc" && npm ci --no-audit --no-fund --loglevel=error)
-  cp "$plc/package-lock.json" "$plc/node_modules/.atwhois-lock"
-fi
-
-# axe-core for the browser tests' accessibility check, exactly as locked.
-browser=tests/browser
-if [ ! -f "$browser/node_modules/.package-lock.json" ] || ! cmp -s "$browser/package-lock.json" "$browser/node_modules/.atwhois-lock"; then
-  echo "setup: installing axe-core from npm"
-  (cd "$browser" && npm ci --no-audit --no-fund --loglevel=error)
-  cp "$browser/package-lock.json" "$browser/node_modules/.atwhois-lock"
-fi
+# npm packages, exactly as locked, each in its folder; again only when the lock changed.
+npm_install() {
+  local dir=$1 what=$2
+  if [ ! -f "$dir/node_modules/.package-lock.json" ] || ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.atwhois-lock"; then
+    echo "setup: installing $what from npm"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$dir/package-lock.json" "$dir/node_modules/.atwhois-lock"
+  fi
+}
+npm_install tests/devnet/plc "the PLC directory"
+npm_install tests/devnet/pds "the reference PDS"
+npm_install tests/browser "axe-core (the browser tests' accessibility check)"

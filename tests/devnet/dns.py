@@ -55,6 +55,8 @@ def render_zone(fill: Callable[[str], str], serial: int = 1, bulk: int = 0) -> s
     lines.extend(f"{host}. A {addr}" for host, addr in sorted(world.FORBIDDEN_HOSTS.items()))
     # Any other name under bulk.test is a web host too: tests make up did:web identities.
     lines.append(f"*{world.BULK_SUFFIX}. A {LOOPBACK}")
+    # The reference PDS and every handle it serves.
+    lines += [f"{world.LIVE_PDS_HOST}. A {LOOPBACK}", f"*{world.LIVE_HANDLE_SUFFIX}. A {LOOPBACK}"]
     for index in range(bulk):
         host = world.bulk_host(index)
         lines += [f'_atproto.{host}. TXT "did=did:web:{host}"', f"{host}. A {LOOPBACK}"]

@@ -47,6 +47,10 @@ class Certificates:
             self._contexts[host] = context
         self._bulk = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.ca.issue_cert("*" + world.BULK_SUFFIX).configure_cert(self._bulk)
+        self._live = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ca.issue_cert(world.LIVE_PDS_HOST, "*" + world.LIVE_HANDLE_SUFFIX).configure_cert(
+            self._live
+        )
         self.default = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.ca.issue_cert("default.test").configure_cert(self.default)
         self.default.sni_callback = self._choose
@@ -58,6 +62,8 @@ class Certificates:
             sock.context = self._contexts[name.lower()]
         elif name.lower().endswith(world.BULK_SUFFIX):
             sock.context = self._bulk
+        elif _is_live(name.lower()):
+            sock.context = self._live
 
 
 class HttpsHosts:
@@ -70,8 +76,10 @@ class HttpsHosts:
         certificates: Certificates,
         delay: float = 0.0,
         faults: Path | None = None,
+        live_port: int | None = None,
     ) -> None:
         self.root = root
+        self.live_port = live_port  # the reference PDS: its host and its users' handles
         self.certificates = certificates
         self.delay = delay
         self.requests = 0
@@ -133,6 +141,8 @@ class HttpsHosts:
         if fault == "hang":
             await asyncio.sleep(3600)
             return None
+        if self.live_port is not None and _is_live(host):
+            return await self._from_pds(writer, host, path, method)
         generated = world.bulk_document(host) if host.endswith(world.BULK_SUFFIX) else None
         if generated is not None and path == world.DID_JSON:
             document = json.dumps(generated).encode()
@@ -193,6 +203,25 @@ class HttpsHosts:
             return await _send(writer, 404, b"not found")
         content_type = "application/json" if path.endswith(".json") else "text/plain"
         return await _send(writer, 200, file.read_bytes(), [("Content-Type", content_type)])
+
+    async def _from_pds(
+        self, writer: asyncio.StreamWriter, host: str, path: str, method: str
+    ) -> None:
+        """What the PDS answers for this host (its handles' well-known files), passed on."""
+        reader, upstream = await asyncio.open_connection(LOOPBACK, self.live_port)
+        try:
+            upstream.write(
+                f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+            )
+            await upstream.drain()
+            writer.write(await reader.read())
+            await writer.drain()
+        finally:
+            upstream.close()
+
+
+def _is_live(host: str) -> bool:
+    return host == world.LIVE_PDS_HOST or host.endswith(world.LIVE_HANDLE_SUFFIX)
 
 
 _REASONS = {

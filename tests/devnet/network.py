@@ -27,6 +27,7 @@ from . import world
 from .dns import DnsProxy, Knot, render_zone
 from .faults import write_faults
 from .https import Certificates, HttpsHosts
+from .pds import create_account, free_port, launch_pds, wait_for_pds
 from .plc import seed_world, start_plc
 from .process import Child
 
@@ -43,6 +44,8 @@ class DevnetState:
     www_root: str
     workdir: str
     dids: dict[str, str]
+    pds_url: str  # the reference PDS, plain http on loopback
+    live: dict[str, str]  # its accounts: handle -> DID
     pids: dict[str, int]
     startup_seconds: float
 
@@ -211,6 +214,9 @@ async def run(workdir: Path, state_file: Path, delay: float, bulk: int = 0) -> N
         plc, plc_port = start_plc(0, schema, workdir / "plc.log")
         children.append(plc)
         plc_url = f"http://127.0.0.1:{plc_port}"
+        pds_port = free_port()
+        pds = launch_pds(plc_url, workdir, pds_port)  # it starts while the rest is set up
+        children.append(pds)
         dids = seed_world(plc_url)
 
         knot = Knot(workdir / "knot", _free_udp_and_tcp_port())
@@ -224,8 +230,15 @@ async def run(workdir: Path, state_file: Path, delay: float, bulk: int = 0) -> N
             Certificates(workdir / "tls"),
             delay=delay,
             faults=workdir / "https-faults.json",
+            live_port=pds_port,
         )
         https_port = await hosts.start()
+        wait_for_pds(pds, workdir)
+        pds_url = f"http://127.0.0.1:{pds_port}"
+        live = {
+            name + world.LIVE_HANDLE_SUFFIX: create_account(pds_url, name)
+            for name in world.LIVE_ACCOUNTS
+        }
 
         state = DevnetState(
             plc_url=plc_url,
@@ -236,7 +249,9 @@ async def run(workdir: Path, state_file: Path, delay: float, bulk: int = 0) -> N
             www_root=str(workdir / "www"),
             workdir=str(workdir),
             dids=dids,
-            pids={"devnet": os.getpid(), "plc": plc.pid, "knotd": children[-1].pid},
+            pds_url=pds_url,
+            live=live,
+            pids={"devnet": os.getpid(), "plc": plc.pid, "pds": pds.pid, "knotd": children[-1].pid},
             startup_seconds=round(time.monotonic() - started, 2),
         )
         tmp = state_file.with_suffix(".tmp")

@@ -12,6 +12,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PDS = "https://pds.test"
+# The reference PDS of the test network (tests/devnet/pds.py): its host, the domain of the
+# handles it serves, and the accounts made on it at start-up, through its own API.
+LIVE_PDS_HOST = "live.test"
+LIVE_HANDLE_SUFFIX = ".live.test"
+LIVE_ACCOUNTS = ("paula", "pete")
+LIVE_PDS_ADMIN_PASSWORD = "atwhois-devnet-admin"
+
+
+def live_password(name: str) -> str:
+    return f"devnet-password-{name}"
+
+
 # A P-256 did:key (from the crypto spec's examples): a signing key on the other curve.
 P256_SIGNING_KEY = "did:key:zDnaembgSGUhZULN2Caob4HLJPaxBh92N7rtH21TErzqf8HQo"
 NEVER_REGISTERED_DID = "did:plc:neverregisteredaaaaaaaaa"

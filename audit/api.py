@@ -67,6 +67,15 @@ class AuditApi:
             await self._run()
             await asyncio.sleep(self.interval)
 
+    async def recheck(self, changed: set[str]) -> None:
+        """An event stream says these identifiers (a DID, its handles) changed: the watched
+        ones among them are audited now, not at the next scheduled run, and what is found
+        is delivered as any run's findings are."""
+        targets = [w for w in self.store.watch_list() if w.identifier in changed]
+        if targets:
+            self.last = await self.auditor.run(targets, source="event stream")
+            log.info(json.dumps({"event": "audit", **self.last.to_json()}))
+
     async def _run(self) -> RunReport:
         report = await self.auditor.run()
         self.last = report

@@ -10,6 +10,7 @@ of R rounds. Only a correct decoding counts: every frame must yield its sequence
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import time
 from collections.abc import Callable
@@ -18,10 +19,13 @@ from atproto_client.subscriptions import parse_com_atproto_sync_subscribe_repos_
 from atproto_subscription.frames import Frame
 
 from stream import AccountEvent, IdentityEvent, Skipped, decode
+from stream.subscriber import MemoryCursor, Subscriber
 from tests.stream_frames import stream
 
 TARGET = 3.0  # events/s over the SDK's, on the same core
-RELAY_RATE = 2000  # events/s a busy relay sends
+RELAY_RATE = (
+    2000  # "sustained traffic of over 2,000 events per second" (docs.bsky.app/blog/relay-ops)
+)
 
 
 def ours(frames: list[bytes]) -> int:
@@ -31,6 +35,27 @@ def ours(frames: list[bytes]) -> int:
         if isinstance(event, IdentityEvent | AccountEvent | Skipped) and event.seq is not None:
             seqs += 1
     return seqs
+
+
+def applied(frames: list[bytes]) -> int:
+    """Decoded and applied as the daemon does: through `Subscriber.feed` (the cursor kept,
+    counters, identity and account events handed to a handler), one event loop."""
+    handled = 0
+
+    async def on_event(_: IdentityEvent | AccountEvent) -> None:
+        nonlocal handled
+        handled += 1
+
+    async def run() -> int:
+        subscriber = Subscriber("ws://bench", on_event, MemoryCursor(), save_every=3600)
+        for raw in frames:
+            await subscriber.feed(raw)
+        events = subscriber.state.events
+        if handled != events["#identity"] + events["#account"]:
+            return 0  # an event decoded but not handed on: not a correct run
+        return sum(events.values())
+
+    return asyncio.run(run())
 
 
 def sdks(frames: list[bytes]) -> int:
@@ -58,9 +83,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     frames = stream(args.frames)
     megabytes = sum(map(len, frames)) / 1e6
-    rates: dict[str, list[float]] = {"stream.decode (libipld)": [], "atproto SDK models": []}
-    for _ in range(args.rounds):  # interleaved: the machine's noise falls on both alike
+    rates: dict[str, list[float]] = {
+        "stream.decode (libipld)": [],
+        "decoded and applied": [],
+        "atproto SDK models": [],
+    }
+    for _ in range(args.rounds):  # interleaved: the machine's noise falls on all alike
         rates["stream.decode (libipld)"].append(timed(ours, frames))
+        rates["decoded and applied"].append(timed(applied, frames))
         rates["atproto SDK models"].append(timed(sdks, frames))
     print(
         f"{args.frames:,} frames ({megabytes:.1f} MB), medians of {args.rounds} rounds, CPU time:"
@@ -72,9 +102,9 @@ def main(argv: list[str] | None = None) -> None:
     ratio = statistics.median(rates["stream.decode (libipld)"]) / statistics.median(
         rates["atproto SDK models"]
     )
-    ours_rate = statistics.median(rates["stream.decode (libipld)"])
+    applied_rate = statistics.median(rates["decoded and applied"])
     print(f"  ratio ours / SDK: {ratio:.1f}x (target {TARGET:.0f}x)")
     print(
-        f"  one core keeps up with {ours_rate / RELAY_RATE:.0f}x a busy relay's "
-        f"{RELAY_RATE:,} events/s"
+        f"  decoded and applied on one core: {applied_rate / RELAY_RATE:.0f}x the network's "
+        f"{RELAY_RATE:,} events/s (sustained relay traffic, docs.bsky.app/blog/relay-ops)"
     )

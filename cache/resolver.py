@@ -146,6 +146,9 @@ class CachedResolver:
         self._inflight: dict[str, asyncio.Task[Identity]] = {}
         self._refreshing: dict[str, asyncio.Task[Identity]] = {}
         self.upstream_seen: dict[str, float] = {}  # upstream kind -> when it last answered
+        # DIDs whose account is not active (deactivated, takendown, ...), as an event stream
+        # told (`stream.follower`): the document still resolves, the account does not serve.
+        self.inactive: dict[str, str] = {}
         # (upstream kind, seconds) of resolutions not yet read by a metrics collector
         self.upstream_latency: deque[tuple[str, float]] = deque(maxlen=100_000)
 
@@ -177,9 +180,9 @@ class CachedResolver:
             self.counters["stale" if stale else "fresh"] += 1
             if stale and retry_at <= self.clock():
                 self._refresh_in_background(query)
-            return identity
+            return self._with_account(identity)
         self.counters["miss"] += 1
-        return await self._shared(query, timeout, reuse=True)
+        return self._with_account(await self._shared(query, timeout, reuse=True))
 
     async def refresh(self, identifier: str, *, timeout: float | None = None) -> Identity:
         """Resolve every part afresh, whatever is cached (a refresh request, an audit), and
@@ -191,7 +194,17 @@ class CachedResolver:
         except InvalidInput as err:
             return invalid_input(identifier, err, now_iso())
         self.counters["refreshes_requested"] += 1
-        return await self._shared(query, timeout, reuse=False)
+        return self._with_account(await self._shared(query, timeout, reuse=False))
+
+    def _with_account(self, identity: Identity) -> Identity:
+        status = self.inactive.get(identity.did) if self.inactive and identity.did else None
+        if status is None or identity.status in (Status.INVALID_INPUT, Status.UNAVAILABLE):
+            return identity
+        return dataclasses.replace(
+            identity,
+            status=Status.DID_DEACTIVATED,
+            error=f"{identity.did}: the account is {status} (its PDS's event stream says so)",
+        )
 
     async def purge(self, identifier: str) -> list[str]:
         """Forget an identity at both levels (a handle change must not hide behind a cached

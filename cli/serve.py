@@ -31,6 +31,7 @@ from resolver import Config, Resolver
 from server.memory import small_tls_buffers, trim_periodically
 from server.service import MalformedRequestLog, Service, Settings
 from server.web import WebPages
+from stream.follower import Follower
 
 from . import settings
 from .audit import webhook_from
@@ -136,14 +137,23 @@ async def serve(
     audit_config = dataclasses.replace(config, verify_plc=True, per_host_limit=8)
     webhook = webhook_from(merged)
     audit_path = Path(merged.get("audit_db") or default_audit_path())
+    audit_cached = CachedResolver(Resolver(audit_config), store, policy)
+    audit_cached.inactive = cached.inactive  # what the event streams say, audits hear too
     auditor = Auditor(
-        CachedResolver(Resolver(audit_config), store, policy),
+        audit_cached,
         AuditStore(audit_path),
         unreachable_after=int(merged.get("unreachable_after") or 3),
         webhook=webhook,
     )
     interval = float(merged["audit_interval"]) if merged.get("audit_interval") else None
-    AuditApi(service, auditor, interval).attach(app)
+    audits = AuditApi(service, auditor, interval)
+    audits.attach(app)
+    if merged.get("firehose"):
+        follower = Follower(cached, merged["firehose"], watchers=[audits.recheck])
+        service.health_sources["streams"] = follower.health
+        service.metric_sources.append(follower.metrics)
+        app.on_startup.append(lambda _: follower.start())
+        app.on_shutdown.append(lambda _: follower.stop())  # before the stores close
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=30)

@@ -161,6 +161,15 @@ _TABLE = [
     ),
     Setting("request_log", bool, SERVICE, "a JSON line per request on stderr", "true"),
     Setting(
+        "firehose",
+        list,
+        SERVICE,
+        "follow this relay's or PDS's event stream and re-verify identities as they change "
+        "(ws:// or wss:// base URL; repeatable)",
+        "none",
+        "URL",
+    ),
+    Setting(
         "cors_origin",
         list,
         SERVICE,

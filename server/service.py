@@ -260,6 +260,7 @@ class Service:
         cached.store.listeners.append(self.answers.clear)
         self.request_log = RequestLog(sys.stderr)
         self.metric_sources: list[Families] = []  # more families for /metrics (audits)
+        self.health_sources: dict[str, Callable[[], Any]] = {}  # more for /_health (streams)
         self.exposition = Exposition()
 
     def app(self) -> web.Application:
@@ -395,10 +396,11 @@ class Service:
         return XrpcError(status, name, message, cache=cache)
 
     def _document(self, identity: Identity, table: dict[Status, Failure]) -> bytes:
-        """The DID document as served, when the DID resolved and nothing contradicts it."""
+        """The DID document as served, when the DID resolved and nothing contradicts it
+        (a log that does not prove it, an account its PDS's event stream says is not active)."""
         document = identity.did_document_json
         if (
-            identity.status is not Status.PLC_LOG_INVALID
+            identity.status not in (Status.PLC_LOG_INVALID, Status.DID_DEACTIVATED)
             and identity.did_doc.outcome is Outcome.OK
             and document is not None
         ):
@@ -525,6 +527,7 @@ class Service:
                 "uptime_s": round(now - self.started, 1),
                 "store": self.cached.store.name,
                 "upstream_last_answer_s_ago": seen,
+                **{name: source() for name, source in self.health_sources.items()},
             },
             headers={"Cache-Control": "no-store"},
         )

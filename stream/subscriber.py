@@ -187,11 +187,11 @@ class Subscriber:
                     if message.type is aiohttp.WSMsgType.ERROR:
                         raise ConnectionError(str(ws.exception()))
                     continue
-                if not await self._frame(message.data):
+                if not await self.feed(message.data):
                     return
             self.state.last_error = f"closed by the relay ({ws.close_code})"
 
-    async def _frame(self, raw: bytes) -> bool:
+    async def feed(self, raw: bytes) -> bool:
         """One frame; False when the relay said it is closing."""
         try:
             event = decode(raw)

@@ -9,6 +9,7 @@ import pytest
 
 from resolver import Config
 from tests.devnet.network import DevnetState, running_devnet
+from tests.webhook_receiver import Receiver
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +28,11 @@ def devnet_config(devnet: DevnetState) -> Config:
 def devnet_env(devnet: DevnetState) -> dict[str, str]:
     """The environment for the `atwhois` executable, pointed at the test network."""
     return {**os.environ, **devnet.env()}
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook endpoint on loopback (`tests.webhook_receiver`)."""
+    state = Receiver()
+    yield state
+    state.server.shutdown()

@@ -6,15 +6,11 @@ import csv
 import dataclasses
 import hashlib
 import hmac
-import http.server
 import io
 import json
-import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -31,6 +27,7 @@ from tests.devnet import world
 from tests.devnet.network import DevnetState
 from tests.forwarder import PlcStandIn
 from tests.plc_ops import PlcAccount, new_handle
+from tests.webhook_receiver import Receiver
 
 
 def _config(devnet: DevnetState) -> Config:
@@ -44,48 +41,6 @@ def store(tmp_path: Path) -> AuditStore:
 
 def kinds(store: AuditStore, run_id: int) -> set[tuple[str, str]]:
     return {(f.identifier, f.kind) for f in store.run_findings(run_id)}
-
-
-class Receiver:
-    """A webhook endpoint on loopback, in a thread of its own (the CLI's runs block this
-    one): it refuses the first `failures` attempts of each run's delivery (HTTP 500), or
-    every attempt while `down`, then takes it."""
-
-    def __init__(self) -> None:
-        self.failures = 0
-        self.down = False
-        self.received: list[tuple[dict[str, str], bytes]] = []
-        self.attempts: Counter[str] = Counter()
-        state = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                run = self.headers["X-Atwhois-Run"]
-                state.attempts[run] += 1
-                refused = state.down or state.attempts[run] <= state.failures
-                if not refused:
-                    state.received.append((dict(self.headers), body))
-                self.send_response(500 if refused else 204)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def payloads(self) -> list[dict[str, Any]]:
-        return [json.loads(body) for _, body in self.received]
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    state = Receiver()
-    yield state
-    state.server.shutdown()
 
 
 SECRET = "s3cret-hook-key"

@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,14 +17,21 @@ import httpx
 from resolver import Config, Resolver, Status
 from stream import AccountEvent, IdentityEvent
 from stream.subscriber import Backoff, MemoryCursor, Subscriber
+from tests import metrics
+from tests.daemon import Daemon, running_daemon
 from tests.devnet import world
 from tests.devnet.network import DevnetState
 from tests.devnet.pds import create_account
+from tests.webhook_receiver import Receiver
 
 
-def xrpc(devnet: DevnetState, method: str, body: dict[str, Any], token: str | None = None) -> Any:
+def xrpc(
+    devnet: DevnetState, method: str, body: dict[str, Any] | None, token: str | None = None
+) -> Any:
+    """A procedure of the PDS's own API (`body` None: one that takes none)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    response = httpx.post(f"{devnet.pds_url}/xrpc/{method}", json=body, headers=headers, timeout=30)
+    url = f"{devnet.pds_url}/xrpc/{method}"
+    response = httpx.post(url, json=body, headers=headers, timeout=30)
     assert response.status_code == 200, response.text
     return response.json() if response.content else None
 
@@ -90,3 +98,132 @@ async def _until(condition: Any, timeout: float = 20) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the event never came"
         await asyncio.sleep(0.05)
+
+
+def test_the_daemon_follows_the_pds_and_re_verifies_at_once(
+    devnet: DevnetState, tmp_path: Path, receiver: Receiver
+) -> None:
+    """Two daemons cache the same verified handle (TTL one hour); the account moves to
+    another handle through the PDS's API. Within 2 s, with no refresh call, the one that
+    follows the PDS's stream answers the new handle, refuses the old one (HandleNotFound)
+    and shows the new alias for the DID, from its cache; the other still serves what it
+    cached, as its TTL allows. A deactivation is DidDeactivated within 2 s, a reactivation
+    lifts it; the audits re-check the watched handle at once and deliver their finding."""
+    name = f"fol{uuid.uuid4().hex[:8]}"
+    did = create_account(devnet.pds_url, name)
+    old, new = name + world.LIVE_HANDLE_SUFFIX, f"{name}-moved{world.LIVE_HANDLE_SUFFIX}"
+    stream_url = devnet.pds_url.replace("http://", "ws://")
+    common = ("--cache", "memory:", "--ttl-verified", "3600:86400")
+    follow = (
+        "--firehose", stream_url, "--refresh-token", "t0k", "--webhook", receiver.url,
+        "--audit-db", str(tmp_path / "audit.db"),
+    )  # fmt: skip
+    with (
+        running_daemon(devnet.env(), tmp_path / "a.log", *common, *follow) as following,
+        running_daemon(devnet.env(), tmp_path / "b.log", *common) as other,
+    ):
+        for daemon in (following, other):
+            assert resolve_handle(daemon, old) == (200, did)
+        watched = httpx.post(
+            following.url + "/v1/watch",
+            json={"identifier": old, "label": "ours"},
+            headers={"Authorization": "Bearer t0k"},
+        )
+        assert watched.status_code == 201
+        baseline = httpx.post(  # the audit's first check: what an event is compared with
+            following.url + "/v1/audit/runs", headers={"Authorization": "Bearer t0k"}, timeout=60
+        )
+        assert baseline.json()["by_status"] == {"verified": 1}
+        _wait(lambda: httpx.get(following.url + "/_health").json()["streams"][0]["connected"])
+        session = xrpc(
+            devnet,
+            "com.atproto.server.createSession",
+            {"identifier": old, "password": world.live_password(name)},
+        )
+        xrpc(devnet, "com.atproto.identity.updateHandle", {"handle": new}, session["accessJwt"])
+        took = _wait(lambda: resolve_handle(following, new) == (200, did), timeout=2)
+        assert resolve_handle(following, old) == (404, None)  # served no more by the PDS
+        assert xrpc_get(following, "resolveHandle", handle=old).json()["error"] == "HandleNotFound"
+        document = xrpc_get(following, "resolveDid", did=did)
+        assert document.json()["didDoc"]["alsoKnownAs"] == [f"at://{new}"]
+        report = httpx.get(f"{following.url}/v1/identity/{did}").json()
+        assert report["status"] == "verified" and report["handle"] == new
+        assert report["cache"]["cached"] and report["cache"]["state"] == "fresh"  # not a miss
+        assert resolve_handle(other, old) == (200, did)  # without the stream: an hour-old truth
+
+        # The audits heard it: the watched handle re-checked now, its finding delivered.
+        _wait(lambda: bool(receiver.payloads()), timeout=10)
+        delivered = receiver.payloads()[0]
+        assert delivered["source"] == "event stream"
+        assert ("became_unverified", old, "ours") in {
+            (f["kind"], f["identifier"], f["label"]) for f in delivered["findings"]
+        }
+
+        xrpc(devnet, "com.atproto.server.deactivateAccount", {}, session["accessJwt"])
+        _wait(lambda: xrpc_get(following, "resolveDid", did=did).status_code == 404, timeout=2)
+        gone = xrpc_get(following, "resolveDid", did=did).json()
+        assert gone["error"] == "DidDeactivated" and "deactivated" in gone["message"]
+        assert resolve_handle(following, new)[0] == 404  # its handle leads nowhere now
+        xrpc(devnet, "com.atproto.server.activateAccount", None, session["accessJwt"])
+        _wait(lambda: xrpc_get(following, "resolveDid", did=did).status_code == 200, timeout=2)
+
+        health = httpx.get(following.url + "/_health").json()["streams"][0]
+        assert health["events"]["#identity"] >= 1 and health["events"]["#account"] >= 2
+        assert health["cursor"] is not None and health["malformed"] == 0
+        text = httpx.get(following.url + "/metrics").text
+        assert metrics.value(text, "atwhois_stream_revalidations_total", result="done") >= 1
+        assert metrics.value(text, "atwhois_stream_connected", url=stream_url) == 1
+        assert took < 2
+
+
+def test_a_restarted_daemon_applies_what_changed_while_it_was_away(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """The cursor and the cache are in the SQLite file: a daemon stopped, a handle changed
+    meanwhile, the daemon started again resumes from its cursor and applies the change."""
+    name = f"rst{uuid.uuid4().hex[:8]}"
+    did = create_account(devnet.pds_url, name)
+    first, second, third = (f"{name}{tag}{world.LIVE_HANDLE_SUFFIX}" for tag in ("", "-b", "-c"))
+    session = xrpc(
+        devnet,
+        "com.atproto.server.createSession",
+        {"identifier": first, "password": world.live_password(name)},
+    )
+    args = (
+        "--cache", f"sqlite://{tmp_path}/cache.db", "--ttl-verified", "3600:86400",
+        "--firehose", devnet.pds_url.replace("http://", "ws://"),
+    )  # fmt: skip
+    with running_daemon(devnet.env(), tmp_path / "a.log", *args) as daemon:
+        _wait(lambda: httpx.get(daemon.url + "/_health").json()["streams"][0]["connected"])
+        xrpc(devnet, "com.atproto.identity.updateHandle", {"handle": second}, session["accessJwt"])
+        _wait(lambda: resolve_handle(daemon, second) == (200, did))  # cached, verified
+        cursor = httpx.get(daemon.url + "/_health").json()["streams"][0]["cursor"]
+        assert cursor is not None
+    # while no daemon listens
+    xrpc(devnet, "com.atproto.identity.updateHandle", {"handle": third}, session["accessJwt"])
+    with running_daemon(devnet.env(), tmp_path / "b.log", *args) as daemon:
+        _wait(lambda: resolve_handle(daemon, second)[0] == 404)  # the cached answer replaced
+        assert resolve_handle(daemon, third) == (200, did)
+        assert httpx.get(daemon.url + "/_health").json()["streams"][0]["cursor"] > cursor
+
+
+def xrpc_get(daemon: Daemon, method: str, **params: str) -> httpx.Response:
+    return httpx.get(f"{daemon.url}/xrpc/com.atproto.identity.{method}", params=params, timeout=30)
+
+
+def resolve_handle(daemon: Daemon, handle: str) -> tuple[int, str | None]:
+    answer = httpx.get(
+        daemon.url + "/xrpc/com.atproto.identity.resolveHandle",
+        params={"handle": handle},
+        timeout=30,
+    )
+    return answer.status_code, answer.json().get("did")
+
+
+def _wait(condition: Any, timeout: float = 20) -> float:
+    """Until `condition()`; the seconds it took (more than `timeout` fails the test)."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < timeout, f"not within {timeout} s"
+        time.sleep(0.05)
+    return time.monotonic() - started

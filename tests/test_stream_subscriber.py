@@ -9,6 +9,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -174,3 +175,31 @@ def test_backoff_is_jittered_grows_and_is_capped() -> None:
 
 async def _ignore(_: IdentityEvent | AccountEvent) -> None:
     pass
+
+
+async def test_events_for_one_did_are_coalesced_into_at_most_one_more_refresh() -> None:
+    """A unit test of the follower's bookkeeping, with a resolver stand-in that counts and
+    takes its time: five events during one refresh make one more, not five."""
+    from types import SimpleNamespace
+
+    from cache.stores.memory import MemoryStore
+    from stream.follower import Follower
+
+    refreshed: list[str] = []
+
+    async def refresh(identifier: str) -> Any:
+        refreshed.append(identifier)
+        await asyncio.sleep(0.05)
+        return SimpleNamespace(declared_handle="alice.example.com")
+
+    async def lookup(_: str) -> Any:
+        return SimpleNamespace(declared_handle="alice.example.com")
+
+    cached = SimpleNamespace(refresh=refresh, lookup=lookup, store=MemoryStore(), inactive={})
+    follower = Follower(cached, [])  # type: ignore[arg-type]
+    event = IdentityEvent(1, f.DID, f.TIME, None)
+    for _ in range(5):
+        await follower.on_event(event)
+        await asyncio.sleep(0.005)
+    await until(lambda: not follower._running)
+    assert refreshed.count(f.DID) == 2 and follower.revalidations == 2

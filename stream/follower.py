@@ -1,0 +1,168 @@
+"""The daemon following event streams (`atwhois serve --firehose URL`): one `Subscriber` per
+URL, cursors in the cache store, and on each `#identity` event a re-verification of the DID
+and of its handles in the background, so that the next reader finds a fresh verified answer
+(or a fresh refusal) instead of an hour-old one, and never a miss made on purpose. An
+`#account` event that says an account is not active (deactivated, takendown, suspended,
+deleted) makes every answer about its DID say so at once (`CachedResolver.inactive`, kept in
+the store across restarts); `active` again lifts it. Watchers (the audits) hear of both.
+
+A refresh replaces cached parts by the policy's table (a transient failure keeps what was
+there); refreshes of one DID are coalesced: an event during a refresh of the same DID runs
+one more afterwards, not one per event."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from cache import CachedResolver
+
+from .frames import AccountEvent, IdentityEvent
+from .subscriber import StoreCursor, Subscriber
+
+log = logging.getLogger("atwhois.stream")
+Watcher = Callable[[set[str]], Awaitable[None]]  # told the DID and handles that changed
+INACTIVE_KEY = "stream-inactive-accounts"  # the store entry: {did: status}
+KEEP = 365 * 24 * 3600.0
+
+
+class Follower:
+    def __init__(
+        self,
+        cached: CachedResolver,
+        urls: list[str],
+        *,
+        concurrency: int = 8,
+        watchers: list[Watcher] | None = None,
+    ) -> None:
+        self.cached = cached
+        self.watchers = watchers or []
+        self.subscribers = [
+            Subscriber(url, self.on_event, StoreCursor(cached.store, url)) for url in urls
+        ]
+        self.revalidations = 0
+        self.revalidation_failures = 0
+        self._gate = asyncio.Semaphore(concurrency)
+        self._running: dict[str, bool] = {}  # DID -> another event came during its refresh
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        stored = await self.cached.store.get(INACTIVE_KEY)
+        if stored is not None:
+            with contextlib.suppress(ValueError, TypeError):
+                self.cached.inactive.update(json.loads(stored.value))
+        for subscriber in self.subscribers:
+            self._spawn(subscriber.run())
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def on_event(self, event: IdentityEvent | AccountEvent) -> None:
+        if isinstance(event, AccountEvent):
+            await self._account(event)
+            return
+        if event.did in self._running:
+            self._running[event.did] = True  # once more when the one under way ends
+            return
+        self._running[event.did] = False
+        self._spawn(self._revalidate(event.did, event.handle))
+
+    async def _account(self, event: AccountEvent) -> None:
+        inactive = self.cached.inactive
+        before = inactive.get(event.did)
+        if event.active:
+            inactive.pop(event.did, None)
+        else:
+            inactive[event.did] = event.status or "inactive"
+        if inactive.get(event.did) != before:
+            value = json.dumps(inactive).encode()
+            await self.cached.store.put(INACTIVE_KEY, value, time.time() + KEEP)
+            self._tell({event.did})
+
+    def _tell(self, changed: set[str]) -> None:
+        for watcher in self.watchers:
+            self._spawn(watcher(changed))
+
+    async def _revalidate(self, did: str, hinted: str | None) -> None:
+        try:
+            again = True
+            while again:
+                async with self._gate:
+                    await self._refresh(did, hinted)
+                again = self._running[did]
+                self._running[did] = False
+        finally:
+            del self._running[did]
+
+    async def _refresh(self, did: str, hinted: str | None) -> None:
+        """The DID afresh, then every handle it was or is bound to: the one the cached
+        answer declared (it may point elsewhere now), the one it declares now, and the
+        event's hint (checked like any other)."""
+        self.revalidations += 1
+        try:
+            before = await self.cached.lookup(did)
+            after = await self.cached.refresh(did)
+            handles = {before.declared_handle, after.declared_handle, hinted} - {None}
+            for handle in sorted(h for h in handles if h is not None):
+                await self.cached.refresh(handle)
+            self._tell({did, *(h for h in handles if h is not None)})
+        except Exception as err:  # one bad identity never stops the stream
+            self.revalidation_failures += 1
+            log.warning(
+                json.dumps({"event": "revalidation_failed", "did": did, "error": repr(err)})
+            )
+
+    def health(self) -> list[dict[str, Any]]:
+        return [s.state.to_json() for s in self.subscribers]
+
+    def metrics(self) -> Iterator[Metric]:
+        events = CounterMetricFamily(
+            "atwhois_stream_events",
+            "Event-stream frames, by stream and type.",
+            labels=["url", "type"],
+        )
+        reconnects = CounterMetricFamily(
+            "atwhois_stream_reconnects", "Reconnections to an event stream.", labels=["url"]
+        )
+        malformed = CounterMetricFamily(
+            "atwhois_stream_malformed_frames", "Frames refused as malformed.", labels=["url"]
+        )
+        lag = GaugeMetricFamily(
+            "atwhois_stream_lag_seconds",
+            "Now minus the time of the last identity or account event.",
+            labels=["url"],
+        )
+        connected = GaugeMetricFamily(
+            "atwhois_stream_connected", "1 while connected to the stream.", labels=["url"]
+        )
+        for subscriber in self.subscribers:
+            state = subscriber.state
+            for kind, n in sorted(state.events.items()):
+                events.add_metric([state.url, kind], n)
+            reconnects.add_metric([state.url], state.reconnects)
+            malformed.add_metric([state.url], state.malformed)
+            connected.add_metric([state.url], int(state.connected))
+            if state.lag_s is not None:
+                lag.add_metric([state.url], state.lag_s)
+        revalidations = CounterMetricFamily(
+            "atwhois_stream_revalidations",
+            "Identities re-verified because of an #identity event, and those that failed.",
+            labels=["result"],
+        )
+        revalidations.add_metric(["done"], self.revalidations - self.revalidation_failures)
+        revalidations.add_metric(["failed"], self.revalidation_failures)
+        yield from (events, reconnects, malformed, lag, connected, revalidations)

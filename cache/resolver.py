@@ -247,6 +247,15 @@ class CachedResolver:
 
     # --- reading --------------------------------------------------------------------
 
+    async def held(self, did: str) -> tuple[bool, str | None]:
+        """Whether this DID's document is cached, and the handle it declares there: what an
+        event about the DID may have made untrue (nothing is resolved to find out)."""
+        cached = await self._cached(did_key(did))
+        if cached is None or not isinstance(cached.part, DocumentResolution):
+            return False, None
+        data = cached.part.data
+        return True, data.declared_handle if data else None
+
     def _key(self, query: Query) -> str:
         return handle_key(query.value) if query.kind == "handle" else did_key(query.value)
 

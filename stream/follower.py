@@ -111,12 +111,16 @@ class Follower:
     async def _refresh(self, did: str, hinted: str | None) -> None:
         """The DID afresh, then every handle it was or is bound to: the one the cached
         answer declared (it may point elsewhere now), the one it declares now, and the
-        event's hint (checked like any other)."""
+        event's hint (checked like any other). Only a DID this daemon holds: the network's
+        other identities are nobody's question here, and resolving each of them on every
+        event would flood the upstreams."""
+        held, declared = await self.cached.held(did)
+        if not held:
+            return
         self.revalidations += 1
         try:
-            before = await self.cached.lookup(did)
             after = await self.cached.refresh(did)
-            handles = {before.declared_handle, after.declared_handle, hinted} - {None}
+            handles = {declared, after.declared_handle, hinted} - {None}
             for handle in sorted(h for h in handles if h is not None):
                 await self.cached.refresh(handle)
             self._tell({did, *(h for h in handles if h is not None)})

@@ -197,8 +197,12 @@ def test_a_restarted_daemon_applies_what_changed_while_it_was_away(
         _wait(lambda: httpx.get(daemon.url + "/_health").json()["streams"][0]["connected"])
         xrpc(devnet, "com.atproto.identity.updateHandle", {"handle": second}, session["accessJwt"])
         _wait(lambda: resolve_handle(daemon, second) == (200, did))  # cached, verified
-        cursor = httpx.get(daemon.url + "/_health").json()["streams"][0]["cursor"]
-        assert cursor is not None
+
+        def cursor_now() -> Any:
+            return httpx.get(daemon.url + "/_health").json()["streams"][0]["cursor"]
+
+        _wait(lambda: cursor_now() is not None)  # the event came: the cursor is stored
+        cursor = cursor_now()
     # while no daemon listens
     xrpc(devnet, "com.atproto.identity.updateHandle", {"handle": third}, session["accessJwt"])
     with running_daemon(devnet.env(), tmp_path / "b.log", *args) as daemon:

@@ -179,7 +179,8 @@ async def _ignore(_: IdentityEvent | AccountEvent) -> None:
 
 async def test_events_for_one_did_are_coalesced_into_at_most_one_more_refresh() -> None:
     """A unit test of the follower's bookkeeping, with a resolver stand-in that counts and
-    takes its time: five events during one refresh make one more, not five."""
+    takes its time: five events during one refresh make one more, not five; an event about
+    a DID the cache does not hold resolves nothing."""
     from types import SimpleNamespace
 
     from cache.stores.memory import MemoryStore
@@ -192,10 +193,10 @@ async def test_events_for_one_did_are_coalesced_into_at_most_one_more_refresh() 
         await asyncio.sleep(0.05)
         return SimpleNamespace(declared_handle="alice.example.com")
 
-    async def lookup(_: str) -> Any:
-        return SimpleNamespace(declared_handle="alice.example.com")
+    async def held(did: str) -> tuple[bool, str | None]:
+        return (True, "alice.example.com") if did == f.DID else (False, None)
 
-    cached = SimpleNamespace(refresh=refresh, lookup=lookup, store=MemoryStore(), inactive={})
+    cached = SimpleNamespace(refresh=refresh, held=held, store=MemoryStore(), inactive={})
     follower = Follower(cached, [])  # type: ignore[arg-type]
     event = IdentityEvent(1, f.DID, f.TIME, None)
     for _ in range(5):
@@ -203,3 +204,8 @@ async def test_events_for_one_did_are_coalesced_into_at_most_one_more_refresh() 
         await asyncio.sleep(0.005)
     await until(lambda: not follower._running)
     assert refreshed.count(f.DID) == 2 and follower.revalidations == 2
+    assert refreshed.count("alice.example.com") == 2  # the handle it declares, each time
+    # a DID this daemon does not hold: nobody asked, nothing is resolved
+    await follower.on_event(IdentityEvent(2, "did:plc:" + "b" * 24, f.TIME, "x.example.com"))
+    await until(lambda: not follower._running)
+    assert follower.revalidations == 2 and "x.example.com" not in refreshed

@@ -4,7 +4,6 @@ and removing take the same token as the API's write endpoints, typed into the fo
 
 from __future__ import annotations
 
-import hmac
 import time
 import urllib.parse
 
@@ -75,10 +74,9 @@ class AuditPages:
 
     async def edit(self, request: web.Request) -> web.Response:
         form = await request.post()
-        token = self.service.settings.refresh_token
-        given = str(form.get("token", ""))
-        if not token or not hmac.compare_digest(given.encode(), token.encode()):
-            why = "editing is disabled: no token configured" if not token else "wrong token"
+        if not self.service.token_matches(str(form.get("token", ""))):
+            disabled = not self.service.settings.refresh_token
+            why = "editing is disabled: no token configured" if disabled else "wrong token"
             return self._overview(f"Not changed: {why}.", 403, "bad")
         try:
             identifier = self.service.cached.resolver.parse(str(form.get("identifier", ""))).value

@@ -453,6 +453,12 @@ class Service:
         origin = request.headers.get("Origin")
         return origin if origin in origins else None
 
+    def token_matches(self, given: str) -> bool:
+        """Whether `given` is the configured token (none configured: nothing is), compared
+        in constant time: the API's bearer header and the pages' form both ask here."""
+        token = self.settings.refresh_token
+        return bool(token) and hmac.compare_digest(given.encode(), (token or "").encode())
+
     def authorize(self, request: web.Request, what: str) -> None:
         """Changes (refresh, watch-list edits) need the configured bearer token."""
         token = self.settings.refresh_token
@@ -461,7 +467,7 @@ class Service:
         given = request.headers.get("Authorization", "")
         if not given.startswith("Bearer "):
             raise XrpcError(401, "AuthenticationRequired", "a bearer token is required")
-        if not hmac.compare_digest(given.removeprefix("Bearer ").encode(), token.encode()):
+        if not self.token_matches(given.removeprefix("Bearer ")):
             raise XrpcError(403, "InvalidToken", "the bearer token is not valid")
 
     async def json_body(self, request: web.Request) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from resolver import Config, Resolver
 from resolver.errors import InvalidInput
 from resolver.syntax import parse_lookup
 
-from .main import configure
+from .main import configure, identifier_lines
 
 Progress = Callable[[int, int], None]
 
@@ -133,11 +133,11 @@ def audit_run(args: argparse.Namespace) -> int:
     targets = None
     if args.file is not None:
         try:
-            lines = [ln.strip() for ln in args.file.read_text().splitlines()]
+            text = args.file.read_text()
         except OSError as err:
             print(f"{args.prog}: {err}", file=sys.stderr)
             return 2
-        names = _normalize([ln for ln in lines if ln and not ln.startswith("#")], config, args.prog)
+        names = _normalize(identifier_lines(text), config, args.prog)
         if names is None:
             return 2
         targets = [Watched(name) for name in names]

@@ -455,6 +455,12 @@ def _source(args: argparse.Namespace, given: dict[str, Any], config: Config) -> 
     return LocalSource(CachedResolver(Resolver(config), open_store(url)), refresh=args.refresh)
 
 
+def identifier_lines(text: str) -> list[str]:
+    """A file of identifiers: one a line, blank lines and `#` comments skipped."""
+    lines = (line.strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
 def lookup(args: argparse.Namespace) -> int:
     given, config = configure(args)
     if args.file is not None or args.identifier == "-":
@@ -464,9 +470,7 @@ def lookup(args: argparse.Namespace) -> int:
             where = args.file or "standard input"
             print(f"atwhois: cannot read identifiers from {where}: {err}", file=sys.stderr)
             return 2
-        identifiers = [line.strip() for line in text.splitlines()]
-        identifiers = [i for i in identifiers if i and not i.startswith("#")]
-        return _run(_batch(_source(args, given, config), identifiers, args))
+        return _run(_batch(_source(args, given, config), identifier_lines(text), args))
     if not args.identifier:
         raise UsageError(args.prog, "give an identifier, - for standard input, or --file FILE")
     identifier = args.identifier.strip()

@@ -18,6 +18,8 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service as DriverService
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.daemon import Daemon, running_daemon
 from tests.devnet import world
@@ -180,6 +182,7 @@ def test_the_home_page_and_the_lookup_form(browser: webdriver.Chrome, daemon: Da
     field = browser.find_element(By.ID, "q")
     field.send_keys("@Carol.Test")
     field.submit()
+    WebDriverWait(browser, 20).until(staleness_of(field))
     assert browser.current_url == daemon.url + "/id/%40Carol.Test"  # a permalink
     assert "@Carol.Test: verified" in browser.find_element(By.TAG_NAME, "body").text
 
@@ -192,6 +195,7 @@ def test_the_audits_page_edits_with_the_token(browser: webdriver.Chrome, daemon:
         form.find_element(By.NAME, "label").send_keys(label)
         form.find_element(By.NAME, "token").send_keys(token)
         form.submit()
+        WebDriverWait(browser, 20).until(staleness_of(form))  # the answer's page, not this one
         return browser.find_element(By.TAG_NAME, "body").text
 
     assert "Not changed: wrong token." in add("grace.test", "team", "guess")
@@ -202,7 +206,9 @@ def test_the_audits_page_edits_with_the_token(browser: webdriver.Chrome, daemon:
     )
     text = visit(browser, daemon, "/audits", "audits")
     assert "grace.test team ok verified" in text
-    browser.find_element(By.LINK_TEXT, "grace.test").click()
+    link = browser.find_element(By.LINK_TEXT, "grace.test")
+    link.click()
+    WebDriverWait(browser, 20).until(staleness_of(link))
     assert "1 check" in browser.find_element(By.TAG_NAME, "body").text
     visit(browser, daemon, "/audits/grace.test", "audit-history")
 

@@ -11,6 +11,7 @@ COPY server ./server
 COPY cli ./cli
 COPY audit ./audit
 COPY stream ./stream
+COPY mirror ./mirror
 RUN pip install --no-cache-dir --no-deps . && useradd --create-home atwhois && mkdir /data \
     && chown atwhois /data
 USER atwhois

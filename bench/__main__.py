@@ -9,6 +9,7 @@ from bench import (
     cache_lookups,
     cold_resolution,
     memory_load,
+    plc_mirror,
     plc_verify,
     serve_load,
     startup,
@@ -18,6 +19,7 @@ from bench import (
 BENCHMARKS = {
     "cold": cold_resolution.main,
     "plc": plc_verify.main,
+    "mirror": plc_mirror.main,
     "cache": cache_lookups.main,
     "serve": serve_load.main,
     "audit": audit_run.main,

@@ -33,10 +33,14 @@ BARE = textwrap.dedent("""
 """)
 
 
-def wrk(url: str, connections: int, seconds: int) -> tuple[float, float, float]:
-    """Requests/s, p50 and p99 in milliseconds (one wrk thread: the other core serves)."""
+def wrk(
+    url: str, connections: int, seconds: int, script: Path | None = None
+) -> tuple[float, float, float]:
+    """Requests/s, p50 and p99 in milliseconds (one wrk thread: the other core serves);
+    `script`: a wrk Lua script (which URLs to ask)."""
+    extra = ["-s", str(script)] if script else []
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", url],
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", *extra, url],
         capture_output=True,
         text=True,
         check=True,

@@ -140,6 +140,25 @@ def _identifier_and_json(what: str) -> Callable[[argparse.ArgumentParser], None]
     return arguments
 
 
+MIRROR_LISTEN = "127.0.0.1:2582"
+
+
+def _mirror_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--listen",
+        default=MIRROR_LISTEN,
+        metavar="HOST:PORT",
+        help=f"where to serve the PLC read API (default {MIRROR_LISTEN}; port 0: any)",
+    )
+    parser.add_argument("--once", action="store_true", help="catch up, print a summary, stop")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="print the refused operations and flagged DIDs the mirror holds, and stop",
+    )
+    parser.add_argument("--json", action="store_true", help="--once and --report as JSON")
+
+
 def _export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the export file, or - for standard input")
     parser.add_argument(
@@ -231,6 +250,15 @@ COMMANDS = [
         "verify a PLC directory export (JSON Lines, legacy or seq format) op by op, in bounded "
         "memory; exit 0 if every op verifies (allow-listed ones aside), 1 if not",
         arguments=_export_arguments,
+    ),
+    Command(
+        ("plc", "mirror"),
+        "cli.mirror:run",
+        "mirror the PLC directory named by --plc-url, verifying every operation, and serve "
+        "its read API (GET /{did}, /log/audit, /export, ...); exit 1 after --once if the "
+        "upstream served ops the rules refuse",
+        ["plc_url", "plc_db", "plc_mirror_interval", "plc_mirror_workers", "plc_mirror_profile"],
+        _mirror_arguments,
     ),
     Command(
         ("cache", "stats"), "cli.main:cache_stats", "what the cache holds", ["cache"], _json_flag

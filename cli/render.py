@@ -49,6 +49,8 @@ def _evidence(name: str, evidence: Report, style: Style) -> str:
         parts.append(f"({evidence['error']})")
     if evidence["source"]:
         parts.append(style(evidence["source"], DIM))
+    if evidence.get("via"):
+        parts.append(style(f"[{evidence['via']}]", DIM))
     return "  ".join(parts)
 
 

@@ -27,6 +27,8 @@ from audit.api import AuditApi
 from audit.pages import AuditPages
 from cache import CachedResolver, Lifetime, Policy, open_store
 from cache.stores import default_sqlite_path
+from mirror import Follower as MirrorFollower
+from mirror import MirrorApi, MirrorFetcher, default_mirror_path
 from resolver import Config, Resolver
 from server.memory import small_tls_buffers, trim_periodically
 from server.service import MalformedRequestLog, Service, Settings
@@ -36,6 +38,8 @@ from stream.follower import Follower
 from . import settings
 from .audit import webhook_from
 from .main import configure
+from .mirror import follower_from as mirror_follower_from
+from .mirror import open_from as mirror_store_from
 
 DEFAULT_PORT = 2584
 
@@ -71,6 +75,7 @@ def _policy(merged: dict[str, Any]) -> Policy:
 _DEFAULT_PLACES: dict[str, Callable[[], str]] = {
     "cache": lambda: f"sqlite://{default_sqlite_path()}",
     "audit_db": lambda: str(default_audit_path()),
+    "plc_db": lambda: str(default_mirror_path()),
 }
 
 
@@ -127,7 +132,13 @@ async def serve(
     )
     store = open_store(merged.get("cache"), memory_bytes=budget - budget // 8)
     resolutions = int(merged.get("max_resolutions") or 32)
-    cached = CachedResolver(Resolver(config), store, policy, max_resolutions=resolutions)
+    plc_mirror = _plc_mirror(merged) if merged.get("plc_mirror") else None
+
+    def resolver(config: Config) -> Resolver:
+        """did:plc from the mirror in this process when there is one, else the directory."""
+        return Resolver(config, plc=MirrorFetcher(plc_mirror[0]) if plc_mirror else None)
+
+    cached = CachedResolver(resolver(config), store, policy, max_resolutions=resolutions)
     service = Service(cached, service_settings)
     small_tls_buffers()
     app = service.app()
@@ -137,7 +148,7 @@ async def serve(
     audit_config = dataclasses.replace(config, verify_plc=True, per_host_limit=8)
     webhook = webhook_from(merged)
     audit_path = Path(merged.get("audit_db") or default_audit_path())
-    audit_cached = CachedResolver(Resolver(audit_config), store, policy)
+    audit_cached = CachedResolver(resolver(audit_config), store, policy)
     audit_cached.inactive = cached.inactive  # what the event streams say, audits hear too
     auditor = Auditor(
         audit_cached,
@@ -154,6 +165,8 @@ async def serve(
         service.metric_sources.append(follower.metrics)
         app.on_startup.append(lambda _: follower.start())
         app.on_shutdown.append(lambda _: follower.stop())  # before the stores close
+    if plc_mirror is not None:
+        _serve_plc_mirror(app, service, *plc_mirror)
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=30)
@@ -184,11 +197,39 @@ async def serve(
     await runner.cleanup()  # stops listening, lets in-flight requests finish, closes stores
 
 
+def _plc_mirror(merged: dict[str, Any]) -> tuple[MirrorApi, MirrorFollower]:
+    store = mirror_store_from(merged)
+    follower = mirror_follower_from(merged, store)
+    profile = merged.get("plc_mirror_profile") or "directory"
+    return MirrorApi(store, follower.state, profile=profile), follower
+
+
+def _serve_plc_mirror(
+    app: web.Application, service: Service, api: MirrorApi, follower: MirrorFollower
+) -> None:
+    """The PLC read API beside XRPC, the follower on a thread of its own, its state in
+    /_health and /metrics; on shutdown the follower stops before its store closes."""
+    api.attach(app)
+    service.health_sources["plc_mirror"] = api.state.to_json
+    service.metric_sources.append(api.state.metrics)
+
+    async def start(_: web.Application) -> None:
+        follower.start()
+
+    async def stop(_: web.Application) -> None:
+        await asyncio.to_thread(follower.stop)
+        api.store.close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+
+
 def run(args: argparse.Namespace) -> int:
     merged, config = configure(args)
     policy = _policy(merged)  # a bad ttl is a configuration error, before anything starts
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     logging.getLogger("aiohttp.server").addFilter(MalformedRequestLog())
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the mirror's polls: metrics say
     try:
         asyncio.run(serve(merged, config, policy, effective_settings(args, config)))
     except (OSError, ValueError) as err:  # a cache URL of no known kind, a port taken

@@ -50,6 +50,7 @@ class Setting:
 
 
 RESOLUTION, STORAGE, SERVICE, AUDITS = "resolution", "cache", "service", "audits"
+MIRROR = "mirror"
 _TTL = "FRESH:MAX"
 _TABLE = [
     Setting("plc_url", str, RESOLUTION, "PLC directory base URL", "https://plc.directory", "URL"),
@@ -227,6 +228,52 @@ _TABLE = [
         "SECONDS",
         low=0.01,
     ),
+    Setting(
+        "plc_mirror",
+        bool,
+        MIRROR,
+        "serve: mirror the PLC directory (--plc-url is the upstream), verify every operation, "
+        "serve its read API (GET /{did}, /export, ...) and resolve did:plc from the mirror",
+        "false",
+    ),
+    Setting(
+        "plc_db",
+        str,
+        MIRROR,
+        "where the mirror keeps the directory: a SQLite file, or postgresql://...",
+        "~/.local/share/atwhois/plc-mirror.db",
+        "PATH|URL",
+    ),
+    Setting(
+        "plc_mirror_interval",
+        float,
+        MIRROR,
+        "seconds between polls of the upstream's /export once caught up",
+        "5",
+        "SECONDS",
+        low=0.01,
+        high=86400,
+    ),
+    Setting(
+        "plc_mirror_workers",
+        int,
+        MIRROR,
+        "processes that verify operations (0: in the main process)",
+        "one per core when there are several",
+        "N",
+        low=0,
+        high=256,
+    ),
+    Setting(
+        "plc_mirror_profile",
+        str,
+        MIRROR,
+        "answer as plc.directory does (Multikey documents, 410 for a tombstone) or as the "
+        "TypeScript reference server (legacy key types, 404)",
+        "directory",
+        "PROFILE",
+        choices=("directory", "reference"),
+    ),
 ]
 SETTINGS: dict[str, Setting] = {setting.name: setting for setting in _TABLE}
 GROUP_TITLES = {
@@ -234,6 +281,7 @@ GROUP_TITLES = {
     STORAGE: "cache",
     SERVICE: "service (atwhois serve)",
     AUDITS: "audits",
+    MIRROR: "PLC mirror (atwhois plc mirror, serve --plc-mirror)",
 }
 CONFIG_ENV = "ATWHOIS_CONFIG"
 _KIND_NAMES = {

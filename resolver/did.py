@@ -50,3 +50,18 @@ def check_plc_response(response: Response, did: str) -> None:
     # Any other status says nothing about the DID: a 403 from a firewall, a 429, a 400 for
     # a syntactically valid DID are the directory's trouble, to be retried, never absence.
     raise UpstreamFailure(f"PLC directory: HTTP {response.status}")
+
+
+def mirror_note(response: Response) -> str | None:
+    """What an atwhois PLC mirror says of its answer (`Atwhois-Plc-Mirror:
+    verified; upstream=URL; behind=1.2s; cursor=TIME`), as evidence text. Only the known
+    fields are read, and only printable text, capped: a header is the server's to write."""
+    if not response.provenance:
+        return None
+    fields = dict(part.strip().partition("=")[::2] for part in response.provenance[:400].split(";"))
+    if "verified" not in fields:
+        return None
+    upstream = "".join(c for c in fields.get("upstream", "?") if c.isprintable())
+    behind = fields.get("behind", "?")
+    lag = "backfilling" if behind == "backfilling" else f"{behind} behind"
+    return f"verified PLC mirror of {upstream[:200]} ({lag[:40]})"

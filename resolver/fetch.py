@@ -21,8 +21,9 @@ import ipaddress
 import re
 import socket
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -39,6 +40,7 @@ from .errors import (
 )
 
 _REDIRECTS = {301, 302, 303, 307, 308}
+MIRROR_HEADER = "Atwhois-Plc-Mirror"
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -47,6 +49,25 @@ class Response:
     url: str  # after redirects
     status: int
     body: bytes
+    # An atwhois PLC mirror says where its answer comes from (its `Atwhois-Plc-Mirror`
+    # header): verified, from which upstream, how far behind.
+    provenance: str | None = None
+
+
+class Getter(Protocol):
+    """What the resolver asks of a fetcher (a `Fetcher`, or an in-process PLC mirror)."""
+
+    async def get(
+        self,
+        url: str,
+        *,
+        max_bytes: int,
+        timeout: float,
+        max_redirects: int = 0,
+        accept: str = "*/*",
+    ) -> Response: ...
+
+    async def aclose(self) -> None: ...
 
 
 class AddressGuard:
@@ -214,9 +235,10 @@ class Fetcher:
     async def _follow(self, url: str, max_bytes: int, max_redirects: int, accept: str) -> Response:
         for hop in range(max_redirects + 1):
             self._check_url(url)
-            status, location, body = await self._get_once(url, max_bytes, accept)
+            status, headers, body = await self._get_once(url, max_bytes, accept)
+            location = headers.get("Location")
             if status not in _REDIRECTS or location is None:
-                return Response(url, status, body)
+                return Response(url, status, body, headers.get(MIRROR_HEADER))
             if hop == max_redirects:
                 break
             url = urljoin(url, location)
@@ -246,7 +268,7 @@ class Fetcher:
 
     async def _get_once(
         self, url: str, max_bytes: int, accept: str
-    ) -> tuple[int, str | None, bytes]:
+    ) -> tuple[int, Mapping[str, str], bytes]:
         try:
             async with self._client().get(
                 url, headers={"Accept": accept}, allow_redirects=False
@@ -261,7 +283,7 @@ class Fetcher:
                     size += len(chunk)
                     if size > max_bytes:
                         raise ResponseTooLarge(f"{_origin(url)}: body over {max_bytes} bytes")
-                return response.status, response.headers.get("Location"), b"".join(chunks)
+                return response.status, response.headers, b"".join(chunks)
         except aiohttp.InvalidURL:
             raise InvalidData(f"{url[:80]}: not a valid URL") from None
         except aiohttp.ClientError as err:

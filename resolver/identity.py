@@ -27,6 +27,7 @@ class Evidence:
     error_kind: str | None = None  # the error class, e.g. "UpstreamTimeout"
     ms: float | None = None
     source: str | None = None  # the name queried or the URL fetched
+    via: str | None = None  # what answered for the source: an atwhois PLC mirror says so
 
     @classmethod
     def skipped(cls, why: str) -> Evidence:
@@ -56,6 +57,7 @@ class Evidence:
             data["error_kind"],
             data["ms"],
             data["source"],
+            data.get("via"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -66,6 +68,7 @@ class Evidence:
             "error_kind": self.error_kind,
             "ms": self.ms,
             "source": self.source,
+            "via": self.via,
         }
 
 

@@ -62,6 +62,14 @@ class PublicKey:
     def did_key(self) -> str:
         return "did:key:" + self.multikey
 
+    @property
+    def uncompressed(self) -> bytes:
+        """The 65-byte SEC1 point (what legacy verification methods carry, CRYPTO-ENC-2)."""
+        if self.curve is Curve.K256:
+            return coincurve.PublicKey(self.compressed).format(compressed=False)
+        key = ec.EllipticCurvePublicKey.from_encoded_point(_EC_CURVES[self.curve], self.compressed)
+        return key.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+
 
 def _point(curve: Curve, sec1: bytes) -> PublicKey:
     """Validate a SEC1 point (compressed or not) on `curve` and keep it compressed."""

@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from .config import Config
-from .did import check_http_response, check_plc_response, document_url
+from .did import check_http_response, check_plc_response, document_url, mirror_note
 from .dns import DnsClient
 from .document import parse_json_document
 from .errors import InvalidInput, MalformedAnswer, ResolutionError
-from .fetch import Fetcher
+from .fetch import Fetcher, Getter
 from .handle import (
     WELL_KNOWN_MAX_BYTES,
     WELL_KNOWN_PATH,
@@ -53,12 +53,12 @@ class Resolver:
         *,
         dns: DnsClient | None = None,
         web: Fetcher | None = None,
-        plc: Fetcher | None = None,
+        plc: Getter | None = None,
     ) -> None:
         self.config = config or Config()
         self.dns = dns or DnsClient(self.config)
         self.web = web or Fetcher(self.config, self.dns, guarded=True)
-        self.plc = plc or Fetcher(self.config, self.dns, guarded=False)
+        self.plc: Getter = plc or Fetcher(self.config, self.dns, guarded=False)
 
     async def __aenter__(self) -> Resolver:
         return self
@@ -225,7 +225,9 @@ class Resolver:
             body, data = parse_json_document(did, response.body, dev=self.config.dev)
         except ResolutionError as err:
             return DocumentResolution(did, Evidence.failure(err, _ms(started), url))
-        evidence = Evidence(Outcome.OK, (did,), ms=round(_ms(started), 2), source=url)
+        evidence = Evidence(
+            Outcome.OK, (did,), ms=round(_ms(started), 2), source=url, via=mirror_note(response)
+        )
         return DocumentResolution(did, evidence, data, body)
 
     async def _replayed_audit_log(self, did: str) -> tuple[Evidence, Audit | None]:

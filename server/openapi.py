@@ -90,6 +90,7 @@ _EVIDENCE = _object(
         "error_kind": _nullable("string"),
         "ms": _nullable("number"),
         "source": _nullable("string"),
+        "via": _nullable("string"),
     }
 )
 _CACHE = _object(

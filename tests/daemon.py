@@ -36,10 +36,16 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def running_daemon(env: dict[str, str], log: Path, *args: str) -> Iterator[Daemon]:
+def running_daemon(
+    env: dict[str, str],
+    log: Path,
+    *args: str,
+    command: tuple[str, ...] = ("serve", "--port", "0"),
+) -> Iterator[Daemon]:
+    """`atwhois serve` (or another serving `command`), once it logs that it listens."""
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [ATWHOIS, "serve", "--port", "0", *args],
+            [ATWHOIS, *command, *args],
             env={**os.environ, **env},
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -52,7 +58,7 @@ def running_daemon(env: dict[str, str], log: Path, *args: str) -> Iterator[Daemo
                 if '"listening"' in line:
                     daemon = Daemon(json.loads(line)["url"], process, log)
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"atwhois serve did not start:\n{log.read_text()}")
+                raise RuntimeError(f"atwhois {command[0]} did not start:\n{log.read_text()}")
             time.sleep(0.05)
         yield daemon
     finally:

@@ -1,7 +1,8 @@
 """A stand-in for the PLC directory: a real HTTP server on loopback, on a thread of its own,
 that forwards every request to the reference directory, and can lie or fail on command.
 
-- `edits` maps a request path to a change of its 200 answer (a lying mirror);
+- `edits` maps a request path to a change of its 200 answer (a lying mirror), and
+  `export_edit` changes each line of `/export` pages;
 - `fault` makes every answer misbehave the way real upstreams and their firewalls do:
   `"status:403"` (any status, with a short HTML page), `"html"` (200 with an HTML page),
   `"truncated"` (200 with the first half of the real body, its length announced correctly,
@@ -38,6 +39,7 @@ class PlcStandIn:
         self.edits = edits or {}
         self.fault: str | None = None
         self.path_faults: dict[str, str] = {}  # a fault for one path only
+        self.export_edit: Edit | None = None  # a change of each line of /export answers
         self.requests = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -138,6 +140,10 @@ class PlcStandIn:
         status, answer = await self._forward(method, path, body)
         if status == 200 and path in self.edits:
             answer = json.dumps(self.edits[path](json.loads(answer))).encode()
+        if status == 200 and path.startswith("/export") and self.export_edit is not None:
+            edit = self.export_edit
+            lines = [json.dumps(edit(json.loads(line))) for line in answer.splitlines() if line]
+            answer = "\n".join(lines).encode()
         if fault == "truncated":
             return await _send(writer, status, answer[: len(answer) // 2], "application/json")
         if fault == "cut":

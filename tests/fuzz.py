@@ -16,11 +16,13 @@ import contextlib
 import copy
 import json
 import sys
+import tempfile
 import time
 import tomllib
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +30,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from cli import settings as serve_settings
+from mirror import MirrorApi, MirrorState, Replica
+from mirror.store import SqliteMirrorStore
 from resolver import Config, syntax
 from resolver.config import Nameserver
 from resolver.document import parse_json_document
@@ -254,11 +258,44 @@ def _log(log: Any) -> None:
 
 
 EXPORT = list(export_lines(6, 4))
+# pages of an export: real lines, lines with parts swapped for random JSON, and garbage
+export_pages = st.lists(
+    st.one_of(
+        st.sampled_from(EXPORT),
+        mutated_json([json.loads(line) for line in EXPORT]).map(
+            lambda v: json.dumps(v, allow_nan=True)
+        ),
+        st.text(max_size=80),
+    ),
+    max_size=12,
+)
 
 
 def _export(lines: list[str]) -> None:
     summary = verify_export(lines)
     json.dumps(summary.to_json())  # what --json prints; the text goes through an escaping stdout
+
+
+_MIRROR: list[tuple[Replica, MirrorApi]] = []
+
+
+def _mirror_page(lines: list[str]) -> None:
+    """One store for every example: hostile pages pile up on each other's DIDs."""
+    if not _MIRROR:
+        store = SqliteMirrorStore(Path(tempfile.mkdtemp(prefix="atwhois-fuzz-")) / "mirror.db")
+        _MIRROR.append((Replica(store), MirrorApi(store, MirrorState("https://upstream.test"))))
+    replica, api = _MIRROR[0]
+    result = replica.apply(lines)
+    assert result.applied + result.rejected + result.duplicates + result.bad_lines == sum(
+        1 for line in lines if line.strip()
+    )
+    for line in lines:
+        did = line.split('"did": "')[-1].split('"')[0]
+        for path in (f"/{did}", f"/{did}/data", f"/{did}/log/audit", f"/{did}/log/last"):
+            reply = api.answer("GET", path, {})
+            assert reply.status in (200, 404, 410), (path, reply.status)
+            json.loads(reply.body)
+    api.answer("GET", "/export", {"after": "0"})
 
 
 def _config(text: str) -> None:
@@ -352,20 +389,8 @@ TARGETS = [
         _operation,
     ),
     Target("PLC audit logs", st.one_of(mutated_json(LOGS), json_values), _log),
-    Target(
-        "export lines",
-        st.lists(
-            st.one_of(
-                st.sampled_from(EXPORT),
-                mutated_json([json.loads(line) for line in EXPORT]).map(
-                    lambda v: json.dumps(v, allow_nan=True)
-                ),
-                st.text(max_size=80),
-            ),
-            max_size=12,
-        ),
-        _export,
-    ),
+    Target("export lines", export_pages, _export),
+    Target("PLC mirror pages", export_pages, _mirror_page),
     Target("event stream frames", frames, _frame),
     Target(
         "TOML configuration",

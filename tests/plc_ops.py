@@ -61,6 +61,7 @@ class PlcAccount:
     def __init__(self, plc_url: str, handle: str | None, *, seed: str | None = None) -> None:
         self.plc_url = plc_url.rstrip("/")
         self.key = Key(seed or uuid.uuid4().hex)
+        self._handle = handle
         genesis = self.key.sign(plc_operation(None, [self.key], _aliases(handle)))
         self.did = did_of_genesis(dag_cbor(genesis))
         self._head = ""
@@ -68,7 +69,16 @@ class PlcAccount:
 
     def set_handle(self, handle: str | None) -> None:
         """Declare `handle` (None: declare none) from now on."""
+        self._handle = handle
         self._send(self.key.sign(plc_operation(self._head, [self.key], _aliases(handle))))
+
+    def rotate_key(self, seed: str) -> Key:
+        """Hand the identity to a new key (rotation and signing), signed by the old one."""
+        new = Key(seed)
+        handle = self._handle
+        self._send(self.key.sign(plc_operation(self._head, [new], _aliases(handle))))
+        self.key = new
+        return new
 
     def tombstone(self) -> None:
         self._send(self.key.sign({"type": "plc_tombstone", "prev": self._head}))

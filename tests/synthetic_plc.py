@@ -49,7 +49,8 @@ def export_lines(dids: int, ops_per_did: int, *, recover_every: int = 50) -> Ite
                     "cid": cid,
                     "nullified": nullified,
                     "createdAt": created.replace("+00:00", "Z"),
-                }
+                },
+                separators=(",", ":"),  # as the reference directory writes its export
             )
 
 

@@ -8,36 +8,93 @@ from typing import Any
 
 from ..keys import (
     LEGACY_KEY_TYPES,
+    Curve,
     InvalidKey,
+    PublicKey,
+    b58encode,
     parse_did_key,
     parse_legacy_multibase,
     parse_multikey,
 )
 from .audit import Audit, Finding
-from .operation import State
+from .operation import BadOperation, State, parse_operation
 
-_CONTEXT = ["https://www.w3.org/ns/did/v1", "https://w3id.org/security/multikey/v1"]
+_DID_CONTEXT = "https://www.w3.org/ns/did/v1"
+_MULTIKEY_CONTEXT = "https://w3id.org/security/multikey/v1"
+_SUITE_CONTEXT = {
+    Curve.P256: "https://w3id.org/security/suites/ecdsa-2019/v1",
+    Curve.K256: "https://w3id.org/security/suites/secp256k1-2019/v1",
+}
+_LEGACY_TYPE = {curve: name for name, curve in LEGACY_KEY_TYPES.items()}
 
 
-def build_document(did: str, state: State) -> dict[str, Any]:
+def build_document(did: str, state: State, *, legacy_keys: bool = False) -> dict[str, Any]:
+    """Section 11: the document the directory serves for a state, in the current shape
+    (`Multikey`, fully qualified key ids), or with `legacy_keys` in the shape of the
+    TypeScript reference server (@did-plc/lib 0.0.x: legacy key types carrying the
+    uncompressed point, relative key ids, no multikey context)."""
+    context = [_DID_CONTEXT] if legacy_keys else [_DID_CONTEXT, _MULTIKEY_CONTEXT]
+    methods = []
+    for name, did_key in state.verification_methods:
+        try:
+            key: PublicKey | None = parse_did_key(did_key)
+        except InvalidKey:
+            key = None  # P-OP-4: any did:key may sit here; unknown ones add no context
+        if key is not None and _SUITE_CONTEXT[key.curve] not in context:
+            context.append(_SUITE_CONTEXT[key.curve])
+        method = {
+            "id": f"{did}#{name}",
+            "type": "Multikey",
+            "controller": did,
+            "publicKeyMultibase": did_key.removeprefix("did:key:"),
+        }
+        if legacy_keys and key is not None:
+            method["id"] = f"#{name}"
+            method["type"] = _LEGACY_TYPE[key.curve]
+            method["publicKeyMultibase"] = "z" + b58encode(key.uncompressed)
+        methods.append(method)
     return {
-        "@context": _CONTEXT,
+        "@context": context,
         "id": did,
         "alsoKnownAs": list(state.also_known_as),
-        "verificationMethod": [
-            {
-                "id": f"{did}#{name}",
-                "type": "Multikey",
-                "controller": did,
-                "publicKeyMultibase": key.removeprefix("did:key:"),
-            }
-            for name, key in state.verification_methods
-        ],
+        "verificationMethod": methods,
         "service": [
             {"id": f"#{name}", "type": service.type, "serviceEndpoint": service.endpoint}
             for name, service in state.services
         ],
     }
+
+
+def state_data(did: str, state: State) -> dict[str, Any]:
+    """The `/{did}/data` answer: the state in the operation's own field names."""
+    return {
+        "did": did,
+        "verificationMethods": dict(state.verification_methods),
+        "rotationKeys": list(state.rotation_keys),
+        "alsoKnownAs": list(state.also_known_as),
+        "services": {
+            name: {"type": service.type, "endpoint": service.endpoint}
+            for name, service in state.services
+        },
+    }
+
+
+def state_from_data(data: dict[str, Any]) -> State | None:
+    """`state_data` back (None if it is not one): through the op parser, one shape, one
+    set of checks."""
+    op = {
+        "type": "plc_operation",
+        "rotationKeys": data.get("rotationKeys"),
+        "verificationMethods": data.get("verificationMethods"),
+        "alsoKnownAs": data.get("alsoKnownAs"),
+        "services": data.get("services"),
+        "prev": None,
+        "sig": "",
+    }
+    try:
+        return parse_operation(op).state
+    except BadOperation:
+        return None
 
 
 def _canonical_did_key(did_key: str) -> str:
@@ -71,15 +128,19 @@ def _fragment(ident: Any, did: str) -> str | None:
 
 def compare(audit: Audit, served: dict[str, Any] | None) -> list[Finding]:
     """What the directory serves against what the log proves; empty when they agree."""
-    did = audit.did
-    if audit.state is None:
+    return compare_state(audit.did, audit.state, served)
+
+
+def compare_state(did: str, state: State | None, served: dict[str, Any] | None) -> list[Finding]:
+    """What the directory serves against a verified state (None: tombstoned)."""
+    if state is None:
         if served is not None:
             return [Finding("§10.6", "the log ends in a tombstone, yet a document is served")]
         return []
     if served is None:
         return [Finding("§10.6", "the log is live, yet the directory serves no document")]
     findings = []
-    expected = audit.state
+    expected = state
     if served.get("id") != did:
         findings.append(Finding("§11", f"served id {served.get('id')!r} is not {did}"))
     if served.get("alsoKnownAs", []) != list(expected.also_known_as):

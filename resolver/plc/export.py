@@ -7,7 +7,6 @@ inside the 72-hour recovery window (`Replay.prune`), never the whole log.
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import Any
 from ..errors import InvalidDid
 from ..syntax import check_plc_did
 from ..untrusted import parse_json
-from .audit import Finding, Replay, parse_time
+from .audit import Finding, Replay
 
 _EXAMPLES = 20
 
@@ -62,7 +61,7 @@ def verify_export(
     for line in lines:
         if not line.strip():
             continue
-        entry = _entry(line)
+        entry = export_entry(line)
         if entry is None:
             summary.bad_lines += 1
             summary.by_rule["§12"] += 1
@@ -75,8 +74,7 @@ def verify_export(
         run.add(entry)
         summary.ops += 1
         _drain(run, summary, known_bad)
-        with contextlib.suppress(ValueError):  # a bad createdAt is already that op's finding
-            run.prune(parse_time(entry.get("createdAt")))
+        run.prune()
         if progress and summary.ops % progress_every == 0:
             progress(summary)
     for run in replays.values():
@@ -85,7 +83,8 @@ def verify_export(
     return summary
 
 
-def _entry(line: str | bytes) -> dict[str, Any] | None:
+def export_entry(line: str | bytes) -> dict[str, Any] | None:
+    """One export line as an entry with a well-formed did:plc, or None."""
     try:
         entry = parse_json(line)
     except ValueError:

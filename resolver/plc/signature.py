@@ -7,11 +7,13 @@ that curve; P-256 through `cryptography`.
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 from functools import lru_cache
 
 import coincurve
-from coincurve.ecdsa import cdata_to_der, deserialize_compact
+from coincurve._libsecp256k1 import ffi, lib
+from coincurve.context import GLOBAL_CONTEXT
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -106,13 +108,23 @@ def verify(did_key: str, message: bytes, signature: bytes) -> bool:
     if not (is_low_s(signature, curve) and _in_range(signature, curve)):
         return False
     if isinstance(key, coincurve.PublicKey):
-        return bool(key.verify(cdata_to_der(deserialize_compact(signature)), message))
+        return _verify_k256(key, message, signature)
     r, s = int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")
     try:
         key.verify(encode_dss_signature(r, s), message, ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:
         return False
     return True
+
+
+def _verify_k256(key: coincurve.PublicKey, message: bytes, signature: bytes) -> bool:
+    """libsecp256k1 on the compact r||s form as it is: coincurve's own `verify` takes DER,
+    and converting to it cost more than the verification (issue 18's profile)."""
+    parsed = ffi.new("secp256k1_ecdsa_signature *")
+    if not lib.secp256k1_ecdsa_signature_parse_compact(GLOBAL_CONTEXT.ctx, parsed, signature):
+        return False
+    digest = hashlib.sha256(message).digest()
+    return bool(lib.secp256k1_ecdsa_verify(GLOBAL_CONTEXT.ctx, parsed, digest, key.public_key))
 
 
 def why_unverified(keys: tuple[str, ...], message: bytes, signature: bytes) -> tuple[str, str]:

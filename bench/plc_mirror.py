@@ -1,0 +1,279 @@
+"""The PLC mirror: backfill from a synthetic directory (signed for real), verification
+included, on SQLite and on PostgreSQL; where a backfill's time goes; and the read path,
+`GET /{did}` at 100 connections, against the bare aiohttp handler (`bench serve`'s baseline).
+
+    python -m bench mirror [--dids 200000] [--ops-per-did 5] [--seconds 10]
+
+The upstream is a small server in a child process that pages the export file as the
+reference directory does (`/export?after=<createdAt>`, JSON Lines). The synthetic export is
+made once and kept in the user's cache directory (a million ops take a minute and a half to
+sign).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.child import run_cli
+from bench.serve_load import free_port, wrk
+from mirror.replica import Verifier
+from mirror.store import Batch, SqliteMirrorStore
+from resolver.plc.encoding import dag_cbor, unsigned
+from resolver.plc.export import export_entry
+from resolver.plc.signature import decode_signature, verify
+from tests.cli import ATWHOIS
+from tests.postgres import scratch_database
+from tests.synthetic_plc import write_export
+
+
+def _export_file(dids: int, ops_per_did: int) -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = base / "atwhois" / "bench" / f"plc-export-{dids}x{ops_per_did}.jsonl"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        partial = path.with_suffix(".partial")
+        write_export(partial, dids, ops_per_did)
+        partial.rename(path)
+        print(f"  (made {path} in {time.perf_counter() - started:.0f} s)")
+    return path
+
+
+def serve_export(path: str, port: int) -> None:
+    """The upstream: the export file, paged by `after` (a createdAt) and `count`."""
+    from aiohttp import web
+
+    lines = Path(path).read_bytes().splitlines()
+    created = [json.loads(line)["createdAt"] for line in lines]
+
+    async def export(request: web.Request) -> web.Response:
+        count = min(int(request.query.get("count", "1000")), 1000)
+        after = request.query.get("after", "")
+        start = bisect.bisect_right(created, after) if after and not after.isdigit() else 0
+        return web.Response(
+            body=b"\n".join(lines[start : start + count]), content_type="application/jsonlines"
+        )
+
+    app = web.Application()
+    app.router.add_get("/export", export)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+def _wait(url: str) -> None:
+    for _ in range(600):
+        try:
+            httpx.get(url, timeout=5)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def _backfill(upstream: str, db: str, workers: int | None) -> dict[str, float]:
+    args = ["plc", "mirror", "--once", "--json", "--plc-url", upstream, "--plc-db", db]
+    if workers is not None:
+        args += ["--plc-mirror-workers", str(workers)]
+    run = run_cli(args)
+    summary = json.loads(run.stdout)
+    return {
+        "ops": summary["ops_applied"],
+        "seconds": run.seconds,
+        "ops_per_s": summary["ops_applied"] / run.seconds,
+        "cpu_per_op_us": run.cpu_seconds / max(summary["ops_applied"], 1) * 1e6,
+        "refused": sum(summary["rejected"].values()),
+    }
+
+
+def _where_time_goes(path: Path, sample: int = 20_000) -> list[tuple[str, float]]:
+    """One core, per op, on every op of the first DIDs of the export (about `sample` ops,
+    genesis and later ops in their proportion): each stage alone."""
+    lines: list[bytes] = []
+    dids: set[bytes] = set()
+    with path.open("rb") as source:
+        for line in source:
+            did = line[8:40]  # {"did":"did:plc:…" — the synthetic lines are compact
+            if len(dids) < sample // 5 and did not in dids:
+                dids.add(did)
+            if did in dids:
+                lines.append(line.rstrip(b"\n"))
+    entries = [export_entry(line) for line in lines]
+    started = time.perf_counter()
+    for line in lines:
+        export_entry(line)
+    parse = time.perf_counter() - started
+    cases = []
+    for entry in entries:
+        assert entry is not None
+        op = entry["operation"]
+        cases.append((op["rotationKeys"][0], dag_cbor(unsigned(op)), decode_signature(op["sig"])))
+    for did_key, message, signature in cases:  # keys parsed once, as a DID's replay does
+        verify(did_key, message, signature)
+    started = time.perf_counter()
+    for did_key, message, signature in cases:
+        verify(did_key, message, signature)
+    secp = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteMirrorStore(Path(tmp) / "stages.db")
+        verifier = Verifier(store)
+        batches = []
+        started = time.perf_counter()
+        for start in range(0, len(lines), 1000):
+            verdicts, states = verifier.verify(list(enumerate(lines[start : start + 1000])))
+            batch = Batch()
+            for verdict in verdicts:
+                line = lines[start + verdict.position].decode()
+                batch.ops.append(
+                    (verdict.did, verdict.cid, verdict.created_at, line, verdict.signer)
+                )
+            batch.states = {did: (state, "now") for did, state in states.items()}
+            batches.append(batch)
+        verifying = time.perf_counter() - started
+        started = time.perf_counter()
+        for batch in batches:
+            store.write(batch)
+        write = time.perf_counter() - started
+        store.close()
+    per_op = 1e6 / len(lines)
+    return [
+        ("verification, all of it (one core)", verifying * per_op),
+        ("  of which JSON parsing of the line", parse * per_op),
+        ("  of which the signature check (libsecp256k1)", secp * per_op),
+        (
+            "  of which the rest: op checks, DAG-CBOR, CID, replay",
+            (verifying - parse - secp) * per_op,
+        ),
+        ("SQLite write (one transaction a page)", write * per_op),
+    ]
+
+
+# `bench serve`'s bare handler, answering a document as large as the mirror's (a loopback
+# send costs by the byte) on a route that takes the same paths, so that wrk runs the same
+# script for both (choosing a path per request costs wrk time too).
+BARE_DOCUMENT = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from aiohttp import web
+    source = Path(sys.argv[2])
+    async def handle(request):
+        return web.Response(body=body, content_type="application/did+ld+json")
+    app = web.Application()
+    app.router.add_get("/{did}", handle)
+    while not source.exists() or not source.stat().st_size:
+        time.sleep(0.05)
+    body = source.read_bytes()
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+""")
+
+_READ_SCRIPT = """
+paths = {}
+for line in io.lines("%s") do paths[#paths + 1] = line end
+request = function()
+  return wrk.format("GET", paths[math.random(#paths)])
+end
+"""
+
+
+def _read_path(db: str, dids: list[str], connections: int, seconds: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = Path(tmp) / "paths.txt"
+        paths.write_text("".join(f"/{did}\n" for did in dids))
+        script = Path(tmp) / "rotate.lua"
+        script.write_text(textwrap.dedent(_READ_SCRIPT % paths))
+        port = free_port()
+        mirror = subprocess.Popen(
+            [
+                ATWHOIS,
+                "plc",
+                "mirror",
+                "--plc-db",
+                db,
+                "--plc-url",
+                "http://127.0.0.1:9",
+                "--plc-mirror-interval",
+                "3600",
+                "--plc-mirror-workers",
+                "0",
+                "--listen",
+                f"127.0.0.1:{port}",
+            ],
+            stderr=subprocess.DEVNULL,
+        )
+        bare_port = free_port()
+        body = Path(tmp) / "document.json"
+        bare = subprocess.Popen([sys.executable, "-c", BARE_DOCUMENT, str(bare_port), str(body)])
+        try:
+            _wait(f"http://127.0.0.1:{port}/_health")
+            body.write_bytes(httpx.get(f"http://127.0.0.1:{port}/{dids[0]}").content)
+            _wait(f"http://127.0.0.1:{bare_port}/{dids[0]}")
+            assert len(httpx.get(f"http://127.0.0.1:{bare_port}/x").content) == body.stat().st_size
+            base = wrk(f"http://127.0.0.1:{bare_port}/", connections, seconds, script=script)
+            wrk(f"http://127.0.0.1:{port}/", connections, 3, script=script)  # warm: every DID read
+            ours = wrk(f"http://127.0.0.1:{port}/", connections, seconds, script=script)
+        finally:
+            for child in (mirror, bare):
+                child.terminate()
+                child.wait()
+    print(f"read path, wrk 1 thread, {connections} connections, {seconds} s each:")
+    print(f"  bare aiohttp handler        {base[0]:9,.0f} req/s   p99 {base[2]:7.2f} ms")
+    print(
+        f"  GET /{{did}} of {len(dids):,} DIDs {ours[0]:9,.0f} req/s   p99 {ours[2]:7.2f} ms   "
+        f"ratio {ours[0] / base[0]:.2f}"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench mirror", description=__doc__)
+    parser.add_argument("--dids", type=int, default=200_000)
+    parser.add_argument("--ops-per-did", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=100)
+    parser.add_argument("--skip-postgres", action="store_true")
+    args = parser.parse_args(argv)
+    path = _export_file(args.dids, args.ops_per_did)
+    total = args.dids * args.ops_per_did
+    print(f"synthetic directory: {total:,} ops over {args.dids:,} DIDs, K-256, 2% recoveries")
+    print("where a backfill's time goes, per op, on all the ops of 4,000 DIDs:")
+    for stage, micros in _where_time_goes(path):
+        print(f"  {stage:54} {micros:7.1f} us")
+    port = free_port()
+    upstream = subprocess.Popen([sys.executable, "-m", "bench.plc_mirror", str(path), str(port)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(f"{url}/export?count=1")
+        with tempfile.TemporaryDirectory(prefix="atwhois-mirror-bench-") as tmp:
+            db = f"{tmp}/mirror.db"
+            runs = {"SQLite, one process": _backfill(url, f"{tmp}/one.db", 0)}
+            runs["SQLite, a worker per core"] = _backfill(url, db, None)
+            if not args.skip_postgres:
+                with scratch_database("atwhois_bench") as pg:
+                    runs["PostgreSQL, a worker per core"] = _backfill(url, pg, None)
+            print(
+                "backfill, `atwhois plc mirror --once` (fetch, verify, store; "
+                "CPU time of all its processes):"
+            )
+            for name, run in runs.items():
+                print(
+                    f"  {name:32} {run['ops']:>9,} ops in {run['seconds']:6.1f} s   "
+                    f"{run['ops_per_s']:7,.0f} ops/s   {run['cpu_per_op_us']:5.0f} us CPU/op   "
+                    f"refused {run['refused']}"
+                )
+            dids = sorted({json.loads(line)["did"] for line in path.open().readlines()[:50_000]})
+            _read_path(db, dids[:10_000], args.connections, args.seconds)
+    finally:
+        upstream.terminate()
+        upstream.wait()
+
+
+if __name__ == "__main__":
+    serve_export(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,20 @@
+"""A verifying mirror of a PLC directory: follows an upstream's `/export`, verifies every
+operation before it enters the state, and serves the directory's read API."""
+
+from .api import MirrorApi, MirrorFetcher, report
+from .follow import Follower, MirrorState, Upstream
+from .replica import Replica
+from .store import SqlMirrorStore, default_mirror_path, open_mirror_store
+
+__all__ = [
+    "Follower",
+    "MirrorApi",
+    "MirrorFetcher",
+    "MirrorState",
+    "Replica",
+    "SqlMirrorStore",
+    "Upstream",
+    "default_mirror_path",
+    "open_mirror_store",
+    "report",
+]

@@ -1,0 +1,255 @@
+"""The PLC directory's read API, answered from the mirror (spec checklist section 12):
+`GET /{did}`, `/{did}/data`, `/{did}/log`, `/{did}/log/audit`, `/{did}/log/last`, `/export`,
+with the reference's shapes and status codes, so that a client configured with the
+mirror's URL as its `plcUrl` needs no change. Writes are refused, naming the upstream.
+
+Two profiles, for the two directories clients know: `directory` (plc.directory and the go
+replica: `Multikey` documents, 410 for a tombstoned DID) and `reference` (the TypeScript
+reference server, @did-plc/server 0.0.x: legacy key types, 404 for a tombstoned DID).
+
+`answer` is one function from a request to a `Reply`: the aiohttp routes and the
+in-process fetcher (`MirrorFetcher`, through which `serve --plc-mirror` resolves did:plc)
+both use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from aiohttp import web
+
+from resolver.errors import InvalidDid, ResponseTooLarge
+from resolver.fetch import MIRROR_HEADER, Response
+from resolver.plc.audit import parse_time
+from resolver.plc.document import build_document, state_from_data
+from resolver.syntax import check_plc_did
+
+from .follow import MirrorState
+from .store import SqlMirrorStore, StoredOp
+
+PROFILES = ("directory", "reference")
+_JSON = "application/json; charset=utf-8"
+_DID_JSON = "application/did+ld+json; charset=utf-8"
+EXPORT_MAX = 1000
+DOCUMENT_CACHE = 65536  # documents kept made, by state (about 1 KiB each)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    body: bytes
+    content_type: str = _JSON
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _message(status: int, text: str) -> Reply:
+    return Reply(status, json.dumps({"message": text}).encode())
+
+
+def _json(value: Any, content_type: str = _JSON) -> Reply:
+    return Reply(200, json.dumps(value, separators=(",", ":")).encode(), content_type)
+
+
+def _entry(op: StoredOp) -> dict[str, Any]:
+    """A `/log/audit` entry and a legacy export line: the reference's key order."""
+    return {
+        "did": op.did,
+        "operation": op.operation,
+        "cid": op.cid,
+        "nullified": op.nullified,
+        "createdAt": op.created_at,
+    }
+
+
+class MirrorApi:
+    def __init__(
+        self, store: SqlMirrorStore, state: MirrorState, *, profile: str = "directory"
+    ) -> None:
+        if profile not in PROFILES:
+            raise ValueError(f"PLC mirror profile must be one of {', '.join(PROFILES)}")
+        self.store = store
+        self.state = state
+        self.profile = profile
+        self._documents: OrderedDict[str, bytes] = OrderedDict()
+
+    def answer(self, method: str, path: str, query: dict[str, str]) -> Reply:
+        parts = path.strip("/").split("/")
+        if parts == ["export"] and method == "GET":
+            return self._export(query)
+        did = unquote(parts[0])
+        try:
+            check_plc_did(did)
+        except InvalidDid:
+            return _message(404, f"DID not registered: {did[:200]}")
+        if method != "GET":
+            return Reply(
+                405,
+                json.dumps(
+                    {
+                        "message": "this is a read-only, verifying mirror; submit operations "
+                        f"to the upstream directory: {self.state.upstream}/{did}"
+                    }
+                ).encode(),
+                headers={"Allow": "GET"},
+            )
+        reply = self._about(did, parts[1:])
+        reply.headers[MIRROR_HEADER] = self.state.provenance()
+        return reply
+
+    def _about(self, did: str, rest: list[str]) -> Reply:
+        if rest in ([], ["data"]):
+            known, state_json = self.store.state(did)
+            if not known:
+                return _message(404, f"DID not registered: {did}")
+            if state_json is None:  # the store keeps no state for a tombstoned DID
+                status = 410 if self.profile == "directory" else 404
+                return _message(status, f"DID not available: {did}")
+            if rest:
+                return Reply(200, state_json.encode())
+            return Reply(200, self._document(did, state_json), _DID_JSON)
+        if rest not in (["log"], ["log", "audit"], ["log", "last"]):
+            return _message(404, "not found")
+        log = self.store.log(did)
+        if not log:
+            return _message(404, f"DID not registered: {did}")
+        if rest == ["log", "audit"]:
+            return _json([_entry(op) for op in log])
+        in_force = [op for op in log if not op.nullified]
+        if rest == ["log"]:
+            return _json([op.operation for op in in_force])
+        return _json(in_force[-1].operation)
+
+    def _document(self, did: str, state_json: str) -> bytes:
+        """The document's bytes, made once per state: most reads are of DIDs that did not
+        change since the last read (the state's text keys the cache, so a change of state
+        is a new entry, and an entry cannot outlive its state)."""
+        body = self._documents.get(state_json)
+        if body is None:
+            state = state_from_data(json.loads(state_json))
+            if state is None:
+                raise ValueError(f"the mirror's stored state of {did} is not a state")
+            document = build_document(did, state, legacy_keys=self.profile == "reference")
+            body = json.dumps(document, separators=(",", ":")).encode()
+            self._documents[state_json] = body
+            if len(self._documents) > DOCUMENT_CACHE:
+                self._documents.popitem(last=False)
+        else:
+            self._documents.move_to_end(state_json)
+        return body
+
+    def _export(self, query: dict[str, str]) -> Reply:
+        try:
+            count = min(int(query.get("count", EXPORT_MAX)), EXPORT_MAX)
+        except ValueError:
+            count = 0
+        if count < 1:
+            return _message(400, "Invalid count parameter")
+        after = query.get("after")
+        if after is not None and after.isdigit():
+            ops = self.store.export(after_seq=int(after), after_time=None, count=count)
+            lines = [{"type": "sequenced_op", **_entry(op), "seq": op.seq} for op in ops]
+            for line in lines:
+                del line["nullified"]
+        else:
+            try:
+                since = _normalized(after) if after else ""
+            except ValueError:
+                return _message(400, "Invalid after parameter")
+            ops = self.store.export(after_seq=None, after_time=since, count=count)
+            lines = [_entry(op) for op in ops]
+        body = "\n".join(json.dumps(line, separators=(",", ":")) for line in lines)
+        return Reply(200, body.encode(), "application/jsonlines")
+
+    # --- serving ------------------------------------------------------------------------
+
+    def attach(self, app: web.Application) -> None:
+        """The routes; a did:plc path only, so the daemon's own pages keep theirs."""
+        app.router.add_get("/export", self._handle)
+        pattern = r"/{did:did(:|%3[Aa])plc(:|%3[Aa])[^/]+}"
+        for suffix in ("", "/data", "/log", "/log/audit", "/log/last"):
+            app.router.add_get(pattern + suffix, self._handle)
+        app.router.add_route("*", pattern, self._handle)
+        app.router.add_get("/_mirror", self._report)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        query = dict(request.query) if request.query_string else {}
+        reply = await self.run(request.method, request.path, query)
+        return web.Response(
+            status=reply.status,
+            body=reply.body,
+            headers={"Content-Type": reply.content_type, **reply.headers},
+        )
+
+    async def run(self, method: str, path: str, query: dict[str, str]) -> Reply:
+        """`answer`, off the event loop when the store is a network database."""
+        if self.store.name == "sqlite":
+            return self.answer(method, path, query)
+        return await asyncio.to_thread(self.answer, method, path, query)
+
+    async def _report(self, request: web.Request) -> web.Response:
+        limit = min(int(request.query.get("limit", "100") or 100), 10_000)
+        return web.json_response(await asyncio.to_thread(report, self.store, self.state, limit))
+
+
+def report(store: SqlMirrorStore, state: MirrorState, limit: int = 100) -> dict[str, Any]:
+    """The mirror's account of itself: where it is, and what the upstream served that the
+    rules refuse (`atwhois plc mirror --report`, `GET /_mirror`)."""
+    return {
+        "mirror": state.to_json(),
+        "store": {"backend": store.name, **store.counts()},
+        "rejected": [
+            {
+                "did": r.did,
+                "cid": r.cid,
+                "created_at": r.created_at,
+                "rule": r.rule,
+                "message": r.message,
+                "seen_at": r.seen_at,
+                "entry": r.entry,
+            }
+            for r in store.rejected(limit)
+        ],
+        "flagged": [
+            {"did": did, "reason": reason, "since": since}
+            for did, reason, since in store.flags(limit)
+        ],
+    }
+
+
+def _normalized(after: str) -> str:
+    """An `after` time as the export writes times: UTC, milliseconds, `Z`."""
+    moment = parse_time(after).astimezone(datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class MirrorFetcher:
+    """What the resolver's PLC fetcher does, answered from the mirror in the process:
+    `serve --plc-mirror` resolves did:plc without a round trip to itself."""
+
+    def __init__(self, api: MirrorApi) -> None:
+        self.api = api
+
+    async def get(
+        self,
+        url: str,
+        *,
+        max_bytes: int,
+        timeout: float,
+        max_redirects: int = 0,
+        accept: str = "*/*",
+    ) -> Response:
+        parts = urlsplit(url)
+        query = dict(p.partition("=")[::2] for p in parts.query.split("&") if p)
+        reply = await self.api.run("GET", parts.path, query)
+        if len(reply.body) > max_bytes:
+            raise ResponseTooLarge(f"PLC mirror: body of {len(reply.body)} bytes, cap {max_bytes}")
+        return Response(url, reply.status, reply.body, reply.headers.get(MIRROR_HEADER))
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,378 @@
+"""Applying a directory's export to the mirror: every operation verified by the replay rules
+(`resolver.plc.audit.Replay`: signatures, `prev` chain, key priority, the 72-hour
+nullification window, tombstones) before it enters the state.
+
+An op that fails is kept out, recorded with the rule it breaks, and its DID flagged: the
+upstream accepted what the rules refuse, so its document for that DID is not to be trusted.
+The DID stays at its last verified state, and later ops built on the refused one are refused
+in turn (their `prev` is not an op of the verified chain).
+
+Verification uses every core: a page's lines are split by DID among worker processes, each
+holding the replays of its DIDs (a DID always goes to the same worker, so its ops are
+replayed in order), and the verdicts are merged back in page order and written in one
+transaction. Replays of recently seen DIDs stay in memory (bounded); one evicted is rebuilt
+from its stored, verified ops. The export's own `nullified` flags are ignored: they are a
+snapshot of when the page was read, and the mirror works out nullification itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import multiprocessing
+import os
+import re
+import zlib
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from resolver.identity import now_iso
+from resolver.plc.audit import Replay
+from resolver.plc.document import state_data
+from resolver.plc.export import export_entry
+
+from .store import Batch, Rejection, SqlMirrorStore, StoredOp, open_mirror_store
+
+MAX_REPLAYS = 250_000  # DIDs whose replay stays in memory, per worker (a few KiB each)
+
+# A line that begins with its top-level `did` (after `seq`/`type`, in the seq format) names
+# its DID here; any other line is parsed to find it. Routing by a DID the line does not
+# have would split a DID's replay between two workers.
+_LEADING_DID = re.compile(
+    rb'\{\s*(?:"seq"\s*:\s*\d+\s*,\s*|"type"\s*:\s*"sequenced_op"\s*,\s*)*'
+    rb'"did"\s*:\s*"(did:plc:[a-z2-7]{24})"'
+)
+
+
+class Verdict(NamedTuple):
+    """What became of one line of a page (a tuple: it crosses from the worker processes,
+    and a tuple pickles twenty times faster than a dataclass)."""
+
+    position: int  # in the page
+    kind: str  # "applied", "refused", "duplicate" or "unreadable"
+    did: str = ""
+    cid: str = ""
+    created_at: str = ""
+    rule: str = ""
+    message: str = ""
+    displaced: tuple[str, ...] = ()  # the ops an applied recovery nullified
+    signer: int = 0  # an applied op: the index of the rotation key that signed it
+
+
+@dataclass(slots=True)
+class PageResult:
+    """What one export page did to the mirror."""
+
+    lines: int = 0
+    applied: int = 0  # verified and stored
+    duplicates: int = 0  # already kept (a page served again)
+    rejected: int = 0
+    nullified: int = 0
+    bad_lines: int = 0
+    by_rule: Counter[str] = field(default_factory=Counter)
+    touched: list[str] = field(default_factory=list)  # DIDs whose state changed
+
+
+class Verifier:
+    """The replays of some DIDs and the verdicts on their lines. Reads the store (which ops
+    are kept already; the log of a DID not in memory) but never writes it."""
+
+    def __init__(self, store: SqlMirrorStore, max_replays: int = MAX_REPLAYS) -> None:
+        self.store = store
+        self._replays: OrderedDict[str, Replay] = OrderedDict()
+        self._max_replays = max_replays
+        self.rebuilt = 0  # replays rebuilt from the store (evicted, or after a restart)
+        # The previous page may still be being written (`Replica.apply(pipelined=True)`):
+        # its ops count as kept, and its DIDs' replays are not evicted (the store could
+        # not rebuild them yet).
+        self._previous_pairs: set[tuple[str, str]] = set()
+        self._previous_dids: set[str] = set()
+
+    def verify(
+        self, lines: Sequence[tuple[int, str | bytes]]
+    ) -> tuple[list[Verdict], dict[str, str | None]]:
+        """Verdicts on these lines, in order, and the new state (its `/data` JSON, None for
+        a tombstone) of each DID whose state changed."""
+        verdicts: list[Verdict] = []
+        parsed = []
+        for index, line in lines:
+            entry = export_entry(line)
+            if entry is None or not isinstance(entry.get("cid"), str):
+                verdicts.append(Verdict(index, "unreadable", rule="§12"))
+            else:
+                parsed.append((index, entry))
+        dids = {entry["did"] for _, entry in parsed}
+        known = self.store.known(dids) | self._previous_pairs
+        fresh: set[tuple[str, str]] = set()
+        for did, ops in self.store.logs(d for d in dids if d not in self._replays).items():
+            self._rebuild(did, ops)
+        changed: dict[str, Replay] = {}
+        for index, entry in parsed:
+            did, cid = entry["did"], entry["cid"]
+            if (did, cid) in known:
+                verdicts.append(Verdict(index, "duplicate", did, cid))
+                continue
+            known.add((did, cid))  # the same line twice in one page counts once
+            fresh.add((did, cid))
+            run = self._replay(did)
+            created = str(entry.get("createdAt"))
+            record = run.add(
+                {"did": did, "operation": entry.get("operation"), "cid": cid, "createdAt": created}
+            )
+            if record.accepted:
+                verdicts.append(
+                    Verdict(
+                        index,
+                        "applied",
+                        did,
+                        cid,
+                        created,
+                        displaced=tuple(run.displaced),
+                        signer=record.signer_index or 0,
+                    )
+                )
+                changed[did] = run
+            else:
+                finding = record.findings[0]
+                verdicts.append(
+                    Verdict(index, "refused", did, cid, created, finding.rule, finding.message)
+                )
+            run.findings.clear()
+            run.warnings.clear()
+            run.prune()
+        states = {}
+        for did, run in changed.items():
+            head = run.head
+            if head is not None:
+                data = state_data(did, head.state) if head.state is not None else None
+                states[did] = json.dumps(data, separators=(",", ":")) if data else None
+        self._evict(dids | self._previous_dids)
+        self._previous_pairs, self._previous_dids = fresh, dids
+        return verdicts, states
+
+    def _evict(self, protected: set[str]) -> None:
+        """Down to `max_replays`, the least recently used first, none of `protected`."""
+        excess = len(self._replays) - self._max_replays
+        if excess <= 0:
+            return
+        for did in list(itertools.islice(self._replays, excess + len(protected))):
+            if excess == 0:
+                break
+            if did not in protected:
+                del self._replays[did]
+                excess -= 1
+
+    def _replay(self, did: str) -> Replay:
+        run = self._replays.get(did)
+        if run is None:
+            run = self._replays[did] = Replay(did, keep_records=False)
+        else:
+            self._replays.move_to_end(did)
+        return run
+
+    def _rebuild(self, did: str, ops: list[StoredOp]) -> None:
+        """A replay not in memory, rebuilt from the DID's stored ops: verified when they
+        were stored, so restored without hashing or signature checks."""
+        run = self._replay(did)
+        for op in ops:
+            run.restore(
+                {"did": did, "operation": op.operation, "cid": op.cid, "createdAt": op.created_at},
+                op.signer,
+            )
+        run.findings.clear()
+        run.warnings.clear()
+        run.prune()
+        self.rebuilt += 1
+
+
+# --- worker processes: one Verifier each, over a read-only connection to the store ---------
+
+_worker: Verifier | None = None
+
+
+def _start_worker(where: str, max_replays: int) -> None:
+    global _worker
+    _worker = Verifier(open_mirror_store(where, writable=False), max_replays)
+
+
+def _verify_in_worker(
+    lines: list[tuple[int, bytes | str]],
+) -> tuple[list[Verdict], dict[str, str | None], int]:
+    assert _worker is not None
+    verdicts, states = _worker.verify(lines)
+    return verdicts, states, _worker.rebuilt
+
+
+def default_workers() -> int:
+    """One verifying process per core when there are several (the main process writes)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores if cores and cores > 1 else 0
+
+
+class Replica:
+    """Verifies pages (in this process, or in `workers` processes) and writes the verdicts."""
+
+    def __init__(
+        self,
+        store: SqlMirrorStore,
+        *,
+        workers: int = 0,
+        max_replays: int = MAX_REPLAYS,
+        clock: Callable[[], str] = now_iso,
+    ) -> None:
+        self.store = store
+        self._clock = clock
+        self._workers, self._max_replays = workers, max_replays
+        self._local: Verifier | None = None
+        self._pools: list[ProcessPoolExecutor] = []
+        self._start_verifiers()
+        self._rebuilt = [0] * workers
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="plc-mirror-write")
+        self._writing: Future[None] | None = None
+
+    def _start_verifiers(self) -> None:
+        if self._workers == 0:
+            self._local = Verifier(self.store, self._max_replays)
+            return
+        self._pools = [
+            ProcessPoolExecutor(
+                1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(self.store.location, self._max_replays),
+            )
+            for _ in range(self._workers)
+        ]
+
+    def reset(self) -> None:
+        """After a failure mid-page: the page being written is given up (its write may have
+        failed: that is the failure being recovered from), and the verifiers start afresh,
+        for they saw pages that may never be stored (also when a worker died)."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            with contextlib.suppress(Exception):
+                writing.result()
+        for pool in self._pools:
+            pool.shutdown(cancel_futures=True)
+        self._start_verifiers()
+
+    @property
+    def rebuilt(self) -> int:
+        return self._local.rebuilt if self._local is not None else sum(self._rebuilt)
+
+    def flush(self) -> None:
+        """Waits for the page being written; raises what writing it raised."""
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.result()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._writer.shutdown()
+            for pool in self._pools:
+                pool.shutdown(cancel_futures=True)
+
+    def apply(self, lines: Sequence[str | bytes], meta: dict[str, str] | None = None) -> PageResult:
+        """Verify and store one page of export lines, in order, in one transaction (with
+        `meta`: the cursor the page moves to)."""
+        return self.commit(self.submit(lines), meta)
+
+    def submit(self, lines: Sequence[str | bytes]) -> Page:
+        """Starts verifying a page (in the workers: this returns at once). Pages are
+        committed in the order they are submitted; at most two are in hand at a time."""
+        numbered = [(i, line) for i, line in enumerate(lines) if line.strip()]
+        # The workers may verify this page while the one before it is being written, not
+        # while the one before that is: their memory of unwritten ops covers one page.
+        self.flush()
+        if self._local is not None:
+            done: Future[tuple[list[Verdict], dict[str, str | None]]] = Future()
+            done.set_result(self._local.verify(numbered))
+            page = Page(lines, len(numbered), [done])
+        else:
+            shares: list[list[tuple[int, str | bytes]]] = [[] for _ in self._pools]
+            for index, line in numbered:
+                shares[_route(line) % len(shares)].append((index, line))
+            futures = [
+                pool.submit(_verify_in_worker, share)
+                for pool, share in zip(self._pools, shares, strict=True)
+            ]
+            page = Page(lines, len(numbered), futures)
+        return page
+
+    def commit(
+        self, page: Page, meta: dict[str, str] | None = None, *, pipelined: bool = False
+    ) -> PageResult:
+        """The verdicts on a submitted page, written in one transaction with `meta`.
+        `pipelined`: returns as soon as the write is under way (a backfill: the next page
+        is verified meanwhile; `flush` waits for it)."""
+        verdicts: list[Verdict] = []
+        states: dict[str, str | None] = {}
+        for number, future in enumerate(page.futures):
+            answer = future.result()
+            verdicts += answer[0]
+            states.update(answer[1])
+            if len(answer) == 3:
+                self._rebuilt[number] = answer[2]
+        result = PageResult(lines=page.count)
+        batch = Batch(meta=dict(meta or {}))
+        seen_at = self._clock()
+        for verdict in sorted(verdicts, key=lambda v: v.position):
+            _count(verdict, page.lines[verdict.position], result, batch, seen_at)
+        for did, state in states.items():
+            batch.states[did] = (state, seen_at)
+            result.touched.append(did)
+        self.flush()  # one page in writing at a time, in order
+        self._writing = self._writer.submit(self.store.write, batch)
+        if not pipelined:
+            self.flush()
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page submitted for verification."""
+
+    lines: Sequence[str | bytes]
+    count: int  # lines that are not blank
+    futures: list[Future[Any]]
+
+
+def _route(line: str | bytes) -> int:
+    """Which worker a line goes to: by its DID (any line without one: the first)."""
+    raw = line.encode() if isinstance(line, str) else line
+    match = _LEADING_DID.match(raw)
+    if match is not None:
+        return zlib.crc32(match.group(1))
+    entry = export_entry(raw)
+    return zlib.crc32(entry["did"].encode()) if entry is not None else 0
+
+
+def _count(verdict: Verdict, line: str | bytes, result: PageResult, batch: Batch, at: str) -> None:
+    """One verdict into the page's result and its batch of writes."""
+    text = line.decode(errors="replace") if isinstance(line, bytes) else line
+    if verdict.kind == "unreadable":
+        result.bad_lines += 1
+        result.by_rule[verdict.rule] += 1
+    elif verdict.kind == "duplicate":
+        result.duplicates += 1
+    elif verdict.kind == "applied":
+        batch.ops.append((verdict.did, verdict.cid, verdict.created_at, text, verdict.signer))
+        batch.nullified.extend((verdict.did, gone) for gone in verdict.displaced)
+        result.applied += 1
+        result.nullified += len(verdict.displaced)
+    else:
+        rule, cid = verdict.rule, verdict.cid
+        batch.rejected.append(
+            Rejection(verdict.did, cid, verdict.created_at, rule, verdict.message, text, at)
+        )
+        batch.flags.setdefault(
+            verdict.did, (f"the upstream serves op {cid}, which breaks {rule}", at)
+        )
+        result.rejected += 1
+        result.by_rule[rule] += 1

@@ -22,6 +22,7 @@ from mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
 from mirror.replica import default_workers
 from mirror.store import SqlMirrorStore, default_mirror_path, open_mirror_store
 from resolver.config import DEFAULT_PLC_URL
+from server.metrics import CONTENT_TYPE, Exposition
 
 from .main import configure
 
@@ -59,8 +60,8 @@ class Progress:
         rate = state.ops / max(now - self._started, 1e-9)
         refused = sum(state.rejected.values())
         print(
-            f"  {state.ops:,} ops verified ({rate:,.0f} ops/s), cursor {state.cursor_time}, "
-            f"{refused:,} refused",
+            f"  {state.ops:,} ops verified ({rate:,.0f} ops/s), {state.dids:,} new DIDs, "
+            f"cursor {state.cursor_time}, {refused:,} refused",
             file=sys.stderr,
             flush=True,
         )
@@ -137,6 +138,13 @@ def _serve(
         app = web.Application()
         api.attach(app)
         app.router.add_get("/_health", lambda _: _health(follower.state))
+        exposition = Exposition()  # the process's own figures beside the mirror's
+
+        async def metrics(_: web.Request) -> web.Response:
+            body = exposition.render(follower.state.metrics())
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+        app.router.add_get("/metrics", metrics)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host or "127.0.0.1", int(port or 0))

@@ -46,6 +46,7 @@ class MirrorState:
 
     upstream: str
     ops: int = 0  # applied since start
+    dids: int = 0  # created since start
     duplicates: int = 0
     rejected: Counter[str] = field(default_factory=Counter)  # by rule
     nullified: int = 0
@@ -91,6 +92,7 @@ class MirrorState:
         return {
             "upstream": self.upstream,
             "ops_applied": self.ops,
+            "dids_created": self.dids,
             "duplicates": self.duplicates,
             "rejected": dict(self.rejected),
             "nullified": self.nullified,
@@ -277,6 +279,7 @@ class Follower:
         state.cursor, state.cursor_time = moved
         state.pages += 1
         state.ops += result.applied
+        state.dids += result.created
         state.duplicates += result.duplicates
         state.nullified += result.nullified
         state.rejected.update(result.by_rule)

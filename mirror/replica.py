@@ -37,7 +37,7 @@ from resolver.plc.export import export_entry
 
 from .store import Batch, Rejection, SqlMirrorStore, StoredOp, open_mirror_store
 
-MAX_REPLAYS = 250_000  # DIDs whose replay stays in memory, per worker (a few KiB each)
+MAX_REPLAYS = 100_000  # DIDs whose replay stays in memory, per worker (about 3.3 KiB each)
 
 # A line that begins with its top-level `did` (after `seq`/`type`, in the seq format) names
 # its DID here; any other line is parsed to find it. Routing by a DID the line does not
@@ -61,6 +61,7 @@ class Verdict(NamedTuple):
     message: str = ""
     displaced: tuple[str, ...] = ()  # the ops an applied recovery nullified
     signer: int = 0  # an applied op: the index of the rotation key that signed it
+    genesis: bool = False  # an applied op that created its DID
 
 
 @dataclass(slots=True)
@@ -69,6 +70,7 @@ class PageResult:
 
     lines: int = 0
     applied: int = 0  # verified and stored
+    created: int = 0  # of which the genesis ops of new DIDs
     duplicates: int = 0  # already kept (a page served again)
     rejected: int = 0
     nullified: int = 0
@@ -133,6 +135,7 @@ class Verifier:
                         created,
                         displaced=tuple(run.displaced),
                         signer=record.signer_index or 0,
+                        genesis=record.index == 0,
                     )
                 )
                 changed[did] = run
@@ -365,6 +368,7 @@ def _count(verdict: Verdict, line: str | bytes, result: PageResult, batch: Batch
         batch.ops.append((verdict.did, verdict.cid, verdict.created_at, text, verdict.signer))
         batch.nullified.extend((verdict.did, gone) for gone in verdict.displaced)
         result.applied += 1
+        result.created += verdict.genesis
         result.nullified += len(verdict.displaced)
     else:
         rule, cid = verdict.rule, verdict.cid

@@ -68,6 +68,7 @@ def test_a_synthetic_export_is_verified_and_served(store: SqlMirrorStore) -> Non
     result = replica.apply(lines)
     assert (result.applied, result.rejected, result.duplicates) == (120, 0, 0)
     assert result.nullified == 4  # worked out by the mirror itself
+    assert result.created == 40  # a genesis op for each DID
     counts = store.counts()
     assert counts == {"ops": 120, "dids": 40, "tombstoned": 0, "rejected": 0, "flagged": 0}
     api = _api(store)

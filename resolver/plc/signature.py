@@ -66,11 +66,13 @@ def _key(did_key: str) -> PublicKey:
 _Verifier = tuple[Curve, coincurve.PublicKey | ec.EllipticCurvePublicKey]
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=1 << 17)
 def _verifier(did_key: str) -> _Verifier | None:
-    """A did:key parsed once into the object that verifies with it (None: unusable)."""
+    """A did:key parsed once into the object that verifies with it (None: unusable). Room
+    for the signing keys of a PLC mirror worker's DIDs (`mirror.replica.MAX_REPLAYS`), whose
+    ops come back hours of export apart: a smaller cache parsed every key again."""
     try:
-        key = _key(did_key)
+        key = parse_did_key(did_key)  # not through `_key`: one cache holds it, not two
     except InvalidKey:
         return None
     if key.curve is Curve.K256:

@@ -252,10 +252,11 @@ class Follower:
             if in_hand is not None:
                 result = self._commit(*in_hand, pipelined=True)
             in_hand = (page, moved) if page is not None and moved is not None else None
-            if moved is not None:
-                cursor = moved[0]
             if not full:
                 break
+            if moved is None or moved[0] == cursor:  # a full page that moves nothing on
+                raise UpstreamFailure(f"{self.upstream.url}/export does not advance past {cursor}")
+            cursor = moved[0]
         if in_hand is not None:
             result = self._commit(*in_hand, pipelined=False)
         self.replica.flush()

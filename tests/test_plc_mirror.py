@@ -400,3 +400,23 @@ def test_a_second_process_on_one_sqlite_file_reads(tmp_path: Path) -> None:
     again = open_mirror_store(tmp_path / "one.db")  # the writer gone, the next one writes
     assert again.writable
     again.close()
+
+
+class StuckExport(ExportFile):
+    """An upstream that serves its first page whatever `after` says."""
+
+    def page(self, after: str, count: int = 1000) -> list[bytes]:
+        return self.lines[:count]
+
+
+def test_an_export_that_does_not_advance_is_a_failure_not_a_loop(tmp_path: Path) -> None:
+    lines = [json.dumps({**json.loads(line), "createdAt": "x"}) for line in export_lines(9, 1)]
+    store = SqliteMirrorStore(tmp_path / "stuck.db")
+    follower = Follower(Replica(store), StuckExport(lines), page_size=3)
+    try:
+        with pytest.raises(UpstreamFailure, match="does not advance"):
+            follower.catch_up()
+        assert store.counts()["rejected"] == 3  # the page it had was judged (bad createdAt)
+    finally:
+        follower.stop()
+        store.close()

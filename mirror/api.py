@@ -98,8 +98,25 @@ class MirrorApi:
                 ).encode(),
                 headers={"Allow": "GET"},
             )
-        reply = self._about(did, parts[1:])
+        if self.state.caught_up_at is None:
+            reply = self._backfilling()
+        else:
+            reply = self._about(did, parts[1:])
         reply.headers[MIRROR_HEADER] = self.state.provenance()
+        return reply
+
+    def _backfilling(self) -> Reply:
+        """Until it has read the upstream's export to its end once, the mirror does not
+        know whether a DID exists, nor whether what it holds of one is its latest state:
+        a 404 would claim an absence, a 200 a currency, that it cannot back. A 503 is a
+        failure every client retries (and the resolver never caches as absence)."""
+        where = self.state.cursor_time or "the start"
+        message = (
+            f"this mirror of {self.state.upstream} is still catching up (at {where}); "
+            "it answers about DIDs once it has"
+        )
+        reply = _message(503, message)
+        reply.headers["Retry-After"] = "30"
         return reply
 
     def _about(self, did: str, rest: list[str]) -> Reply:

@@ -37,7 +37,7 @@ from resolver.plc.export import export_entry
 
 from .store import Batch, Rejection, SqlMirrorStore, StoredOp, open_mirror_store
 
-MAX_REPLAYS = 100_000  # DIDs whose replay stays in memory, per worker (about 3.3 KiB each)
+MAX_REPLAYS = 250_000  # DIDs whose replay stays in memory, per worker (about 3.3 KiB each)
 
 # A line that begins with its top-level `did` (after `seq`/`type`, in the seq format) names
 # its DID here; any other line is parsed to find it. Routing by a DID the line does not

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror import Follower, MirrorApi, MirrorState, Replica, Upstream
+from mirror import Follower, MirrorApi, MirrorFetcher, MirrorState, Replica, Upstream
 from mirror.follow import next_cursor
 from mirror.replica import _route
 from mirror.store import (
@@ -26,6 +26,7 @@ from mirror.store import (
     WriterElsewhere,
     open_mirror_store,
 )
+from resolver import Config, Outcome, Resolver
 from resolver.did import mirror_note
 from resolver.errors import UpstreamFailure
 from resolver.fetch import Response
@@ -54,7 +55,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlMirrorS
 
 
 def _api(store: SqlMirrorStore, profile: str = "directory") -> MirrorApi:
-    return MirrorApi(store, MirrorState("https://upstream.example"), profile=profile)
+    state = MirrorState("https://upstream.example", caught_up_at=time.time())
+    return MirrorApi(store, state, profile=profile)
 
 
 def _get(api: MirrorApi, path: str) -> tuple[int, object]:
@@ -420,3 +422,22 @@ def test_an_export_that_does_not_advance_is_a_failure_not_a_loop(tmp_path: Path)
     finally:
         follower.stop()
         store.close()
+
+
+async def test_a_mirror_still_catching_up_claims_neither_absence_nor_currency(
+    store: SqlMirrorStore,
+) -> None:
+    lines = list(export_lines(3, 2))
+    Replica(store).apply(lines[:3])  # every DID's first op; their second not yet read
+    backfilling = MirrorApi(store, MirrorState("https://upstream.example", cursor_time="T"))
+    known, unknown = json.loads(lines[0])["did"], "did:plc:" + "e" * 24
+    for did in (known, unknown):
+        reply = backfilling.answer("GET", f"/{did}", {})
+        assert reply.status == 503 and reply.headers["Retry-After"] == "30"
+        assert "still catching up (at T)" in json.loads(reply.body)["message"]
+    assert backfilling.answer("GET", "/export", {}).status == 200  # its verified ops, as far
+    config = Config(plc_url="https://upstream.example")
+    async with Resolver(config, plc=MirrorFetcher(backfilling)) as resolver:
+        document = await resolver.resolve_document(unknown)
+    assert document.evidence.outcome is Outcome.FAILED  # transient: never cached as absence
+    assert document.evidence.error_kind == "UpstreamFailure"

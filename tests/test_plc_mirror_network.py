@@ -63,14 +63,21 @@ def export_cids(url: str) -> list[str]:
 
 
 def caught_up(mirror: str, upstream: str, timeout: float = 30) -> list[str]:
-    """Waits until the mirror holds every op the upstream lists; the upstream's DIDs."""
+    """Waits until the mirror holds every op the upstream lists and has said it caught up
+    (it answers about DIDs from then on); the upstream's DIDs."""
     deadline = time.monotonic() + timeout
     wanted = export_cids(upstream)
-    while set(wanted) - set(export_cids(mirror)):
+    while set(wanted) - set(export_cids(mirror)) or _behind(mirror) is None:
         assert time.monotonic() < deadline, "the mirror did not catch up"
         time.sleep(0.1)
     lines = httpx.get(f"{upstream}/export", timeout=10).text.split("\n")
     return sorted({json.loads(line)["did"] for line in lines if line})
+
+
+def _behind(url: str) -> float | None:
+    health = httpx.get(f"{url}/_health", timeout=10).json()
+    behind: float | None = health.get("plc_mirror", health)["behind_s"]  # serve's, or its own
+    return behind
 
 
 def until(check: Callable[[], bool], timeout: float) -> float:

@@ -89,7 +89,9 @@ async def start_daemon(resolver: Resolver, store: TieredStore, clock: Clock) -> 
     cached = CachedResolver(resolver, store, POLICY, clock=clock)
     settings = Settings(refresh_token=TOKEN, request_log=False, answer_cache_bytes=ANSWER_BYTES)
     service = Service(cached, settings)
-    runner = web.AppRunner(service.app(), access_log=None)
+    # A step may leave a request waiting on an upstream it made hang: stopping must not wait
+    # aiohttp's default minute for it (the model's teardown would time out first).
+    runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -323,4 +325,4 @@ def stop_daemons(loop: LoopThread, daemons: list[Daemon]) -> None:
         for daemon in daemons:
             await daemon.runner.cleanup()
 
-    loop.run(stop())
+    loop.run(stop(), timeout=120)

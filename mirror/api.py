@@ -88,16 +88,13 @@ class MirrorApi:
         except InvalidDid:
             return _message(404, f"DID not registered: {did[:200]}")
         if method != "GET":
-            return Reply(
+            reply = _message(
                 405,
-                json.dumps(
-                    {
-                        "message": "this is a read-only, verifying mirror; submit operations "
-                        f"to the upstream directory: {self.state.upstream}/{did}"
-                    }
-                ).encode(),
-                headers={"Allow": "GET"},
+                "this is a read-only, verifying mirror; submit operations to the upstream "
+                f"directory: {self.state.upstream}/{did}",
             )
+            reply.headers["Allow"] = "GET"
+            return reply
         if self.state.caught_up_at is None:
             reply = self._backfilling()
         else:

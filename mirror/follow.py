@@ -59,7 +59,6 @@ class MirrorState:
     errors: int = 0
     last_error: str | None = None
     role: str = "writer"  # or "reader": another process follows, this one reads the store
-    started: float = field(default_factory=time.monotonic)
 
     @classmethod
     def of(cls, upstream: str, store: SqlMirrorStore) -> MirrorState:

@@ -68,7 +68,6 @@ class Verdict(NamedTuple):
 class PageResult:
     """What one export page did to the mirror."""
 
-    lines: int = 0
     applied: int = 0  # verified and stored
     created: int = 0  # of which the genesis ops of new DIDs
     duplicates: int = 0  # already kept (a page served again)
@@ -296,7 +295,7 @@ class Replica:
         if self._local is not None:
             done: Future[tuple[list[Verdict], dict[str, str | None]]] = Future()
             done.set_result(self._local.verify(numbered))
-            page = Page(lines, len(numbered), [done])
+            page = Page(lines, [done])
         else:
             shares: list[list[tuple[int, str | bytes]]] = [[] for _ in self._pools]
             for index, line in numbered:
@@ -305,7 +304,7 @@ class Replica:
                 pool.submit(_verify_in_worker, share)
                 for pool, share in zip(self._pools, shares, strict=True)
             ]
-            page = Page(lines, len(numbered), futures)
+            page = Page(lines, futures)
         return page
 
     def commit(
@@ -322,7 +321,7 @@ class Replica:
             states.update(answer[1])
             if len(answer) == 3:
                 self._rebuilt[number] = answer[2]
-        result = PageResult(lines=page.count)
+        result = PageResult()
         batch = Batch(meta=dict(meta or {}))
         seen_at = self._clock()
         for verdict in sorted(verdicts, key=lambda v: v.position):
@@ -342,7 +341,6 @@ class Page:
     """A page submitted for verification."""
 
     lines: Sequence[str | bytes]
-    count: int  # lines that are not blank
     futures: list[Future[Any]]
 
 

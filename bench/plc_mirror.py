@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 from bench.child import run_cli
-from bench.serve_load import free_port, wrk
+from bench.serve_load import free_port, rotate_script, wait_for, wrk
 from mirror.replica import Verifier
 from mirror.store import Batch, SqliteMirrorStore
 from resolver.plc.encoding import dag_cbor, unsigned
@@ -68,16 +68,6 @@ def serve_export(path: str, port: int) -> None:
     app = web.Application()
     app.router.add_get("/export", export)
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
-
-
-def _wait(url: str) -> None:
-    for _ in range(600):
-        try:
-            httpx.get(url, timeout=5)
-            return
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
 
 
 def _backfill(upstream: str, db: str, workers: int | None) -> dict[str, float]:
@@ -175,21 +165,10 @@ BARE_DOCUMENT = textwrap.dedent("""
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 """)
 
-_READ_SCRIPT = """
-paths = {}
-for line in io.lines("%s") do paths[#paths + 1] = line end
-request = function()
-  return wrk.format("GET", paths[math.random(#paths)])
-end
-"""
-
 
 def _read_path(db: str, dids: list[str], connections: int, seconds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        paths = Path(tmp) / "paths.txt"
-        paths.write_text("".join(f"/{did}\n" for did in dids))
-        script = Path(tmp) / "rotate.lua"
-        script.write_text(textwrap.dedent(_READ_SCRIPT % paths))
+        _, script = rotate_script(Path(tmp), [f"/{did}" for did in dids])
         port = free_port()
         mirror = subprocess.Popen(
             [
@@ -213,9 +192,9 @@ def _read_path(db: str, dids: list[str], connections: int, seconds: int) -> None
         body = Path(tmp) / "document.json"
         bare = subprocess.Popen([sys.executable, "-c", BARE_DOCUMENT, str(bare_port), str(body)])
         try:
-            _wait(f"http://127.0.0.1:{port}/_health")
+            wait_for(f"http://127.0.0.1:{port}/_health")
             body.write_bytes(httpx.get(f"http://127.0.0.1:{port}/{dids[0]}").content)
-            _wait(f"http://127.0.0.1:{bare_port}/{dids[0]}")
+            wait_for(f"http://127.0.0.1:{bare_port}/{dids[0]}")
             assert len(httpx.get(f"http://127.0.0.1:{bare_port}/x").content) == body.stat().st_size
             base = wrk(f"http://127.0.0.1:{bare_port}/", connections, seconds, script=script)
             wrk(f"http://127.0.0.1:{port}/", connections, 3, script=script)  # warm: every DID read
@@ -250,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     upstream = subprocess.Popen([sys.executable, "-m", "bench.plc_mirror", str(path), str(port)])
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait(f"{url}/export?count=1")
+        wait_for(f"{url}/export?count=1")
         with tempfile.TemporaryDirectory(prefix="atwhois-mirror-bench-") as tmp:
             db = f"{tmp}/mirror.db"
             runs = {"SQLite, one process": _backfill(url, f"{tmp}/one.db", 0)}

@@ -1,14 +1,30 @@
-"""The daemon under load: `wrk` against cached `resolveHandle`, and in the same run against a
-bare aiohttp handler returning a fixed JSON body (the baseline), same connections.
+"""The daemon under load, against a bare aiohttp handler answering ready bytes of the same
+sizes on the same paths (the baseline), measured in the same run:
 
-    python -m bench serve [--connections 100] [--seconds 10]
+- one hot key (`resolveHandle`), closed loop: wrk, 1 thread, 100 connections;
+- `--identities` distinct warm identities of the test network's bulk world (did:web, every
+  one resolved and verified once before), `resolveHandle` and `resolveDid` at random: the
+  cache and the composition of an answer are timed, not a memo of one URL;
+- the same rotation at a fixed rate (open loop, `bench.open_loop`): p99 at a stated rate,
+  counted from when each request was due.
+
+Every answer must be a 2xx, and the warm-up checks each identity's answer is the right DID
+and document (a wrong answer is never counted as throughput).
+
+    python -m bench serve [--connections 100] [--seconds 10] [--identities 10000]
+                          [--rate 2000] [--workers N]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import random
 import re
 import shutil
+import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -18,19 +34,52 @@ from pathlib import Path
 
 import httpx
 
+from bench.memory_load import rss_mib
 from tests.daemon import running_daemon
+from tests.devnet import world
 from tests.devnet.network import running_devnet
 
+XRPC = "/xrpc/com.atproto.identity."
+HOT = XRPC + "resolveHandle?handle=alice.test"
+
+# Ready bytes per method, of the sizes the daemon answers (a loopback send costs by the
+# byte); any query string.
 BARE = textwrap.dedent("""
-    import json, sys
+    import sys, time
+    from pathlib import Path
     from aiohttp import web
-    body = json.dumps({"did": "did:plc:5cyonhzbgiso6fi6oapfffs3"}).encode()
+    ready = Path(sys.argv[2])
+    while not ready.exists() or not ready.stat().st_size:
+        time.sleep(0.05)
+    handle_body, document_body = ready.read_bytes().split(b"\\n", 1)
     async def handle(request):
-        return web.Response(body=body, content_type="application/json")
+        return web.Response(body=handle_body, content_type="application/json")
+    async def did(request):
+        return web.Response(body=document_body, content_type="application/json")
     app = web.Application()
     app.router.add_get("/xrpc/com.atproto.identity.resolveHandle", handle)
+    app.router.add_get("/xrpc/com.atproto.identity.resolveDid", did)
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 """)
+
+# Chooses a path per request at random from a file (both servers run the same script:
+# choosing costs wrk time too).
+ROTATE = """
+paths = {}
+for line in io.lines("%s") do paths[#paths + 1] = line end
+request = function()
+  return wrk.format("GET", paths[math.random(#paths)])
+end
+"""
+
+
+def rotate_script(directory: Path, paths: list[str]) -> tuple[Path, Path]:
+    """A file of `paths` and the wrk script choosing among them."""
+    listing = directory / "paths.txt"
+    listing.write_text("".join(path + "\n" for path in paths))
+    script = directory / "rotate.lua"
+    script.write_text(ROTATE % listing)
+    return listing, script
 
 
 def wrk(
@@ -46,8 +95,8 @@ def wrk(
         check=True,
         timeout=seconds + 60,
     ).stdout
-    if re.search(r"Non-2xx", out):
-        raise RuntimeError(f"non-2xx answers under load:\n{out}")
+    if re.search(r"Non-2xx|Socket errors", out):
+        raise RuntimeError(f"failed answers under load:\n{out}")
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     return rate, _percentile(out, "50"), _percentile(out, "99")
 
@@ -57,68 +106,154 @@ def _percentile(out: str, which: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
-def free_port() -> int:
-    import socket
+def open_loop(url: str, listing: Path, rate: int, seconds: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.open_loop", url, str(listing), str(rate), str(seconds)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=seconds * 4 + 60,
+    ).stdout
+    result: dict[str, float] = json.loads(out)
+    if result["non_2xx"] or result["errors"] or result["answered"] != result["sent"]:
+        raise RuntimeError(f"failed answers at a fixed rate: {result}")
+    return result
 
+
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_for(url: str) -> None:
+    for _ in range(600):
+        try:
+            httpx.get(url, timeout=5)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+async def warm(url: str, identities: int) -> tuple[bytes, bytes]:
+    """Resolve every identity through the daemon, then ask again (from its cache), checking
+    each answer; the bodies of the first (for the bare handler)."""
+    gate = asyncio.Semaphore(64)
+    first: list[bytes] = []
+
+    async def one(http: httpx.AsyncClient, index: int) -> None:
+        host = world.bulk_host(index)
+        async with gate:  # the paths as wrk writes them: a rendered answer is kept per path
+            handle = await http.get(f"{XRPC}resolveHandle?handle={host}")
+            did = await http.get(f"{XRPC}resolveDid?did=did:web:{host}")
+        if handle.status_code != 200 or handle.json() != {"did": f"did:web:{host}"}:
+            raise RuntimeError(f"{host}: wrong answer {handle.status_code} {handle.text[:200]}")
+        if did.status_code != 200 or did.json()["didDoc"]["id"] != f"did:web:{host}":
+            raise RuntimeError(f"{host}: wrong document {did.status_code} {did.text[:200]}")
+        if index == 0:
+            first.extend([handle.content, did.content])
+
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        await asyncio.gather(*(one(http, i) for i in range(identities)))
+        first.clear()
+        await asyncio.gather(*(one(http, i) for i in range(identities)))  # every answer a hit
+    return first[0], first[1]
+
+
+def sqlite_bytes(path: Path) -> int:
+    """The pages a SQLite file uses (its WAL checkpointed in): what the cache costs on disk."""
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = (
+            db.execute("PRAGMA page_count").fetchone()[0]
+            - db.execute("PRAGMA freelist_count").fetchone()[0]
+        )
+        return int(pages * db.execute("PRAGMA page_size").fetchone()[0])
+
+
+def rotation(identities: int) -> list[str]:
+    paths = []
+    for index in range(identities):
+        host = world.bulk_host(index)
+        paths.append(f"{XRPC}resolveHandle?handle={host}")
+        paths.append(f"{XRPC}resolveDid?did=did:web:{host}")
+    random.Random(0).shuffle(paths)
+    return paths
+
+
+def row(name: str, ours: tuple[float, float, float], base: tuple[float, float, float]) -> str:
+    return (
+        f"  {name:<44} {ours[0]:8,.0f} req/s  p50 {ours[1]:6.2f} ms  p99 {ours[2]:7.2f} ms"
+        f"   bare {base[0]:7,.0f} req/s p99 {base[2]:6.2f} ms   ratio {ours[0] / base[0]:.2f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench serve", description=__doc__)
     parser.add_argument("--connections", type=int, default=100)
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--identities", type=int, default=10_000)
+    parser.add_argument("--rate", type=int, default=2000, help="open loop: requests/s")
+    parser.add_argument("--workers", type=int, default=None, help="atwhois serve --workers")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is missing: `make bench` installs it (Debian package wrk)")
-    path = "/xrpc/com.atproto.identity.resolveHandle?handle=alice.test"
+    workers = ["--workers", str(args.workers)] if args.workers else []
     with (
-        tempfile.TemporaryDirectory(prefix="atwhois-serve-bench-") as tmp,
-        running_devnet(Path(tmp)) as devnet,
+        tempfile.TemporaryDirectory(prefix="atwhois-serve-bench-") as name,
+        running_devnet(Path(name), bulk=args.identities) as devnet,
         running_daemon(
-            devnet.env(), Path(tmp) / "serve.log", "--cache", f"sqlite://{tmp}/cache.db"
+            devnet.env(), Path(name) / "serve.log", "--cache", f"sqlite://{name}/c.db", *workers
         ) as daemon,
     ):
+        tmp = Path(name)
+        before = rss_mib(daemon.process.pid)
+        started = time.perf_counter()
+        handle_body, document_body = asyncio.run(warm(daemon.url, args.identities))
+        warmed = time.perf_counter() - started
+        per_identity = (rss_mib(daemon.process.pid) - before) * 1024 * 1024 / args.identities
+        assert httpx.get(daemon.url + HOT).json()["did"] == devnet.did("alice")
+        listing, script = rotate_script(tmp, rotation(args.identities))
+        ready = tmp / "bodies"
         port = free_port()
-        bare = subprocess.Popen([sys.executable, "-c", BARE, str(port)])
+        bare = subprocess.Popen([sys.executable, "-c", BARE, str(port), str(ready)])
         try:
+            ready.write_bytes(httpx.get(daemon.url + HOT).content + b"\n" + document_body)
             bare_url = f"http://127.0.0.1:{port}"
-            for _ in range(100):
-                try:
-                    httpx.get(bare_url + path)
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.05)
-            assert httpx.get(daemon.url + path).json()["did"] == devnet.did("alice")  # warm
-            base = wrk(bare_url + path, args.connections, args.seconds)
-            ours = wrk(daemon.url + path, args.connections, args.seconds)
+            wait_for(bare_url + HOT)
+            c, s = args.connections, args.seconds
+            hot = (wrk(bare_url + HOT, c, s), wrk(daemon.url + HOT, c, s))
+            rotating = (wrk(bare_url, c, s, script), wrk(daemon.url, c, s, script))
+            fixed = (
+                open_loop(bare_url, listing, args.rate, s),
+                open_loop(daemon.url, listing, args.rate, s),
+            )
         finally:
             bare.terminate()
             bare.wait()
-        with running_daemon(
-            devnet.env(),
-            Path(tmp) / "quiet.log",
-            "--cache",
-            f"sqlite://{tmp}/cache.db",
-            "--no-request-log",
-        ) as quiet:
-            httpx.get(quiet.url + path)
-            silent = wrk(quiet.url + path, args.connections, args.seconds)
+        # after the runs: another connection's checkpoint reads to the daemon as a change
+        on_disk = sqlite_bytes(tmp / "c.db") / args.identities
     print(
-        f"wrk, 1 thread, {args.connections} connections, {args.seconds}s each, cached "
-        "resolveHandle (memory tier over SQLite), JSON request log on"
+        f"atwhois serve{' --workers ' + str(args.workers) if workers else ''}, SQLite cache, "
+        f"request log on; {args.identities:,} bulk identities warmed in {warmed:.0f} s "
+        f"(handle body {len(handle_body)} B, document body {len(document_body)} B)"
     )
     print(
-        f"  bare aiohttp handler   {base[0]:9,.0f} req/s   p50 {base[1]:6.2f} ms   "
-        f"p99 {base[2]:6.2f} ms"
+        f" per cached identity (handle and DID entries, both answers rendered): "
+        f"{per_identity:,.0f} B of RSS, {on_disk:,.0f} B in the SQLite file"
+    )
+    print(f" closed loop, wrk 1 thread, {c} connections, {s} s each:")
+    print(row("one hot key (resolveHandle)", hot[1], hot[0]))
+    print(row(f"{2 * args.identities:,} warm keys (resolveHandle, resolveDid)", *rotating[::-1]))
+    base, ours = fixed
+    print(f" open loop, {args.rate:,} requests/s for {s} s over the same keys, {c} connections:")
+    print(
+        f"  atwhois p50 {ours['p50_ms']:6.2f} ms  p99 {ours['p99_ms']:7.2f} ms  "
+        f"p99.9 {ours['p999_ms']:7.2f} ms  max {ours['max_ms']:7.2f} ms"
     )
     print(
-        f"  atwhois serve          {ours[0]:9,.0f} req/s   p50 {ours[1]:6.2f} ms   "
-        f"p99 {ours[2]:6.2f} ms"
-    )
-    print(f"  ratio atwhois / bare   {ours[0] / base[0]:.2f}")
-    print(
-        f"  atwhois, no request log {silent[0]:8,.0f} req/s   p50 {silent[1]:6.2f} ms   "
-        f"p99 {silent[2]:6.2f} ms   ratio {silent[0] / base[0]:.2f}"
+        f"  bare    p50 {base['p50_ms']:6.2f} ms  p99 {base['p99_ms']:7.2f} ms  "
+        f"p99.9 {base['p999_ms']:7.2f} ms  max {base['max_ms']:7.2f} ms"
+        f"   p99 ratio atwhois / bare {ours['p99_ms'] / base['p99_ms']:.2f}"
     )

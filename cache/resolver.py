@@ -123,6 +123,14 @@ def did_key(did: str) -> str:
     return "d:" + did
 
 
+def resting_on(identity: Identity) -> list[str]:
+    """The keys of the entries an answer about `identity` is composed from: a change of any
+    of them may change the answer (more keys than it used are harmless)."""
+    handles = {identity.handle_queried, identity.declared_handle} - {None}
+    keys = [handle_key(handle) for handle in handles if handle]
+    return [*keys, did_key(identity.did)] if identity.did else keys
+
+
 class CachedResolver:
     def __init__(
         self,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import uvloop
 from aiohttp import web
 
 from audit import Auditor, AuditStore, default_audit_path
@@ -119,18 +121,19 @@ async def serve(
         for k in ("max_concurrency", "request_timeout")
         if merged.get(k)
     }
-    # The memory budget: an eighth for rendered answers, the rest for the entries' tier.
+    # The memory budget: half for rendered answers (what a hit is served from), half for
+    # the entries' tier (what a new answer is composed from).
     budget = int(float(merged.get("memory_cache_mb") or 64) * 1024 * 1024)
     service_settings = dataclasses.replace(
         Settings(
             refresh_token=merged.get("refresh_token"),
             request_log=merged.get("request_log", True),
-            answer_cache_bytes=budget // 8,
+            answer_cache_bytes=budget // 2,
             cors_origins=tuple(merged.get("cors_origin", ())),
         ),
         **limits,
     )
-    store = open_store(merged.get("cache"), memory_bytes=budget - budget // 8)
+    store = open_store(merged.get("cache"), memory_bytes=budget - budget // 2)
     resolutions = int(merged.get("max_resolutions") or 32)
     plc_mirror = _plc_mirror(merged) if merged.get("plc_mirror") else None
 
@@ -174,6 +177,9 @@ async def serve(
     host, port = merged.get("host", "127.0.0.1"), int(merged.get("port", DEFAULT_PORT))
     site = web.TCPSite(runner, host, port)
     await site.start()
+    # What start-up made lives as long as the daemon: the collector need not walk it again
+    # (a full collection over it costs about 10 ms, a pause every request then waits out).
+    gc.freeze()
     bound = runner.addresses[0]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -231,7 +237,9 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("aiohttp.server").addFilter(MalformedRequestLog())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the mirror's polls: metrics say
     try:
-        asyncio.run(serve(merged, config, policy, effective_settings(args, config)))
+        # uvloop: 10-25% more cached answers a second than asyncio's own loop (bench serve)
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(serve(merged, config, policy, effective_settings(args, config)))
     except (OSError, ValueError) as err:  # a cache URL of no known kind, a port taken
         print(f"{args.prog}: bad configuration: {err}", file=sys.stderr)
         return 2

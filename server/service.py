@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import itertools
 import json
 import logging
 import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
@@ -26,7 +27,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client.core import CounterMetricFamily
 
 from cache import CachedResolver
-from cache.stores import TieredStore
+from cache.resolver import resting_on
+from cache.stores import Tier, TieredStore
 from cache.stores.memory import Lru
 from resolver import Identity, Outcome, Status
 from resolver.syntax import is_valid_at_identifier, is_valid_did, is_valid_handle
@@ -45,6 +47,7 @@ _FORMATS: dict[Format, Callable[[str], bool]] = {
     "at-identifier": is_valid_at_identifier,
 }
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_CHANGES_BEFORE = web.RequestKey("changes_before", int)  # the answer cache's count at the start
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,7 @@ class Settings:
     max_body: int = 16 * 1024
     retry_after: int = 30  # seconds, on 502 and 503
     request_log: bool = True  # one JSON line per request on stderr
-    answer_cache_bytes: int = 8 * 1024 * 1024  # rendered answers of fresh hits
+    answer_cache_bytes: int = 32 * 1024 * 1024  # rendered answers of fresh hits
     cors_origins: tuple[str, ...] = ()  # browser origins that may read the API ("*": any)
 
 
@@ -132,12 +135,12 @@ def _with_document(fields: dict[str, Any], document: bytes) -> bytes:
 
 
 def _json_bytes(status: int, body: bytes, cache: str) -> web.Response:
-    return web.Response(
-        body=body,
-        status=status,
-        content_type="application/json",
-        headers={"Cache-Control": cache},
-    )
+    # The headers as given, not content_type=: aiohttp would parse it again on every answer.
+    headers = {"Content-Type": "application/json", "Cache-Control": cache}
+    return web.Response(body=body, status=status, headers=headers)
+
+
+_quoted: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
 class RequestLog:
@@ -158,12 +161,12 @@ class RequestLog:
         seconds: float,
         remote: str | None,
     ) -> None:
-        # Formatted by hand: only the path (and the method) can hold characters JSON must
-        # escape; the id is checked against _REQUEST_ID, the rest are numbers or an address.
+        # Formatted by hand, strings through the JSON encoder's own escaping (json.dumps
+        # costs several times more); the id is checked against _REQUEST_ID.
         self._lines.append(
             f'{{"ts": {time.time():.3f}, "request_id": "{request_id}", '
-            f'"method": {json.dumps(method)}, "path": {json.dumps(path)}, '
-            f'"status": {status}, "ms": {seconds * 1000:.2f}, "remote": {json.dumps(remote)}}}'
+            f'"method": {_quoted(method)}, "path": {_quoted(path)}, "status": {status}, '
+            f'"ms": {seconds * 1000:.2f}, "remote": {_quoted(remote) if remote else "null"}}}'
         )
 
     def flush(self) -> None:
@@ -186,47 +189,92 @@ class RequestLog:
         self.flush()
 
 
+# An answer: kept until, status, body, fresh until, servable until, the entries it rests on.
+_Kept = tuple[float, int, bytes, float, float, tuple[str, ...]]
+
+
 class AnswerCache:
-    """Rendered answers of fresh cache hits, kept for half a second at most (never past
-    their fresh window, never stale ones: those must reach the cache to be revalidated),
-    within a bound in bytes; all dropped when another process changes the store."""
+    """Rendered answers of fresh cache hits, so that a hit costs a dictionary lookup and a
+    write of ready bytes. An answer is kept until its fresh window ends (never a stale one:
+    that must reach the cache to be revalidated), within a bound in bytes, and dropped as
+    soon as the store says an entry it rests on changed, here or in another process; while
+    the store cannot follow other processes' changes, for half a second at most. An answer
+    whose lookup overlapped any change is not kept (it may be composed from an old entry)."""
+
+    UNFOLLOWED_SECONDS = 0.5
 
     def __init__(
         self,
-        max_bytes: int = 8 * 1024 * 1024,
-        seconds: float = 0.5,
+        store: Tier,
+        max_bytes: int = 32 * 1024 * 1024,
         clock: Callable[[], float] = time.time,  # the cache's: answers age with its entries
     ) -> None:
-        self._seconds, self._clock = seconds, clock
-        # key -> (kept until, status, body, fresh until, servable until)
-        self._answers: Lru[tuple[float, int, bytes, float, float]] = Lru(max_bytes)
+        self._store, self._clock = store, clock
+        self._answers: Lru[_Kept] = Lru(max_bytes, evicted=self._unlink)
+        self._resting: dict[str, set[str]] = {}  # entry key -> keys of answers resting on it
+        self.changes = 0  # changes the store announced, ever
+        store.listeners.append(self.changed)
 
     def get(self, key: str) -> tuple[int, bytes, str] | None:
         """The answer, its Cache-Control counted from now (it aged while kept)."""
         found = self._answers.get(key)
         if found is None:
             return None
-        until, status, body, fresh_end, servable_end = found
+        until, status, body, fresh_end, servable_end, _ = found
         now = self._clock()
         if until < now:
-            self._answers.pop(key)
+            self._drop(key)
             return None
         return status, body, _cache_control(fresh_end - now, servable_end - now)
 
-    def put(self, key: str, identity: Identity, response: web.Response) -> None:
+    def put(
+        self, key: str, identity: Identity, response: web.Response, changes_before: int
+    ) -> None:
+        """Keep `response` to `identity`, looked up when `changes` was `changes_before`."""
         info = identity.cache
-        if info is None or info.state == "stale" or info.fresh_for_s <= 0:
-            return
         body = response.body
-        if isinstance(body, bytes):
-            now = self._clock()
-            until = now + min(self._seconds, info.fresh_for_s)
-            fresh_end, servable_end = now + info.fresh_for_s, now + info.servable_for_s
-            kept = (until, response.status, body, fresh_end, servable_end)
-            self._answers.put(key, kept, 200 + len(key) + len(body))
+        if (
+            info is None
+            or info.state == "stale"
+            or info.fresh_for_s <= 0
+            or changes_before != self.changes
+            or not isinstance(body, bytes)
+        ):
+            return
+        now = self._clock()
+        keep = info.fresh_for_s if self._store.following else self.UNFOLLOWED_SECONDS
+        rests_on = tuple(resting_on(identity))
+        self._drop(key)
+        kept = (now + min(keep, info.fresh_for_s), response.status, body, now + info.fresh_for_s)
+        self._answers.put(key, (*kept, now + info.servable_for_s, rests_on), 300 + len(body))
+        for entry in rests_on:
+            self._resting.setdefault(entry, set()).add(key)
+
+    def changed(self, keys: Sequence[str] | None) -> None:
+        self.changes += 1
+        if keys is None:
+            self.clear()
+            return
+        for entry in keys:
+            for key in self._resting.pop(entry, ()):
+                self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        kept = self._answers.pop(key)
+        if kept is not None:
+            self._unlink(key, kept)
+
+    def _unlink(self, key: str, kept: _Kept) -> None:
+        for entry in kept[-1]:
+            answers = self._resting.get(entry)
+            if answers is not None:
+                answers.discard(key)
+                if not answers:
+                    del self._resting[entry]
 
     def clear(self) -> None:
         self._answers.clear()
+        self._resting.clear()
 
     @property
     def used_bytes(self) -> int:
@@ -256,12 +304,14 @@ class Service:
         self.metrics = Metrics()
         self.started = time.time()
         self._gate = asyncio.Semaphore(settings.max_concurrency)
-        self.answers = AnswerCache(settings.answer_cache_bytes, clock=cached.clock)
-        cached.store.listeners.append(self.answers.clear)
+        self.answers = AnswerCache(cached.store, settings.answer_cache_bytes, cached.clock)
         self.request_log = RequestLog(sys.stderr)
         self.metric_sources: list[Families] = []  # more families for /metrics (audits)
         self.health_sources: dict[str, Callable[[], Any]] = {}  # more for /_health (streams)
         self.exposition = Exposition()
+        # Request ids: a random prefix per process and a count (a random id per request
+        # cost a system call each).
+        self._id_prefix, self._ids = os.urandom(4).hex(), itertools.count()
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -291,16 +341,20 @@ class Service:
 
     # --- middleware: request id, structured log, limits, XRPC errors ------------------
 
+    def _request_id(self) -> str:
+        return f"{self._id_prefix}{next(self._ids) & 0xFFFFFFFF:08x}"
+
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.headers.get("X-Request-Id", "")
-        request_id = given if _REQUEST_ID.fullmatch(given) else os.urandom(8).hex()
+        request_id = given if _REQUEST_ID.fullmatch(given) else self._request_id()
         started = time.perf_counter()
         resource = request.match_info.route.resource
         endpoint = resource.canonical if resource is not None else "unmatched"
         response: web.StreamResponse
         try:
             answer = self.answers.get(request.path_qs) if request.method == "GET" else None
+            request[_CHANGES_BEFORE] = self.answers.changes
             if request.method == "OPTIONS" and self._cors_origin(request):
                 response = web.Response(status=204, headers=_PREFLIGHT)
             elif answer is not None:
@@ -415,7 +469,7 @@ class Service:
 
     def _answer(self, request: web.Request, identity: Identity, body: bytes) -> web.Response:
         response = _json_bytes(200, body, cache_control(identity))
-        self.answers.put(request.path_qs, identity, response)
+        self.answers.put(request.path_qs, identity, response, request[_CHANGES_BEFORE])
         return response
 
     async def resolve_did(self, request: web.Request) -> web.Response:
@@ -488,7 +542,6 @@ class Service:
         if not isinstance(identifier, str) or not identifier:
             raise XrpcError(400, "InvalidRequest", "identifier is required")
         identifier = _in_format("identifier", identifier, "at-identifier")
-        self.answers.clear()
         identity = await self._lookup(identifier, refresh=True)
         fields, document = self._identity_info(identity, identifier)
         return _json_bytes(200, _with_document(fields, document), "no-store")

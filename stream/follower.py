@@ -23,6 +23,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cache import CachedResolver
+from cache.resolver import did_key
 
 from .frames import AccountEvent, IdentityEvent
 from .subscriber import StoreCursor, Subscriber
@@ -91,6 +92,7 @@ class Follower:
         if inactive.get(event.did) != before:
             value = json.dumps(inactive).encode()
             await self.cached.store.put(INACTIVE_KEY, value, time.time() + KEEP)
+            self.cached.store.announce([did_key(event.did)])  # answers about it change
             self._tell({event.did})
 
     def _tell(self, changed: set[str]) -> None:

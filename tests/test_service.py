@@ -11,12 +11,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from cache import CachedResolver, MemoryStore
+from cache import CachedResolver, MemoryStore, SqliteStore, TieredStore
 from cli import settings
 from resolver import Config, Identity, Resolver, Status
+from resolver.identity import CacheInfo
 from server import Service, Settings, xrpc_errors
+from server.service import AnswerCache
 from tests import metrics
 from tests.daemon import Daemon, running_daemon
 from tests.devnet.network import DevnetState
@@ -468,3 +471,83 @@ def test_the_start_up_line_says_what_the_daemon_resolves_through(
     assert given["cache"] == ["memory:", "flag"] and given["audit_db"][0].endswith(".db")
     assert given["port"][0] == 0 and set(given) == set(settings.SETTINGS)
     assert TOKEN not in json.dumps(started)  # the secret itself is never logged
+
+
+# --- the answer cache: a hit is ready bytes, never an answer an entry no longer backs --------
+
+
+def _verified(did: str, handle: str, fresh_for: float = 3600.0) -> Identity:
+    info = CacheInfo(True, 0.0, "fresh", fresh_for_s=fresh_for, servable_for_s=fresh_for * 2)
+    return Identity(
+        query=handle,
+        status=Status.VERIFIED,
+        did=did,
+        declared_handle=handle,
+        handle_queried=handle,
+        cache=info,
+    )
+
+
+def _kept(answers: AnswerCache, identity: Identity, key: str = "/q") -> None:
+    answers.put(key, identity, web.Response(body=b'{"did":"x"}'), answers.changes)
+
+
+async def test_an_answer_is_kept_while_fresh_and_dropped_when_an_entry_it_rests_on_changes() -> (
+    None
+):
+    now = [1000.0]
+    store = MemoryStore(clock=lambda: now[0])
+    answers = AnswerCache(store, clock=lambda: now[0])
+    _kept(answers, _verified("did:plc:a", "a.test", fresh_for=60))
+    now[0] += 59  # past the old half-second limit, still fresh
+    found = answers.get("/q")
+    assert (
+        found is not None
+        and found[2] == "public, max-age=1, stale-while-revalidate=60, stale-if-error=60"
+    )
+    now[0] += 2
+    assert answers.get("/q") is None  # never past its fresh window
+    for changed in ("d:did:plc:a", "h:a.test"):
+        _kept(answers, _verified("did:plc:a", "a.test"))
+        await store.put("h:other.test", b"x", now[0] + 60)
+        assert answers.get("/q") is not None  # another entry changed: still true
+        await store.delete([changed])
+        assert answers.get("/q") is None, changed
+    _kept(answers, _verified("did:plc:a", "a.test"))
+    store.announce(["d:did:plc:a"])  # what the key means changed (an account's status)
+    assert answers.get("/q") is None
+    assert answers._resting == {}  # nothing left pointing at dropped answers
+
+
+async def test_an_answer_looked_up_across_a_change_is_not_kept() -> None:
+    store = MemoryStore()
+    answers = AnswerCache(store)
+    before = answers.changes
+    await store.put("d:did:plc:a", b"new", time.time() + 60)  # while the lookup ran
+    answers.put("/q", _verified("did:plc:a", "a.test"), web.Response(body=b"{}"), before)
+    assert answers.get("/q") is None
+
+
+async def test_answers_are_kept_half_a_second_while_other_processes_changes_are_not_followed(
+    tmp_path: Path,
+) -> None:
+    now = [1000.0]
+    store = TieredStore(MemoryStore(), SqliteStore(tmp_path / "c.db"))
+    answers = AnswerCache(store, clock=lambda: now[0])
+    assert not store.following  # not yet watching
+    _kept(answers, _verified("did:plc:a", "a.test"))
+    now[0] += 0.4
+    assert answers.get("/q") is not None
+    now[0] += 0.2
+    assert answers.get("/q") is None
+    await store.close()
+
+
+def test_answers_pushed_out_by_the_bound_leave_nothing_behind() -> None:
+    answers = AnswerCache(MemoryStore(), max_bytes=10_000)
+    for i in range(1000):
+        _kept(answers, _verified(f"did:plc:{i}", f"u{i}.test"), key=f"/q{i}")
+    assert answers.used_bytes <= 10_000
+    held = sum(answers.get(f"/q{i}") is not None for i in range(1000))
+    assert 0 < held < 1000
+    assert len(answers._resting) == 2 * held

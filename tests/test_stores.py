@@ -6,6 +6,8 @@ survived."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -158,6 +160,32 @@ async def test_sqlite_survives_reopening_and_versions_its_schema(tmp_path: Path)
     await third.close()
 
 
+async def test_sqlite_keeps_an_identity_in_about_what_it_holds(tmp_path: Path) -> None:
+    """Entries of the size a DID document's takes (~1.5 KB) cost little more than their
+    bytes on disk; a cache file of the first schema (WITHOUT ROWID: overflow pages, 5.3 KB
+    per identity) is dropped and made anew."""
+    path = tmp_path / "layout.db"
+    legacy = sqlite3.connect(path)
+    legacy.executescript(
+        "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('schema_version', '1');"
+        "CREATE TABLE entries (key TEXT PRIMARY KEY, value BLOB NOT NULL,"
+        " expires_at REAL NOT NULL) WITHOUT ROWID;"
+    )
+    legacy.close()
+    store = SqliteStore(path)
+    for i in range(2000):
+        await store.put(f"d:did:web:u{i:05d}.bulk.test", os.urandom(1500), time.time() + 60)
+    db = store._db
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    used = (
+        (db.execute("PRAGMA page_count").fetchone()[0])
+        * db.execute("PRAGMA page_size").fetchone()[0]
+    )
+    assert used / 2000 < 1.25 * 1500, used / 2000
+    await store.close()
+
+
 async def test_redis_prefixes_keep_instances_apart() -> None:
     one = RedisStore(REDIS_URL, prefix=_prefix())
     two = RedisStore(REDIS_URL, prefix=_prefix())
@@ -216,7 +244,7 @@ async def test_a_change_by_another_process_reaches_the_memory_tier(
 ) -> None:
     one, two = make(tmp_path)
     told: list[str] = []
-    two.listeners.append(lambda: told.append("changed"))
+    two.listeners.append(lambda keys: told.append(keys))
     try:
         await one.put("h:alice.test", b"old", time.time() + 60)
         assert await value(two, "h:alice.test") == b"old"  # now in two's memory tier

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import NamedTuple, Protocol
 
-# Told of changes another process made: the keys, or None when anything may have changed.
+# Told of changes: the keys, or None when anything may have changed.
 OnChange = Callable[[Sequence[str] | None], None]
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .base import Stored
+from .base import OnChange, Stored
 
 V = TypeVar("V")
 _OVERHEAD = 200  # bytes a slot costs beyond its key and value (objects, dict entries)
@@ -20,12 +20,14 @@ _SWEEP_SECONDS = 30.0  # how often expired entries are looked for
 
 
 class Lru(Generic[V]):
-    """Values under string keys within `max_bytes`, each as large as its `put` says."""
+    """Values under string keys within `max_bytes`, each as large as its `put` says;
+    `evicted` is told of each value the bound pushed out."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, evicted: Callable[[str, V], None] | None = None) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
         self._items: OrderedDict[str, tuple[V, int]] = OrderedDict()
+        self._evicted = evicted
 
     def get(self, key: str) -> V | None:
         found = self._items.get(key)
@@ -43,7 +45,10 @@ class Lru(Generic[V]):
         self._items[key] = (value, size)
         self.bytes += size
         while self.bytes > self.max_bytes and self._items:
-            self.pop(next(iter(self._items)))
+            oldest, (evicted, evicted_size) = self._items.popitem(last=False)
+            self.bytes -= evicted_size
+            if self._evicted is not None:
+                self._evicted(oldest, evicted)
 
     def pop(self, key: str) -> V | None:
         found = self._items.pop(key, None)
@@ -88,7 +93,7 @@ class MemoryStore:
         self, max_bytes: int = 64 * 1024 * 1024, clock: Callable[[], float] = time.time
     ) -> None:
         self.clock = clock
-        self.listeners: list[Callable[[], None]] = []  # nothing else writes here: never told
+        self.listeners: list[OnChange] = []  # told of the keys each put or delete changed
         self._slots: Lru[Slot] = Lru(max_bytes)
         self._swept_at = clock()
 
@@ -112,8 +117,20 @@ class MemoryStore:
         slot = self.slot(key)
         return Stored(slot.value, slot.expires_at) if slot else None
 
+    @property
+    def following(self) -> bool:
+        """Whether every change reaches `listeners` (nothing else writes here: always)."""
+        return True
+
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
         self.keep(key, value, expires_at)
+        self.announce([key])
+
+    def announce(self, keys: Sequence[str] | None) -> None:
+        """Tell the listeners these keys changed (None: anything may have), also when what
+        a key means changed rather than its bytes (an account's status)."""
+        for listener in self.listeners:
+            listener(keys)
 
     def keep(self, key: str, value: bytes, expires_at: float) -> Slot:
         now = self.clock()
@@ -139,8 +156,10 @@ class MemoryStore:
         return decoded
 
     async def delete(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
         for key in keys:
             self.forget(key)
+        self.announce(keys)
 
     def forget(self, key: str) -> None:
         self._slots.pop(key)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from .base import Store, Stored
+from .base import OnChange, Store, Stored
 from .memory import Decoder, MemoryStore, Slot
 
 T = TypeVar("T")
@@ -53,7 +53,9 @@ class TieredStore:
         self.memory = memory
         self.below = below
         self.name = f"memory+{below.name}"
-        self.listeners: list[Callable[[], None]] = []  # told of other processes' changes
+        # told of the keys changed, here or by other processes (None: anything may have)
+        self.listeners: list[OnChange] = memory.listeners
+        self.announce = memory.announce
         self.errors = 0  # failures of the store below, ever
         # Entries expire by the memory tier's clock; how long the store below is trusted or
         # left alone is a matter of elapsed real time.
@@ -104,6 +106,7 @@ class TieredStore:
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
         self.memory.keep(key, value, expires_at).loaded_at = self._timer()
+        self.announce([key])
         if isinstance(await self._below(lambda: self.below.put(key, value, expires_at)), _Failed):
             self._remember_unsynced([key])
 
@@ -111,7 +114,7 @@ class TieredStore:
         """Raises `StoreUnavailable` when the store below did not take it (it is retried
         there once the store answers again)."""
         keys = list(keys)
-        await self.memory.delete(keys)
+        await self.memory.delete(keys)  # which tells the listeners
         if isinstance(await self._below(lambda: self.below.delete(keys)), _Failed):
             self._remember_unsynced(keys)
             raise StoreUnavailable(f"{self.below.name}: {self._error or 'unavailable'}")
@@ -203,7 +206,7 @@ class TieredStore:
         await self._resync()
         self._changes += 1
         self.memory.clear()
-        self._notify()
+        self.announce(None)
         self._watching, self._watch_error = True, None
 
     def _changed(self, keys: Sequence[str] | None) -> None:
@@ -213,11 +216,13 @@ class TieredStore:
         else:
             for key in keys:
                 self.memory.forget(key)
-        self._notify()
+        self.announce(keys)
 
-    def _notify(self) -> None:
-        for listener in self.listeners:
-            listener()
+    @property
+    def following(self) -> bool:
+        """Whether other processes' changes reach `listeners` now (else what was read from
+        below is trusted for half a second only)."""
+        return self._watching
 
     # --- the rest ---------------------------------------------------------------------
 

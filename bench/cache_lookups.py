@@ -1,7 +1,9 @@
-"""In-process cached lookups per store, against uncached resolution in the same run, and the
-bytes a binding costs in the memory tier.
+"""In-process cached lookups per store, rotating over `--identities` distinct identities of
+the test network's bulk world (no memo of a few keys answers them), against uncached
+resolution in the same run; and what an identity (its handle and DID entries) costs
+serialized and in the memory tier, decoded as a hit leaves it.
 
-    python -m bench cache [--lookups 20000]
+    python -m bench cache [--lookups 20000] [--identities 2000]
 """
 
 from __future__ import annotations
@@ -15,17 +17,18 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.cold_resolution import DNS_HANDLES
 from cache import CachedResolver, MemoryStore, SqliteStore, Store, TieredStore
 from cache.stores.redis import RedisStore
 from resolver import Resolver
+from tests.devnet import world
 from tests.devnet.network import DevnetState, running_devnet
 
-HANDLES = DNS_HANDLES  # verified identities of the test network
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-async def rate(lookup: Callable[[str], object], count: int, concurrency: int) -> float:
+async def rate(
+    lookup: Callable[[str], object], handles: list[str], count: int, concurrency: int
+) -> float:
     gate = asyncio.Semaphore(concurrency)
 
     async def one(handle: str) -> None:
@@ -33,36 +36,31 @@ async def rate(lookup: Callable[[str], object], count: int, concurrency: int) ->
             await lookup(handle)  # type: ignore[misc]
 
     started = time.perf_counter()
-    await asyncio.gather(*(one(HANDLES[i % len(HANDLES)]) for i in range(count)))
+    await asyncio.gather(*(one(handles[i % len(handles)]) for i in range(count)))
     return count / (time.perf_counter() - started)
 
 
-async def memory_tier_bytes(devnet: DevnetState) -> tuple[float, float, float]:
-    """Serialized bytes per handle binding and per document, and what one binding costs the
-    process in the memory tier (tracemalloc, 10,000 copies of a real entry)."""
-    store = MemoryStore()
-    async with CachedResolver(Resolver(devnet.config()), store) as cached:
-        for handle in HANDLES:
-            await cached.lookup(handle)
-        sizes = {key: len(value) for key, (value, _) in store._entries.items()}
-        sample = await store.get("h:alice.test")
-    handles = [n for k, n in sizes.items() if k.startswith("h:")]
-    documents = [n for k, n in sizes.items() if k.startswith("d:")]
-    assert sample is not None
-    tier = MemoryStore(max_entries=20_000, max_bytes=1 << 30)
+async def identity_bytes(store: MemoryStore, cached: CachedResolver) -> tuple[float, float]:
+    """Serialized bytes per identity, and what the memory tier holds per identity once every
+    entry was read back as a hit (tracemalloc, from a tier filled anew)."""
+    entries = [(key, slot.value, slot.expires_at) for key, slot in store._slots.items()]
+    identities = sum(key.startswith("d:") for key, _, _ in entries)
+    serialized = sum(len(value) for _, value, _ in entries) / identities
+    tier = MemoryStore(max_bytes=1 << 30)
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    for i in range(10_000):
-        await tier.put(f"h:user{i:05d}.example.com", bytearray(sample)[:], time.time() + 3600)
-    per_binding = (tracemalloc.get_traced_memory()[0] - before) / 10_000
+    for key, value, expires_at in entries:
+        await tier.put(key, bytes(bytearray(value)), expires_at)
+        await tier.decoded(key, cached._decode)
+    held = (tracemalloc.get_traced_memory()[0] - before) / identities
     tracemalloc.stop()
-    return sum(handles) / len(handles), sum(documents) / len(documents), per_binding
+    return serialized, held
 
 
-async def run(devnet: DevnetState, lookups: int, tmp: Path) -> None:
+async def run(devnet: DevnetState, handles: list[str], lookups: int, tmp: Path) -> None:
     async with Resolver(devnet.config()) as plain:
-        await rate(plain.lookup, 100, 32)  # warm connections
-        uncached = await rate(plain.lookup, 1000, 32)
+        await rate(plain.lookup, handles, 100, 32)  # warm connections
+        uncached = await rate(plain.lookup, handles[100:], 1000, 32)
     print(f"uncached resolution (test network, no added delay)  {uncached:10,.0f} lookups/s")
     stores: dict[str, Callable[[], Store]] = {
         "memory": MemoryStore,
@@ -73,30 +71,32 @@ async def run(devnet: DevnetState, lookups: int, tmp: Path) -> None:
     for name, make in stores.items():
         store = make()
         async with CachedResolver(Resolver(devnet.config()), store) as cached:
-            for handle in HANDLES:
-                await cached.lookup(handle)
-            hits = await rate(cached.lookup, lookups, 64)
+            await rate(cached.lookup, handles, len(handles), 32)
+            hits = await rate(cached.lookup, handles, lookups, 64)
             stats = await cached.stats()
-            assert stats.get("miss", 0) == len(HANDLES), stats
-            for handle in HANDLES:
+            assert stats.get("miss", 0) == len(handles), stats
+            if isinstance(store, MemoryStore):
+                serialized, held = await identity_bytes(store, cached)
+            for handle in handles:
                 await cached.purge(handle)
         print(
-            f"cached lookups, {name:<14}                       {hits:10,.0f} lookups/s   "
-            f"x{hits / uncached:,.0f} uncached"
+            f"cached lookups, {name:<14} over {len(handles):,} identities {hits:10,.0f} "
+            f"lookups/s   x{hits / uncached:,.0f} uncached"
         )
-    handle_bytes, document_bytes, per_binding = await memory_tier_bytes(devnet)
     print(
-        f"memory tier: {handle_bytes:.0f} B per handle binding and {document_bytes:.0f} B per "
-        f"DID document serialized; {per_binding:.0f} B per binding in the process"
+        f"per identity (handle and DID entries): {serialized:,.0f} B serialized, "
+        f"{held:,.0f} B held in the memory tier (bytes and decoded form)"
     )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench cache", description=__doc__)
     parser.add_argument("--lookups", type=int, default=20000)
+    parser.add_argument("--identities", type=int, default=2000)
     args = parser.parse_args(argv)
+    handles = [world.bulk_host(i) for i in range(args.identities)]
     with (
         tempfile.TemporaryDirectory(prefix="atwhois-cache-bench-") as tmp,
-        running_devnet(Path(tmp)) as devnet,
+        running_devnet(Path(tmp), bulk=args.identities) as devnet,
     ):
-        asyncio.run(run(devnet, args.lookups, Path(tmp)))
+        asyncio.run(run(devnet, handles, args.lookups, Path(tmp)))

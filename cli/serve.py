@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -114,7 +116,12 @@ def config_show(args: argparse.Namespace) -> int:
 
 
 async def serve(
-    merged: dict[str, Any], config: Config, policy: Policy, shown: list[dict[str, Any]]
+    merged: dict[str, Any],
+    config: Config,
+    policy: Policy,
+    shown: list[dict[str, Any]],
+    *,
+    reuse_port: bool = False,
 ) -> None:
     limits = {
         k: type(getattr(Settings(), k))(merged[k])
@@ -175,7 +182,7 @@ async def serve(
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=30)
     await runner.setup()
     host, port = merged.get("host", "127.0.0.1"), int(merged.get("port", DEFAULT_PORT))
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
     await site.start()
     # What start-up made lives as long as the daemon: the collector need not walk it again
     # (a full collection over it costs about 10 ms, a pause every request then waits out).
@@ -236,11 +243,102 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     logging.getLogger("aiohttp.server").addFilter(MalformedRequestLog())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the mirror's polls: metrics say
+    shown = effective_settings(args, config)
+    workers = int(merged.get("workers") or 1)
+    if workers == 1:
+        return _serve_here(merged, config, policy, shown, args.prog)
+    # What must happen once, or be seen by every worker, lives in one process only.
+    alone = [f"--{name.replace('_', '-')}" for name in _ONE_PROCESS if merged.get(name)]
+    if str(merged.get("cache") or "").startswith("memory:"):
+        alone.append("--cache memory: (a store per process: a purge would reach one worker)")
+    if alone:
+        print(
+            f"{args.prog}: --workers {workers} cannot be used with {', '.join(alone)}: "
+            "use --workers 1",
+            file=sys.stderr,
+        )
+        return 2
+    return _serve_workers(workers, merged, config, policy, shown, args.prog)
+
+
+# Settings whose work runs in one process: event streams and scheduled audits would run once
+# per worker, and a stream's account statuses would reach only the worker following it.
+_ONE_PROCESS = ("firehose", "plc_mirror", "audit_interval")
+
+
+def _serve_here(
+    merged: dict[str, Any],
+    config: Config,
+    policy: Policy,
+    shown: list[dict[str, Any]],
+    prog: str,
+    *,
+    reuse_port: bool = False,
+) -> int:
     try:
         # uvloop: 10-25% more cached answers a second than asyncio's own loop (bench serve)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(serve(merged, config, policy, effective_settings(args, config)))
+            runner.run(serve(merged, config, policy, shown, reuse_port=reuse_port))
     except (OSError, ValueError) as err:  # a cache URL of no known kind, a port taken
-        print(f"{args.prog}: bad configuration: {err}", file=sys.stderr)
+        print(f"{prog}: bad configuration: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _serve_workers(
+    count: int,
+    merged: dict[str, Any],
+    config: Config,
+    policy: Policy,
+    shown: list[dict[str, Any]],
+    prog: str,
+) -> int:
+    """`count` forked workers, each with its own socket on one port (SO_REUSEPORT: the
+    kernel spreads connections over them) and its own connection to the shared store. This
+    process only holds the port, passes SIGTERM/SIGINT on and waits; when a worker dies
+    unasked, it stops the others and exits 1 (a supervisor restarts the whole)."""
+    host = merged.get("host", "127.0.0.1")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    holder = socket.socket(family, socket.SOCK_STREAM)
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        holder.bind((host, int(merged.get("port", DEFAULT_PORT))))
+    except OSError as err:
+        print(f"{prog}: bad configuration: {err}", file=sys.stderr)
+        return 2
+    merged = {**merged, "port": holder.getsockname()[1]}  # port 0: the one chosen, for all
+    children: set[int] = set()
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            holder.close()
+            code = 1
+            try:
+                code = _serve_here(merged, config, policy, shown, prog, reuse_port=True)
+            finally:
+                os._exit(code)
+        children.add(pid)
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    failed = False
+    while children:
+        pid, status = os.waitpid(-1, 0)
+        children.discard(pid)
+        if os.waitstatus_to_exitcode(status) != 0 or not stopping:
+            failed = True
+            if not stopping:
+                logging.getLogger("atwhois.serve").error(
+                    json.dumps({"event": "worker exited", "pid": pid, "status": status})
+                )
+                stop()
+    holder.close()
+    return 1 if failed else 0

@@ -142,6 +142,16 @@ _TABLE = [
     ),
     Setting("max_concurrency", int, SERVICE, "requests served at once", "256", "N", low=1),
     Setting(
+        "workers",
+        int,
+        SERVICE,
+        "processes serving the port (SO_REUSEPORT), sharing the cache store",
+        "1",
+        "N",
+        low=1,
+        high=64,
+    ),
+    Setting(
         "max_resolutions",
         int,
         SERVICE,

@@ -584,6 +584,7 @@ class Service:
                 "status": "degraded" if reasons else "ok",
                 "reasons": reasons,
                 "uptime_s": round(now - self.started, 1),
+                "pid": os.getpid(),  # which worker answered (serve --workers)
                 "store": self.cached.store.name,
                 "upstream_last_answer_s_ago": seen,
                 **{name: source() for name, source in self.health_sources.items()},

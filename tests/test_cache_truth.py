@@ -9,7 +9,10 @@ Each test drives the real `atwhois serve` as a child process over HTTP.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -19,7 +22,7 @@ import httpx
 import pytest
 
 from tests import metrics
-from tests.daemon import Daemon, running_daemon
+from tests.daemon import ATWHOIS, Daemon, running_daemon
 from tests.devnet.network import DevnetState
 from tests.forwarder import PlcStandIn
 from tests.plc_ops import PlcAccount, new_handle
@@ -310,6 +313,56 @@ def test_a_refresh_reaches_every_daemon_on_the_store_within_a_second(
             while get(two, XRPC + "resolveHandle", handle=handle).json() != {"did": second.did}:
                 assert time.monotonic() - refreshed_at < 1.0, "the other daemon kept the old DID"
                 time.sleep(0.05)
+
+
+def test_workers_share_the_port_and_a_refresh_reaches_every_one_within_a_second(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """`serve --workers 2` on one SQLite cache: both workers answer on the one port (the
+    kernel spreads new connections), each keeps rendered answers, and a refresh through one
+    worker reaches the other within a second: the other's answer, rendered before the
+    change, is dropped by the store's change log, not kept for its hour. SIGTERM stops both
+    gracefully; settings that must run in one process are refused."""
+    handle = new_handle("workers")
+    first, second = PlcAccount(devnet.plc_url, handle), PlcAccount(devnet.plc_url, None)
+    devnet.set_txt(handle, [f"did={first.did}"])
+    args = ("--refresh-token", TOKEN, "--cache", str(tmp_path / "c.db"), "--workers", "2")
+    with running_daemon(devnet.env(), tmp_path / "serve.log", *args) as daemon:
+
+        def by_worker() -> dict[int, httpx.Response]:
+            """resolveHandle once through each worker (fresh connections until both did)."""
+            seen: dict[int, httpx.Response] = {}
+            for _ in range(200):
+                with httpx.Client(base_url=daemon.url) as one_connection:
+                    pid = one_connection.get("/_health").json()["pid"]
+                    if pid not in seen:
+                        seen[pid] = one_connection.get(
+                            XRPC + "resolveHandle", params={"handle": handle}
+                        )
+                if len(seen) == 2:
+                    return seen
+            raise AssertionError(f"one worker answered 200 connections: {seen}")
+
+        assert {a.json()["did"] for a in by_worker().values()} == {first.did}
+        assert {a.json()["did"] for a in by_worker().values()} == {first.did}  # rendered now
+        devnet.set_txt(handle, [f"did={second.did}"])
+        first.set_handle(None)
+        second.set_handle(handle)
+        assert refresh(daemon, handle).json()["did"] == second.did  # through one of them
+        refreshed_at = time.monotonic()
+        while {a.json()["did"] for a in by_worker().values()} != {second.did}:
+            assert time.monotonic() - refreshed_at < 1.0, "a worker kept the old DID"
+            time.sleep(0.05)
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.process.wait(30) == 0
+    refused = subprocess.run(
+        [ATWHOIS, "serve", "--port", "0", "--workers", "2", "--cache", "memory:"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **devnet.env()},
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "--cache memory:" in refused.stderr
 
 
 def test_health_and_metrics_answer_while_the_daemon_is_saturated(

@@ -186,6 +186,39 @@ async def test_sqlite_keeps_an_identity_in_about_what_it_holds(tmp_path: Path) -
     await store.close()
 
 
+async def test_sqlite_tells_other_processes_the_keys_a_write_changed(tmp_path: Path) -> None:
+    """From the change log: the keys another connection wrote or deleted, never its own;
+    everything (None) once the log was pruned past what the watcher had read."""
+    path = tmp_path / "shared.db"
+    writer, reader = SqliteStore(path), SqliteStore(path)
+    told: list[list[str] | None] = []
+    ready = asyncio.Event()
+
+    async def following() -> None:
+        ready.set()
+
+    watching = asyncio.create_task(reader.watch(lambda keys: told.append(keys), following))
+    await ready.wait()
+    await reader.put("h:mine.test", b"x", time.time() + 60)
+    await writer.put("h:a.test", b"1", time.time() + 60)
+    await writer.delete(["d:did:plc:b"])
+    await _eventually(lambda: _true(len(told) >= 1), within=1.0)
+    await asyncio.sleep(0.2)
+    assert told == [["h:a.test", "d:did:plc:b"]]
+    await writer.put("h:c.test", b"1", time.time() + 60)
+    writer._db.execute("DELETE FROM changes")  # pruned before the reader read h:c.test
+    await writer.put("h:d.test", b"1", time.time() + 60)
+    await _eventually(lambda: _true(len(told) >= 2), within=1.0)
+    assert told[1] is None
+    watching.cancel()
+    await writer.close()
+    await reader.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 async def test_redis_prefixes_keep_instances_apart() -> None:
     one = RedisStore(REDIS_URL, prefix=_prefix())
     two = RedisStore(REDIS_URL, prefix=_prefix())
@@ -265,7 +298,9 @@ async def test_a_change_by_another_process_reaches_the_memory_tier(
             return await two.get("h:alice.test") is None
 
         await _eventually(sees_purge, within=1.0)
-        assert told  # the answers rendered from the old value are dropped too
+        # Told exactly which key changed (once following began, when anything may have):
+        # the answers rendered from the old value are dropped, no others.
+        assert told[0] is None and told[1:] and all(set(k) == {"h:alice.test"} for k in told[1:])
     finally:
         await one.close()
         await two.close()

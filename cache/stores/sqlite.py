@@ -5,15 +5,18 @@ thread: a thread hop would cost more than the query. A lock held by another proc
 waited for briefly only (`busy_timeout`); past that the query fails and the memory tier in
 front answers alone, rather than stalling every request behind it.
 
-Other processes may write the same file (`atwhois cache purge`, a cron audit, a second
-daemon): `watch` notices their commits through SQLite's `data_version`, which changes only
-when *another* connection committed.
+Other processes may write the same file (`atwhois cache purge`, a cron audit, the other
+workers of `serve --workers`): every write also appends the keys it changed to a change
+log, in the same transaction, and `watch` reads the log's new rows once SQLite's
+`data_version` says another connection committed, so the others drop exactly the keys that
+changed (or everything, when the log was pruned past what they had read).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -32,9 +35,15 @@ CREATE TABLE IF NOT EXISTS entries (
     expires_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS entries_expiry ON entries (expires_at);
+CREATE TABLE IF NOT EXISTS changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, even once the log is empty
+    key TEXT NOT NULL,
+    writer TEXT NOT NULL
+);
 """
 _PAGE_SIZE = 16384
-_SWEEP_EVERY = 1000  # writes between deletions of expired rows
+_SWEEP_EVERY = 1000  # writes between deletions of expired rows (and old changes)
+_CHANGES_KEPT = 10_000  # rows of the change log kept: a reader further behind drops everything
 _WATCH_SECONDS = 0.1  # how often another process's commits are looked for
 
 
@@ -54,6 +63,7 @@ class SqliteStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._migrate()
         self._writes = 0
+        self._writer = os.urandom(8).hex()  # this connection, in the change log
 
     def _migrate(self) -> None:
         self._db.executescript(_SCHEMA)
@@ -79,29 +89,61 @@ class SqliteStore:
         return Stored(bytes(row[0]), float(row[1])) if row else None
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
-        self._db.execute(
-            "INSERT OR REPLACE INTO entries (key, value, expires_at) VALUES (?, ?, ?)",
-            (key, value, expires_at),
-        )
+        self._write(
+            [("INSERT OR REPLACE INTO entries (key, value, expires_at) VALUES (?, ?, ?)",
+              [(key, value, expires_at)])],
+            [key],
+        )  # fmt: skip
         self._writes += 1
         if self._writes % _SWEEP_EVERY == 0:
             self._db.execute("DELETE FROM entries WHERE expires_at <= ?", (self._clock(),))
+            self._db.execute(
+                "DELETE FROM changes WHERE seq <= (SELECT max(seq) FROM changes) - ?",
+                (_CHANGES_KEPT,),
+            )
 
     async def delete(self, keys: Iterable[str]) -> None:
-        self._db.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in keys])
+        keys = list(keys)
+        self._write([("DELETE FROM entries WHERE key = ?", [(k,) for k in keys])], keys)
+
+    def _write(
+        self, statements: list[tuple[str, list[tuple[object, ...]]]], keys: list[str]
+    ) -> None:
+        """The statements and the change log's rows for `keys`, in one transaction."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, rows in statements:
+                self._db.executemany(sql, rows)
+            self._db.executemany(
+                "INSERT INTO changes (key, writer) VALUES (?, ?)", [(k, self._writer) for k in keys]
+            )
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     async def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM entries").fetchone()[0])
 
     async def watch(self, on_change: OnChange, ready: Callable[[], Awaitable[None]]) -> None:
         version = self._data_version()
+        seen = self._db.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0]
         await ready()
         while True:
             await asyncio.sleep(_WATCH_SECONDS)
             now = self._data_version()
-            if now != version:
-                version = now
-                on_change(None)  # which keys is not recorded: anything may have changed
+            if now == version:
+                continue
+            version = now
+            oldest = self._db.execute("SELECT min(seq) FROM changes").fetchone()[0]
+            rows = self._db.execute(
+                "SELECT seq, key, writer FROM changes WHERE seq > ? ORDER BY seq", (seen,)
+            ).fetchall()
+            if oldest is not None and oldest > seen + 1:
+                on_change(None)  # pruned past what was read: anything may have changed
+            elif keys := list({key: None for _, key, writer in rows if writer != self._writer}):
+                on_change(keys)
+            seen = rows[-1][0] if rows else seen
 
     def _data_version(self) -> int:
         return int(self._db.execute("PRAGMA data_version").fetchone()[0])

@@ -18,6 +18,7 @@ import coincurve
 from coincurve.ecdsa import cdata_to_der, deserialize_compact
 
 from bench.child import run_cli
+from mirror.replica import default_workers
 from resolver.keys import parse_did_key
 from resolver.plc import replay
 from resolver.plc.encoding import dag_cbor, unsigned
@@ -83,14 +84,26 @@ def main(argv: list[str] | None = None) -> None:
 
         empty = Path(tmp) / "empty.jsonl"
         empty.write_text("")
-        baseline = run_cli(["plc", "verify-export", str(empty)]).peak_mib
-        small_run = run_cli(["plc", "verify-export", str(small)])
-        large_run = run_cli(["plc", "verify-export", str(large)])
+        one = ["--workers", "0"]
+        baseline = run_cli(["plc", "verify-export", str(empty), *one]).peak_mib
+        small_run = run_cli(["plc", "verify-export", str(small), *one])
+        large_run = run_cli(["plc", "verify-export", str(large), *one])
+        workers = default_workers()
+        parallel = run_cli(["plc", "verify-export", str(large), "--workers", str(workers)])
         elapsed_small, rss_small = small_run.seconds, small_run.peak_mib
         elapsed, rss = large_run.seconds, large_run.peak_mib
         print("verify-export (streaming, incl. JSON parsing and process start):")
-        print(f"  {small_ops:>9,} ops  {small_ops / elapsed_small:9,.0f} ops/s")
-        print(f"  {ops:>9,} ops  {ops / elapsed:9,.0f} ops/s")
+        print(f"  {small_ops:>9,} ops  {small_ops / elapsed_small:9,.0f} ops/s   one process")
+        print(
+            f"  {ops:>9,} ops  {ops / elapsed:9,.0f} ops/s   one process      "
+            f"ratio to raw verify on one core {ops / elapsed / raw:.2f}"
+        )
+        rate = ops / parallel.seconds
+        print(
+            f"  {ops:>9,} ops  {rate:9,.0f} ops/s   {workers} workers        "
+            f"ratio to raw verify on one core {rate / raw:.2f}, "
+            f"on {max(workers, 1)} cores {rate / raw / max(workers, 1):.2f}"
+        )
         print(
             f"  peak RSS: {rss_small:.0f} MiB for {small_ops:,} ops, {rss:.0f} MiB for {ops:,} "
             f"ops, same DIDs (an empty export: {baseline:.0f} MiB)"

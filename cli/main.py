@@ -168,6 +168,14 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="JSON array of CIDs or DIDs known to be bad (allow-list), repeatable",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes replaying the DIDs, routed by DID (default: one per core when there "
+        "are several; 0: this process)",
+    )
     _json_flag(parser)
 
 
@@ -642,7 +650,10 @@ def _lines(file: IO[bytes]) -> Iterator[bytes]:
 
 
 def verify_export_command(args: argparse.Namespace) -> int:
+    from mirror.replica import default_workers
     from resolver.plc.export import verify_export
+
+    from .export_workers import verify_export_in_workers
 
     try:
         known_bad = _known_bad(args.known_bad)
@@ -662,8 +673,14 @@ def verify_export_command(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"atwhois plc verify-export: {err}", file=sys.stderr)
         return 2
+    workers = default_workers() if args.workers is None else max(args.workers, 0)
     with source:
-        summary = verify_export(_lines(source), known_bad=known_bad, progress=progress)
+        if workers:
+            summary = verify_export_in_workers(
+                _lines(source), workers, known_bad=known_bad, progress=progress
+            )
+        else:
+            summary = verify_export(_lines(source), known_bad=known_bad, progress=progress)
     if args.json:
         _print(json.dumps(summary.to_json(), indent=2))
     else:

@@ -22,8 +22,6 @@ import itertools
 import json
 import multiprocessing
 import os
-import re
-import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -33,19 +31,11 @@ from typing import Any, NamedTuple
 from resolver.identity import now_iso
 from resolver.plc.audit import Replay
 from resolver.plc.document import state_data
-from resolver.plc.export import export_entry
+from resolver.plc.export import export_entry, route
 
 from .store import Batch, Rejection, SqlMirrorStore, StoredOp, open_mirror_store
 
 MAX_REPLAYS = 250_000  # DIDs whose replay stays in memory, per worker (about 3.3 KiB each)
-
-# A line that begins with its top-level `did` (after `seq`/`type`, in the seq format) names
-# its DID here; any other line is parsed to find it. Routing by a DID the line does not
-# have would split a DID's replay between two workers.
-_LEADING_DID = re.compile(
-    rb'\{\s*(?:"seq"\s*:\s*\d+\s*,\s*|"type"\s*:\s*"sequenced_op"\s*,\s*)*'
-    rb'"did"\s*:\s*"(did:plc:[a-z2-7]{24})"'
-)
 
 
 class Verdict(NamedTuple):
@@ -299,7 +289,7 @@ class Replica:
         else:
             shares: list[list[tuple[int, str | bytes]]] = [[] for _ in self._pools]
             for index, line in numbered:
-                shares[_route(line) % len(shares)].append((index, line))
+                shares[route(line) % len(shares)].append((index, line))
             futures = [
                 pool.submit(_verify_in_worker, share)
                 for pool, share in zip(self._pools, shares, strict=True)
@@ -342,16 +332,6 @@ class Page:
 
     lines: Sequence[str | bytes]
     futures: list[Future[Any]]
-
-
-def _route(line: str | bytes) -> int:
-    """Which worker a line goes to: by its DID (any line without one: the first)."""
-    raw = line.encode() if isinstance(line, str) else line
-    match = _LEADING_DID.match(raw)
-    if match is not None:
-        return zlib.crc32(match.group(1))
-    entry = export_entry(raw)
-    return zlib.crc32(entry["did"].encode()) if entry is not None else 0
 
 
 def _count(verdict: Verdict, line: str | bytes, result: PageResult, batch: Batch, at: str) -> None:

@@ -122,3 +122,33 @@ def test_a_strangers_unwritable_characters_are_shown_escaped(tmp_path: Path) -> 
     code, out, err = run(["plc", "verify-export", str(export)])
     assert code == 1 and "Traceback" not in err, err
     assert "bafy\\ud800" in out and "does NOT verify" in out
+
+
+def test_verify_export_in_worker_processes_finds_what_one_process_finds(tmp_path: Path) -> None:
+    """Routed by DID to two workers, interleaved DIDs, tampered ops (and the ops built on
+    them), junk and seq-format lines: the same counts, rules and examples as one process."""
+    lines = list(export_lines(300, 4))
+    for index in (41, 170, 650):
+        tampered = json.loads(lines[index])
+        tampered["operation"]["alsoKnownAs"] = [f"at://someone-else-{index}.test"]
+        lines[index] = json.dumps(tampered)
+    entry = json.loads(lines[7])
+    del entry["nullified"]
+    lines[7] = json.dumps({"type": "sequenced_op", "seq": 7, **entry})
+    lines[300:300] = ["not json", '{"did": "did:web:nope.test"}', ""]
+    export = tmp_path / "mixed.jsonl"
+    export.write_text("\n".join(lines) + "\n")
+    answers = {}
+    for workers in ("0", "2"):
+        code, out, _ = run(["plc", "verify-export", str(export), "--json", "--workers", workers])
+        answers[workers] = (code, json.loads(out))
+    (one_code, one), (two_code, two) = answers["0"], answers["2"]
+    assert one_code == two_code == 1
+    assert (
+        one["by_rule"]["P-CID-1"] == 3
+        and one["invalid_ops"] > 3
+        and one["bad_lines"] == 2
+        and one["dids"] == 300
+    )
+    assert sorted(one.pop("examples")) == sorted(two.pop("examples"))
+    assert one == two

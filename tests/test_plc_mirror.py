@@ -17,7 +17,6 @@ import pytest
 
 from mirror import Follower, MirrorApi, MirrorFetcher, MirrorState, Replica, Upstream
 from mirror.follow import next_cursor
-from mirror.replica import _route
 from mirror.store import (
     Batch,
     PostgresMirrorStore,
@@ -31,6 +30,7 @@ from resolver.did import mirror_note
 from resolver.errors import UpstreamFailure
 from resolver.fetch import Response
 from resolver.plc.document import state_from_data
+from resolver.plc.export import route
 from tests.plc_ops import AuditLog, Key, log_entry, plc_operation
 from tests.postgres import scratch_database
 from tests.synthetic_plc import export_lines
@@ -281,8 +281,8 @@ def test_lines_go_to_the_worker_of_their_own_did() -> None:
         # a line whose first key is not its DID is parsed, never routed by a nested one
         json.dumps({"operation": {"did": "did:plc:" + "d" * 24}, "did": did, "cid": "x"}),
     ):
-        assert _route(line.encode()) == expected, line
-    assert _route(b"not json") == 0
+        assert route(line.encode()) == expected, line
+    assert route(b"not json") == 0
 
 
 def test_a_restart_restores_key_priority_without_reverifying(store: SqlMirrorStore) -> None:

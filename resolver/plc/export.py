@@ -7,6 +7,8 @@ inside the 72-hour recovery window (`Replay.prune`), never the whole log.
 
 from __future__ import annotations
 
+import re
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -47,6 +49,41 @@ class ExportSummary:
         }
 
 
+class ExportCheck:
+    """What `verify_export` does, a line at a time: `feed` the lines in export order (or
+    all the lines of some DIDs, in order: each DID is replayed on its own), then `finish`."""
+
+    def __init__(self, known_bad: frozenset[str] = frozenset()) -> None:
+        self.summary = ExportSummary()
+        self._known_bad = known_bad
+        self._replays: dict[str, Replay] = {}
+
+    def feed(self, line: str | bytes) -> None:
+        if not line.strip():
+            return
+        summary = self.summary
+        entry = export_entry(line)
+        if entry is None:
+            summary.bad_lines += 1
+            summary.by_rule["§12"] += 1
+            return
+        did = entry["did"]
+        run = self._replays.get(did)
+        if run is None:
+            run = self._replays[did] = Replay(did, keep_records=False)
+            summary.dids += 1
+        run.add(entry)
+        summary.ops += 1
+        _drain(run, summary, self._known_bad)
+        run.prune()
+
+    def finish(self) -> ExportSummary:
+        for run in self._replays.values():
+            run.audit()
+            _drain(run, self.summary, self._known_bad)
+        return self.summary
+
+
 def verify_export(
     lines: Iterable[str | bytes],
     *,
@@ -56,31 +93,47 @@ def verify_export(
 ) -> ExportSummary:
     """Replay every DID of an export. `known_bad` holds CIDs and DIDs the live directory is
     known to have accepted wrongly (go-didplc's lists): their findings are counted apart."""
-    summary = ExportSummary()
-    replays: dict[str, Replay] = {}
+    check = ExportCheck(known_bad)
     for line in lines:
-        if not line.strip():
-            continue
-        entry = export_entry(line)
-        if entry is None:
-            summary.bad_lines += 1
-            summary.by_rule["§12"] += 1
-            continue
-        did = entry["did"]
-        run = replays.get(did)
-        if run is None:
-            run = replays[did] = Replay(did, keep_records=False)
-            summary.dids += 1
-        run.add(entry)
-        summary.ops += 1
-        _drain(run, summary, known_bad)
-        run.prune()
-        if progress and summary.ops % progress_every == 0:
-            progress(summary)
-    for run in replays.values():
-        run.audit()
-        _drain(run, summary, known_bad)
-    return summary
+        before = check.summary.ops
+        check.feed(line)
+        if progress and check.summary.ops != before and check.summary.ops % progress_every == 0:
+            progress(check.summary)
+    return check.finish()
+
+
+def merge(summaries: Iterable[ExportSummary]) -> ExportSummary:
+    """The summary of an export whose DIDs were checked in parts (each DID in one part)."""
+    merged = ExportSummary()
+    for part in summaries:
+        merged.dids += part.dids
+        merged.ops += part.ops
+        merged.invalid_ops += part.invalid_ops
+        merged.allowed_ops += part.allowed_ops
+        merged.bad_lines += part.bad_lines
+        merged.by_rule.update(part.by_rule)
+        merged.examples.extend(part.examples[: _EXAMPLES - len(merged.examples)])
+    return merged
+
+
+# A line that begins with its top-level `did` (after `seq`/`type`, in the seq format) names
+# its DID here; any other line is parsed to find it. Routing by a DID the line does not
+# have would split a DID's replay between two workers.
+_LEADING_DID = re.compile(
+    rb'\{\s*(?:"seq"\s*:\s*\d+\s*,\s*|"type"\s*:\s*"sequenced_op"\s*,\s*)*'
+    rb'"did"\s*:\s*"(did:plc:[a-z2-7]{24})"'
+)
+
+
+def route(line: str | bytes) -> int:
+    """A number for the DID of a line (0 for a line without one), the same for every line
+    of a DID: which worker replays it."""
+    raw = line.encode() if isinstance(line, str) else line
+    match = _LEADING_DID.match(raw)
+    if match is not None:
+        return zlib.crc32(match.group(1))
+    entry = export_entry(raw)
+    return zlib.crc32(entry["did"].encode()) if entry is not None else 0
 
 
 def export_entry(line: str | bytes) -> dict[str, Any] | None:

@@ -1,0 +1,79 @@
+"""`plc verify-export --workers N`: the export's lines routed by DID to N worker processes,
+each replaying its share of the DIDs in export order (`ExportCheck`), their summaries merged.
+A DID's lines all reach one worker, in order, so each replay sees what a single process
+would; what differs is only which of the findings become the (at most 20) examples."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ProcessPoolExecutor
+
+from resolver.plc.export import ExportCheck, ExportSummary, merge, route
+
+_BATCH = 4096  # lines sent to a worker at once
+_IN_FLIGHT = 4  # batches a worker may have waiting: the reader never runs far ahead
+
+_check: ExportCheck | None = None
+
+
+def _start(known_bad: frozenset[str]) -> None:
+    global _check
+    _check = ExportCheck(known_bad)
+
+
+def _feed(lines: list[str | bytes]) -> tuple[int, int, int]:
+    """The lines into this worker's check; its counts so far (ops, DIDs, invalid ops)."""
+    assert _check is not None
+    for line in lines:
+        _check.feed(line)
+    return _check.summary.ops, _check.summary.dids, _check.summary.invalid_ops
+
+
+def _finish() -> ExportSummary:
+    assert _check is not None
+    return _check.finish()
+
+
+def verify_export_in_workers(
+    lines: Iterable[str | bytes],
+    workers: int,
+    *,
+    known_bad: frozenset[str] = frozenset(),
+    progress: Callable[[ExportSummary], None] | None = None,
+    progress_every: int = 50_000,
+) -> ExportSummary:
+    context = multiprocessing.get_context("spawn")
+    pools = [
+        ProcessPoolExecutor(1, mp_context=context, initializer=_start, initargs=(known_bad,))
+        for _ in range(workers)
+    ]
+    batches: list[list[str | bytes]] = [[] for _ in pools]
+    waiting: list[deque[Future[tuple[int, int, int]]]] = [deque() for _ in pools]
+    counts = [(0, 0, 0)] * workers
+
+    def send(worker: int) -> None:
+        if len(waiting[worker]) >= _IN_FLIGHT:
+            counts[worker] = waiting[worker].popleft().result()
+        waiting[worker].append(pools[worker].submit(_feed, batches[worker]))
+        batches[worker] = []
+
+    try:
+        for read, line in enumerate(lines, 1):
+            worker = route(line) % workers
+            batches[worker].append(line)
+            if len(batches[worker]) >= _BATCH:
+                send(worker)
+            if progress and read % progress_every == 0:
+                ops, dids, invalid = (sum(column) for column in zip(*counts, strict=True))
+                progress(ExportSummary(dids=dids, ops=ops, invalid_ops=invalid))
+        for worker in range(workers):
+            send(worker)
+        for worker_waiting in waiting:
+            for batch in worker_waiting:
+                batch.result()  # a batch that failed fails the whole check
+        return merge([pool.submit(_finish).result() for pool in pools])
+    finally:
+        for pool in pools:
+            pool.shutdown(cancel_futures=True)

@@ -89,11 +89,8 @@ class SqliteStore:
         return Stored(bytes(row[0]), float(row[1])) if row else None
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
-        self._write(
-            [("INSERT OR REPLACE INTO entries (key, value, expires_at) VALUES (?, ?, ?)",
-              [(key, value, expires_at)])],
-            [key],
-        )  # fmt: skip
+        upsert = "INSERT OR REPLACE INTO entries (key, value, expires_at) VALUES (?, ?, ?)"
+        self._write([(upsert, [(key, value, expires_at)])], [key])
         self._writes += 1
         if self._writes % _SWEEP_EVERY == 0:
             self._db.execute("DELETE FROM entries WHERE expires_at <= ?", (self._clock(),))

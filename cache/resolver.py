@@ -78,10 +78,18 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class Cached:
-    """A decoded entry and the part it holds, as the memory tier keeps them."""
+    """A decoded entry, as the memory tier keeps it: its times (`entry`, whose `part` is
+    left empty: its JSON took most of a decoded entry's memory), the part it holds, decoded,
+    and the bytes it was decoded from (the memory tier's own: nothing more is held)."""
 
     entry: Entry
     part: Part
+    raw: bytes
+
+    def marked(self, refresh_error: str, retry_at: float) -> Entry:
+        """The whole entry, with a failed refresh noted."""
+        entry = Entry.decode(self.raw)
+        return dataclasses.replace(entry, refresh_error=refresh_error, retry_at=retry_at)
 
 
 def _decode(raw: bytes, *, dev: bool) -> tuple[Cached, int]:
@@ -91,8 +99,10 @@ def _decode(raw: bytes, *, dev: bool) -> tuple[Cached, int]:
         part = DocumentResolution.from_json(entry.part, entry.body, dev=dev)
     else:
         part = HandleResolution.from_json(entry.part)
+    # The decoded part's objects, estimated by the JSON they were made from (an overestimate).
     size = _json_size(entry.part) + len(entry.body or b"") + 4 * sys.getsizeof(entry)
-    return Cached(entry, part), size
+    times = dataclasses.replace(entry, part={}, body=None)
+    return Cached(times, part, raw), size
 
 
 # One decoder per mode: the memory tier keeps what a decoder made while the same decoder
@@ -419,11 +429,7 @@ class CachedResolver:
                     run.basis[key] = entry
                 case Action.KEEP:
                     assert held is not None
-                    marked = dataclasses.replace(
-                        held.entry,
-                        refresh_error=_failure(new),
-                        retry_at=now + self.policy.retry_after,
-                    )
+                    marked = held.marked(_failure(new), now + self.policy.retry_after)
                     await self.store.put(key, marked.encode(), marked.stale_until)
                     if run.basis[key] is not None:  # the held copy stood in for it
                         run.basis[key] = marked

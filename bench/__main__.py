@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from bench import (
+    Row,
     audit_run,
     cache_lookups,
     cold_resolution,
@@ -16,7 +18,7 @@ from bench import (
     stream_decode,
 )
 
-BENCHMARKS = {
+BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "cold": cold_resolution.main,
     "plc": plc_verify.main,
     "mirror": plc_mirror.main,
@@ -31,12 +33,18 @@ BENCHMARKS = {
 
 def main() -> None:
     args = sys.argv[1:]
+    rows: list[Row] = []
     if args and args[0] in BENCHMARKS:
-        BENCHMARKS[args[0]](args[1:])
+        rows += BENCHMARKS[args[0]](args[1:]) or []
+    else:
+        for name, run in BENCHMARKS.items():
+            print(f"=== {name} ===")
+            rows += run(args) or []
+    if not rows:
         return
-    for name, run in BENCHMARKS.items():
-        print(f"=== {name} ===")
-        run(args)
+    print("=== summary: atwhois against the baseline of the same run ===")
+    for row in rows:
+        print(row.line())
 
 
 if __name__ == "__main__":

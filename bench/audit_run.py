@@ -17,6 +17,7 @@ from pathlib import Path
 
 from atproto_identity.resolver import AsyncIdResolver
 
+from bench import Row
 from bench.child import run_cli
 from bench.cold_resolution import sdk_resolver
 from tests.devnet import world
@@ -62,12 +63,12 @@ async def sdk_run(
 def line(name: str, count: int, seconds: float, cpu: float, ok: int) -> str:
     per = cpu / max(ok, 1) * 1000
     return (
-        f"  {name:<34} {count / seconds:7.0f} identities/s   {per:5.2f} CPU ms per "
+        f"  {name:<34} {ok / seconds:7.0f} verified/s   {per:5.2f} CPU ms per "
         f"verified   ok {ok}/{count}   CPU {cpu / seconds * 100:3.0f}% of one core"
     )
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(prog="python -m bench audit", description=__doc__)
     parser.add_argument("--identities", type=int, default=10000)
     parser.add_argument("--concurrency", type=int, default=32)
@@ -92,7 +93,17 @@ def main(argv: list[str] | None = None) -> None:
         )
         sdk_seconds, sdk_cpu, sdk_ok = asyncio.run(sdk_run(devnet, handles, args.concurrency))
         print(line("python sdk (handle -> DID -> doc)", len(handles), sdk_seconds, sdk_cpu, sdk_ok))
-        print(f"  throughput ratio atwhois / sdk: {sdk_seconds / seconds:.2f}")
+        print(f"  throughput ratio atwhois / sdk: {ok / seconds / (sdk_ok / sdk_seconds):.2f}")
+        rows = [
+            Row(
+                "audit: verified identities/s",
+                ok / seconds,
+                sdk_ok / sdk_seconds,
+                "python sdk",
+                "/s",
+            ),
+            Row("audit: peak RSS", peak, 120, "target", "MiB", True),
+        ]
         subset = tmp / "subset.txt"
         count = min(3000, args.identities)
         subset.write_text("\n".join(handles[:count]) + "\n")
@@ -105,3 +116,4 @@ def main(argv: list[str] | None = None) -> None:
                 line(f"concurrency {concurrency}", count, seconds, cpu, ok)
                 + f"   peak RSS {peak:.0f} MiB"
             )
+    return rows

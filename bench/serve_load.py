@@ -34,6 +34,7 @@ from pathlib import Path
 
 import httpx
 
+from bench import Row
 from bench.memory_load import rss_mib
 from tests.daemon import running_daemon
 from tests.devnet import world
@@ -195,7 +196,7 @@ def row(name: str, ours: tuple[float, float, float], base: tuple[float, float, f
     )
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(prog="python -m bench serve", description=__doc__)
     parser.add_argument("--connections", type=int, default=100)
     parser.add_argument("--seconds", type=int, default=10)
@@ -264,3 +265,24 @@ def main(argv: list[str] | None = None) -> None:
         f"p99.9 {base['p999_ms']:7.2f} ms  max {base['max_ms']:7.2f} ms"
         f"   p99 ratio atwhois / bare {ours['p99_ms'] / base['p99_ms']:.2f}"
     )
+    bare, workers_note = "bare aiohttp handler", f" ({args.workers} workers)" if workers else ""
+    return [
+        Row("serve: one hot key" + workers_note, hot[1][0], hot[0][0], bare, "req/s"),
+        Row(
+            f"serve: {2 * args.identities:,} warm keys" + workers_note,
+            rotating[1][0],
+            rotating[0][0],
+            bare,
+            "req/s",
+        ),
+        Row(
+            f"serve: p99 at {args.rate:,} req/s (open loop)",
+            ours["p99_ms"],
+            base["p99_ms"],
+            bare,
+            "ms",
+            True,
+        ),
+        Row("serve: RSS per cached identity", per_identity, 1024, "target", "B", True),
+        Row("serve: SQLite bytes per identity", on_disk, 1536, "target", "B", True),
+    ]

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -93,6 +94,28 @@ async def test_hits_at_both_levels(cached: Any, devnet: DevnetState) -> None:
     assert by_did.status is Status.VERIFIED and by_did.cache.cached
     assert dns.txt_queries["_atproto.alice.test"] == 1
     assert sum(plc.urls.values()) == 1
+
+
+async def test_entries_are_deflated_read_as_plain_json_too_and_dropped_when_unreadable(
+    cached: Any,
+) -> None:
+    """Stored entries are deflated (half the bytes); an entry written before that (a line
+    of JSON) is still a hit; bytes that are neither are dropped and resolved again."""
+    resolver, dns, _, _ = cached
+    await resolver.lookup("alice.test")
+    stored = await resolver.store.get("h:alice.test")
+    assert stored is not None and stored.value[:1] == b"\x78"  # zlib's header, not "{"
+    plain = zlib.decompress(stored.value)
+    assert len(stored.value) < len(plain) and plain.startswith(b'{"part":')
+    await resolver.store.put("h:alice.test", plain, stored.expires_at)
+    again = await resolver.lookup("alice.test")
+    assert again.status is Status.VERIFIED and again.cache.state == "fresh"
+    for unreadable in (b"\x78\x01not deflate at all", b"{not json"):
+        await resolver.store.put("h:alice.test", unreadable, stored.expires_at)
+        before = dns.txt_queries["_atproto.alice.test"]
+        resolved = await resolver.lookup("alice.test")
+        assert resolved.status is Status.VERIFIED and resolved.cache.state == "miss"
+        assert dns.txt_queries["_atproto.alice.test"] == before + 1
 
 
 async def test_a_handle_lookup_reuses_a_cached_document(cached: Any, devnet: DevnetState) -> None:

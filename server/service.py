@@ -241,12 +241,12 @@ class AnswerCache:
             or not isinstance(body, bytes)
         ):
             return
-        now = self._clock()
-        keep = info.fresh_for_s if self._store.following else self.UNFOLLOWED_SECONDS
+        now, fresh = self._clock(), info.fresh_for_s
+        keep = fresh if self._store.following else min(fresh, self.UNFOLLOWED_SECONDS)
         rests_on = tuple(resting_on(identity))
         self._drop(key)
-        kept = (now + min(keep, info.fresh_for_s), response.status, body, now + info.fresh_for_s)
-        self._answers.put(key, (*kept, now + info.servable_for_s, rests_on), 300 + len(body))
+        kept = (now + keep, response.status, body, now + fresh, now + info.servable_for_s, rests_on)
+        self._answers.put(key, kept, 300 + len(key) + len(body))
         for entry in rests_on:
             self._resting.setdefault(entry, set()).add(key)
 

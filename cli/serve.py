@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -296,7 +297,8 @@ def _serve_workers(
     """`count` forked workers, each with its own socket on one port (SO_REUSEPORT: the
     kernel spreads connections over them) and its own connection to the shared store. This
     process only holds the port, passes SIGTERM/SIGINT on and waits; when a worker dies
-    unasked, it stops the others and exits 1 (a supervisor restarts the whole)."""
+    unasked, it stops the others and exits with its code, or 1 (a supervisor restarts the
+    whole)."""
     host = merged.get("host", "127.0.0.1")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     holder = socket.socket(family, socket.SOCK_STREAM)
@@ -319,7 +321,10 @@ def _serve_workers(
             code = 1
             try:
                 code = _serve_here(merged, config, policy, shown, prog, reuse_port=True)
+            except BaseException:
+                traceback.print_exc()  # os._exit would leave the cause unsaid
             finally:
+                sys.stderr.flush()
                 os._exit(code)
         children.add(pid)
     stopping = False
@@ -334,16 +339,18 @@ def _serve_workers(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
-    failed = False
+    code = 0
     while children:
         pid, status = os.waitpid(-1, 0)
         children.discard(pid)
-        if os.waitstatus_to_exitcode(status) != 0 or not stopping:
-            failed = True
+        exit_code = os.waitstatus_to_exitcode(status)
+        if exit_code != 0 or not stopping:
+            # the first worker's own code (2: its configuration was refused), else 1
+            code = code or (exit_code if exit_code > 0 else 1)
             if not stopping:
                 logging.getLogger("atwhois.serve").error(
                     json.dumps({"event": "worker exited", "pid": pid, "status": status})
                 )
                 stop()
     holder.close()
-    return 1 if failed else 0
+    return code

@@ -363,6 +363,26 @@ def test_workers_share_the_port_and_a_refresh_reaches_every_one_within_a_second(
         timeout=60,
     )
     assert refused.returncode == 2 and "--cache memory:" in refused.stderr
+    # A cache the workers cannot open is a configuration error, said, with the worker's code.
+    (tmp_path / "a-folder.db").mkdir()
+    unopened = subprocess.run(
+        [
+            ATWHOIS,
+            "serve",
+            "--port",
+            "0",
+            "--workers",
+            "2",
+            "--cache",
+            str(tmp_path / "a-folder.db"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **devnet.env()},
+        timeout=60,
+    )
+    assert unopened.returncode == 2, unopened.stderr
+    assert f"SQLite cache {tmp_path / 'a-folder.db'}: unable to open" in unopened.stderr
 
 
 def test_health_and_metrics_answer_while_the_daemon_is_saturated(

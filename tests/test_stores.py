@@ -6,6 +6,7 @@ survived."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import sqlite3
 import time
@@ -158,6 +159,30 @@ async def test_sqlite_survives_reopening_and_versions_its_schema(tmp_path: Path)
     third = SqliteStore(path)
     assert await third.get("h:alice.test") is None
     await third.close()
+
+
+def _open_when_told(path: Path, start: Any) -> None:
+    start.wait()
+    SqliteStore(path)
+
+
+def test_sqlite_opens_in_processes_started_together(tmp_path: Path) -> None:
+    """The workers of `serve --workers` open one new file at the same moment: every one
+    opens it (switching to WAL answers "locked" at once, without the busy wait; a worker
+    that took that for an error died before it listened)."""
+    forked = multiprocessing.get_context("fork")
+    for round in range(40):
+        start = forked.Event()
+        openers = [
+            forked.Process(target=_open_when_told, args=(tmp_path / f"{round}.db", start))
+            for _ in range(6)
+        ]
+        for opener in openers:
+            opener.start()
+        start.set()
+        for opener in openers:
+            opener.join(60)
+        assert [opener.exitcode for opener in openers] == [0] * 6, f"round {round}"
 
 
 async def test_sqlite_keeps_an_identity_in_about_what_it_holds(tmp_path: Path) -> None:

@@ -45,6 +45,8 @@ _PAGE_SIZE = 16384
 _SWEEP_EVERY = 1000  # writes between deletions of expired rows (and old changes)
 _CHANGES_KEPT = 10_000  # rows of the change log kept: a reader further behind drops everything
 _WATCH_SECONDS = 0.1  # how often another process's commits are looked for
+_OPEN_BUSY_MS = 30_000
+_QUERY_BUSY_MS = 250
 
 
 class SqliteStore:
@@ -54,16 +56,38 @@ class SqliteStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._clock = clock
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA busy_timeout=250")
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._open()
+        except sqlite3.Error as err:  # a folder, a file of another kind, no permission
+            raise OSError(f"SQLite cache {path}: {err}") from err
+        self._writes = 0
+        self._writer = os.urandom(8).hex()  # this connection, in the change log
+
+    def _open(self) -> None:
+        # Opening waits as long as it takes another process (a worker of `serve --workers`
+        # started at the same moment) to create the schema; queries later wait briefly only.
+        self._db.execute(f"PRAGMA busy_timeout={_OPEN_BUSY_MS}")
         # Before WAL (which fixes it): a new file's pages hold ten ~1.5 KB entries, where
         # 4 KiB pages held two and wasted a third of the file.
         self._db.execute(f"PRAGMA page_size={_PAGE_SIZE}")
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._enter_wal()
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._migrate()
-        self._writes = 0
-        self._writer = os.urandom(8).hex()  # this connection, in the change log
+        self._db.execute(f"PRAGMA busy_timeout={_QUERY_BUSY_MS}")
+
+    def _enter_wal(self) -> None:
+        # Switching the journal mode does not wait on the busy handler: a process that opens
+        # the file while another switches it is told "locked" at once, so it asks again.
+        deadline = time.monotonic() + _OPEN_BUSY_MS / 1000
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _migrate(self) -> None:
         self._db.executescript(_SCHEMA)
@@ -76,7 +100,7 @@ class SqliteStore:
                 self._db.executescript(
                     f"PRAGMA journal_mode=DELETE; PRAGMA page_size={_PAGE_SIZE}; VACUUM;"
                 )
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._enter_wal()
         self._db.execute(
             "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )

@@ -19,7 +19,7 @@ from coincurve.ecdsa import cdata_to_der, deserialize_compact
 
 from bench import Row
 from bench.child import run_cli
-from mirror.replica import default_workers
+from cli.export_workers import default_workers
 from resolver.keys import parse_did_key
 from resolver.plc import replay
 from resolver.plc.encoding import dag_cbor, unsigned

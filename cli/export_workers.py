@@ -5,9 +5,11 @@ would; what differs is only which of the findings become the (at most 20) exampl
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
+import os
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from resolver.plc.export import ExportCheck, ExportSummary, merge, route
@@ -15,7 +17,27 @@ from resolver.plc.export import ExportCheck, ExportSummary, merge, route
 _BATCH = 4096  # lines sent to a worker at once
 _IN_FLIGHT = 4  # batches a worker may have waiting: the reader never runs far ahead
 
+_FREEZE_EVERY = 1000  # lines between two moves of the replays' objects out of the collector's way
+
 _check: ExportCheck | None = None
+
+
+def default_workers() -> int:
+    """One verifying process per core when there are several (the main process reads and
+    writes): `plc verify-export` and the mirror's replica."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores if cores and cores > 1 else 0
+
+
+def freezing(lines: Iterable[str | bytes]) -> Iterator[str | bytes]:
+    """The lines, and every so often `gc.freeze()`: the replays of an export keep hundreds of
+    thousands of objects alive, and each full collection walked them all again (20-25 us an
+    op on 50,000 ops; none with the collector off). Frozen objects are still freed when
+    nothing refers to them; only a reference cycle among them would be kept."""
+    for count, line in enumerate(lines, 1):
+        yield line
+        if count % _FREEZE_EVERY == 0:
+            gc.freeze()
 
 
 def _start(known_bad: frozenset[str]) -> None:
@@ -26,7 +48,7 @@ def _start(known_bad: frozenset[str]) -> None:
 def _feed(lines: list[str | bytes]) -> tuple[int, int, int]:
     """The lines into this worker's check; its counts so far (ops, DIDs, invalid ops)."""
     assert _check is not None
-    for line in lines:
+    for line in freezing(lines):
         _check.feed(line)
     return _check.summary.ops, _check.summary.dids, _check.summary.invalid_ops
 

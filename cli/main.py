@@ -650,10 +650,9 @@ def _lines(file: IO[bytes]) -> Iterator[bytes]:
 
 
 def verify_export_command(args: argparse.Namespace) -> int:
-    from mirror.replica import default_workers
     from resolver.plc.export import verify_export
 
-    from .export_workers import verify_export_in_workers
+    from .export_workers import default_workers, freezing, verify_export_in_workers
 
     try:
         known_bad = _known_bad(args.known_bad)
@@ -680,7 +679,9 @@ def verify_export_command(args: argparse.Namespace) -> int:
                 _lines(source), workers, known_bad=known_bad, progress=progress
             )
         else:
-            summary = verify_export(_lines(source), known_bad=known_bad, progress=progress)
+            summary = verify_export(
+                freezing(_lines(source)), known_bad=known_bad, progress=progress
+            )
     if args.json:
         _print(json.dumps(summary.to_json(), indent=2))
     else:

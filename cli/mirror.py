@@ -19,11 +19,11 @@ from typing import Any
 from aiohttp import web
 
 from mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
-from mirror.replica import default_workers
 from mirror.store import SqlMirrorStore, default_mirror_path, open_mirror_store
 from resolver.config import DEFAULT_PLC_URL
 from server.metrics import CONTENT_TYPE, Exposition
 
+from .export_workers import default_workers
 from .main import configure
 
 

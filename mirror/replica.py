@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import json
 import multiprocessing
-import os
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -197,12 +196,6 @@ def _verify_in_worker(
     assert _worker is not None
     verdicts, states = _worker.verify(lines)
     return verdicts, states, _worker.rebuilt
-
-
-def default_workers() -> int:
-    """One verifying process per core when there are several (the main process writes)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return cores if cores and cores > 1 else 0
 
 
 class Replica:

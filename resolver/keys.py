@@ -93,22 +93,32 @@ def _multibase(text: str) -> bytes:
     return b58decode(text[1:])
 
 
-def parse_multikey(text: str) -> PublicKey:
-    """CRYPTO-ENC-1: `z` + base58btc(multicodec prefix + compressed point)."""
+def multikey_bytes(text: str) -> tuple[Curve, bytes]:
+    """CRYPTO-ENC-1: `z` + base58btc(multicodec prefix + compressed point), decoded: the
+    curve and the 33 bytes, not yet checked to be a point on it (`_point` does, and so does
+    a verifier parsing them)."""
     raw = _multibase(text)
     for curve, prefix in _MULTICODEC.items():
         if raw.startswith(prefix):
             point = raw[len(prefix) :]
             if len(point) != 33:  # DOC-KEY-1: a Multikey holds the compressed point only
                 raise InvalidKey(f"a multikey holds a 33-byte compressed point, not {len(point)}")
-            return _point(curve, point)
+            return curve, point
     raise InvalidKey("multikey is neither p256-pub nor secp256k1-pub")
 
 
-def parse_did_key(text: str) -> PublicKey:
+def did_key_bytes(text: str) -> tuple[Curve, bytes]:
     if not text.startswith("did:key:"):
         raise InvalidKey(f"{text[:40]!r} is not a did:key")
-    return parse_multikey(text.removeprefix("did:key:"))
+    return multikey_bytes(text.removeprefix("did:key:"))
+
+
+def parse_multikey(text: str) -> PublicKey:
+    return _point(*multikey_bytes(text))
+
+
+def parse_did_key(text: str) -> PublicKey:
+    return _point(*did_key_bytes(text))
 
 
 def parse_legacy_multibase(curve: Curve, text: str) -> PublicKey:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 
 class DuplicateKey(ValueError):
     """An object names a key twice: parsers disagree on which value wins (the first, the
@@ -24,8 +26,22 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
+_CHECKING = json.JSONDecoder(object_pairs_hook=_object)
+
+
 def parse_json(data: bytes | str) -> Any:
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     try:
-        return json.loads(data, object_pairs_hook=_object)
+        # Compact JSON (an export line, a JSON.stringify answer) parses in C, about eight
+        # times faster: when writing the value back gives the very bytes read, no key was
+        # given twice (a dict would have dropped one). Anything else takes the checking path.
+        value = orjson.loads(raw)
+        if orjson.dumps(value) == raw.strip():
+            return value
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        pass
+    text = data if isinstance(data, str) else data.decode(json.detect_encoding(data))
+    try:
+        return _CHECKING.decode(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None

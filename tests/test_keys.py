@@ -7,6 +7,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from resolver import keys
+from resolver.plc.signature import verify
 from tests.vectors import CRYPTO, load_json
 
 K256_DIDKEYS = load_json(CRYPTO / "w3c_didkey_K256.json")
@@ -69,3 +70,16 @@ def test_bad_multikeys_are_refused(bad: str) -> None:
 def test_base58_round_trip_keeps_leading_zeros() -> None:
     for data in (b"", b"\x00", b"\x00\x00\x01", bytes(range(40))):
         assert keys.b58decode(keys.b58encode(data)) == data
+
+
+@pytest.mark.parametrize("curve", list(keys.Curve))
+def test_a_did_key_whose_bytes_are_no_point_is_refused_and_verifies_nothing(
+    curve: keys.Curve,
+) -> None:
+    """33 bytes of the right length and prefix whose x is past the field: parsing refuses
+    the key, and verifying with it (which parses the bytes itself) is False, not an error."""
+    did_key = "did:key:z" + keys.b58encode(keys._MULTICODEC[curve] + b"\x02" + b"\xff" * 32)
+    with pytest.raises(keys.InvalidKey):
+        keys.parse_did_key(did_key)
+    one = bytes(31) + b"\x01"
+    assert verify(did_key, b"message", one + one) is False

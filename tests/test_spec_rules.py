@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from resolver import errors, syntax
 from resolver.document import parse_json_document
@@ -24,6 +26,7 @@ from resolver.plc.audit import Audit, Replay
 from resolver.plc.encoding import cid_of, dag_cbor, did_of_genesis
 from resolver.plc.export import verify_export
 from resolver.plc.signature import _ORDER
+from resolver.untrusted import DuplicateKey, parse_json
 from resolver.verdict import Step, with_plc_log
 from tests.plc_ops import AuditLog, Key, b64url, log_entry, plc_operation
 from tests.synthetic_plc import export_lines
@@ -244,6 +247,42 @@ def test_doc_key_1_multikey_is_compressed_only() -> None:
     uncompressed = key.private.public_key.format(compressed=False)
     with pytest.raises(InvalidKey):
         parse_multikey("z" + b58encode(_MULTICODEC[Curve.K256] + uncompressed))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a":1,"a":1}',  # the same value twice: writing it back still differs
+        b'{"a":{"b":"x","b":"y"}}',
+        b'[{"k":[]},{"k":[],"k":[]}]',
+        b'{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa","did":"did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"}',
+    ],
+)
+def test_a_key_given_twice_in_compact_json_is_refused_too(body: bytes) -> None:
+    """Compact JSON takes the fast parse (`parse_json` keeps it when writing the value back
+    gives the bytes read): a key given twice must still be refused, not quietly merged."""
+    with pytest.raises(DuplicateKey):
+        parse_json(body)
+    with pytest.raises(DuplicateKey):
+        parse_json(body.decode())
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+        max_leaves=20,
+    ),
+    st.booleans(),
+)
+@settings(max_examples=300, deadline=None)
+def test_parse_json_reads_what_python_reads(value: Any, compact: bool) -> None:
+    """Whichever path a body takes (the fast one for compact bytes, the checking one for
+    the rest), the value is the one Python's own parser reads."""
+    separators = (",", ":") if compact else (", ", ": ")
+    text = json.dumps(value, separators=separators, ensure_ascii=not compact)
+    assert parse_json(text.encode("utf-8", "surrogatepass")) == json.loads(text)
+    assert parse_json(text) == json.loads(text)
 
 
 def test_duplicate_keys_in_a_document_are_invalid_data() -> None:

@@ -97,19 +97,21 @@ def parse_operation(op: Any) -> Operation:
     if kind == "plc_operation":
         _check_keys(op, _PLC_OP_KEYS, "P-OP-1")
         methods, services = op["verificationMethods"], op["services"]
-        if type(methods) is not dict or any(type(v) is not str for v in methods.values()):
+        if type(methods) is not dict:
             raise BadOperation("verificationMethods is not a map of strings", "P-OP-1")
-        if not isinstance(services, dict):
+        for method in methods.values():
+            if type(method) is not str:
+                raise BadOperation("verificationMethods is not a map of strings", "P-OP-1")
+        if type(services) is not dict:
             raise BadOperation("services is not a map", "P-OP-1")
         parsed_services = []
         for name, entry in services.items():
-            if not (
-                isinstance(entry, dict)
-                and set(entry) == {"type", "endpoint"}
-                and all(isinstance(v, str) for v in entry.values())
-            ):
+            if type(entry) is not dict or entry.keys() != _SERVICE_KEYS:
                 raise BadOperation(f"service {name!r} is not {{type, endpoint}}", "P-OP-1")
-            parsed_services.append((name, Service(entry["type"], entry["endpoint"])))
+            kind, endpoint = entry["type"], entry["endpoint"]
+            if type(kind) is not str or type(endpoint) is not str:
+                raise BadOperation(f"service {name!r} is not {{type, endpoint}}", "P-OP-1")
+            parsed_services.append((name, Service(kind, endpoint)))
         prev = op["prev"]
         if prev is not None and not isinstance(prev, str):
             raise BadOperation("prev is neither a CID string nor null", "P-OP-1")

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
     encode_dss_signature,
 )
 
-from ..keys import Curve, InvalidKey, PublicKey, parse_did_key
+from ..keys import Curve, InvalidKey, PublicKey, did_key_bytes, parse_did_key
 
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
 _ORDER = {
@@ -39,8 +39,14 @@ class BadSignature(ValueError):
         self.rule = rule
 
 
+# The one spelling of 64 bytes: 86 characters, the last one's four padding bits zero.
+_CANONICAL_64 = re.compile(r"[A-Za-z0-9_-]{85}[AQgw]")
+
+
 def decode_signature(text: str) -> bytes:
     """P-SIG-3/4: base64url, no `=` padding, zero padding bits, nothing else, 64 bytes."""
+    if _CANONICAL_64.fullmatch(text) is not None:  # what every well-formed op carries
+        return base64.urlsafe_b64decode(text + "==")
     if "\r" in text or "\n" in text:
         raise BadSignature("signature contains CR or LF", "P-SIG-4")
     if "=" in text:
@@ -72,12 +78,13 @@ def _verifier(did_key: str) -> _Verifier | None:
     for the signing keys of a PLC mirror worker's DIDs (`mirror.replica.MAX_REPLAYS`), whose
     ops come back hours of export apart: a smaller cache parsed every key again."""
     try:
-        key = parse_did_key(did_key)  # not through `_key`: one cache holds it, not two
-    except InvalidKey:
+        # the bytes parsed once, by what verifies with them (which checks they are a point)
+        curve, point = did_key_bytes(did_key)
+        if curve is Curve.K256:
+            return curve, coincurve.PublicKey(point)
+        return curve, ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), point)
+    except ValueError:  # InvalidKey, or bytes that are not a point on the curve
         return None
-    if key.curve is Curve.K256:
-        return key.curve, coincurve.PublicKey(key.compressed)
-    return key.curve, ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), key.compressed)
 
 
 # n/2 as 32 big-endian bytes: equal-length byte strings compare as the numbers do.

@@ -6,6 +6,10 @@ failure classified as absent, transient or invalid.
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
+import time
+from dataclasses import dataclass
 
 import dns.asyncresolver
 import dns.exception
@@ -17,6 +21,14 @@ from .config import Config
 from .errors import NotFound, UpstreamFailure, UpstreamTimeout
 
 _PER_SERVER_TIMEOUT = 2.0
+_SHARED_SECONDS = 1.0  # how long a host's addresses answer other fetches (at most its TTL)
+_SWEEP_FLOOR = 256  # hosts remembered before the first sweep of expired ones
+
+
+@dataclass(slots=True)
+class _Shared:
+    task: asyncio.Future[tuple[list[str], int]]
+    until: float = math.inf  # set once answered
 
 
 class DnsClient:
@@ -35,6 +47,8 @@ class DnsClient:
         resolver.lifetime = config.dns_timeout
         resolver.cache = None
         self._resolver = resolver
+        self._recent: dict[str, _Shared] = {}
+        self._swept_at = _SWEEP_FLOOR
         # Politeness: the configured servers are one upstream; cap the queries in flight.
         limit = config.per_host_limit
         self._gate = asyncio.Semaphore(limit) if limit is not None else None
@@ -45,15 +59,55 @@ class DnsClient:
         return [list(rdata.strings) for rdata in answer]
 
     async def addresses(self, host: str) -> list[str]:
-        """A and AAAA records of `host` (A first). NotFound only if both are absent."""
+        """A and AAAA records of `host` (A first). NotFound only if both are absent.
+
+        One lookup asks a stranger's host for its well-known file and its did.json within
+        milliseconds: the addresses asked for (or still being asked for) in the last
+        second, within their TTL, answer both, so the host's A and AAAA are asked once.
+        A failure is shared only by those who waited for it, never kept."""
+        now = time.monotonic()
+        shared = self._recent.get(host)
+        if (
+            shared is not None
+            and (not shared.task.done() or now < shared.until)
+            and shared.task.get_loop() is asyncio.get_running_loop()
+        ):
+            return (await asyncio.shield(shared.task))[0]
+        task = asyncio.ensure_future(self._addresses(host))
+        self._recent[host] = _Shared(task)
+        task.add_done_callback(functools.partial(self._answered, host))
+        if len(self._recent) > self._swept_at * 2:
+            self._sweep(now)
+        return (await asyncio.shield(task))[0]
+
+    def _answered(self, host: str, task: asyncio.Future[tuple[list[str], int]]) -> None:
+        shared = self._recent.get(host)
+        if shared is None or shared.task is not task:
+            return
+        if task.cancelled() or task.exception() is not None:  # retrieved: never kept
+            del self._recent[host]
+        else:
+            shared.until = time.monotonic() + min(task.result()[1], _SHARED_SECONDS)
+
+    def _sweep(self, now: float) -> None:
+        self._recent = {
+            host: shared
+            for host, shared in self._recent.items()
+            if not shared.task.done() or now < shared.until
+        }
+        self._swept_at = max(len(self._recent), _SWEEP_FLOOR)
+
+    async def _addresses(self, host: str) -> tuple[list[str], int]:
+        """The addresses and the shortest TTL of the records that gave them."""
         results = await asyncio.gather(
             self._query(host, dns.rdatatype.A),
             self._query(host, dns.rdatatype.AAAA),
             return_exceptions=True,
         )
-        found = [rdata.address for r in results if not isinstance(r, BaseException) for rdata in r]
+        answers = [r for r in results if not isinstance(r, BaseException)]
+        found = [rdata.address for answer in answers for rdata in answer]
         if found:
-            return found
+            return found, min(answer.rrset.ttl for answer in answers if answer.rrset)
         errors = [r for r in results if isinstance(r, BaseException)]
         transient = [e for e in errors if not isinstance(e, NotFound)]
         raise transient[0] if transient else errors[0]

@@ -9,10 +9,12 @@ import re
 import pytest
 
 from resolver import Config
-from resolver.config import parse_networks
+from resolver.config import Nameserver, parse_networks
 from resolver.dns import DnsClient
-from resolver.errors import ForbiddenAddress, InvalidData, ResponseTooLarge
+from resolver.errors import ForbiddenAddress, InvalidData, ResponseTooLarge, UpstreamFailure
 from resolver.fetch import AddressGuard, Fetcher, HostGates
+from tests.devnet.dns import DnsProxy
+from tests.devnet.network import DevnetState
 
 WELL_KNOWN = "/.well-known/atproto-did"
 
@@ -157,3 +159,32 @@ async def test_dev_mode_localhost_still_needs_the_allow_list() -> None:
             assert (await fetcher.get(url, max_bytes=2048, timeout=3)).status == 200
         finally:
             await fetcher.aclose()
+
+
+async def test_a_hosts_addresses_are_asked_once_by_the_fetches_of_one_lookup(
+    devnet: DevnetState,
+) -> None:
+    """A lookup fetches a host's well-known file and then its did.json: the A and AAAA
+    asked for the first (still in flight, or answered within the last second) answer the
+    second. Past a second they are asked again; a failure is shared only by those who
+    waited for it, and the next caller asks again."""
+    proxy = DnsProxy(devnet.knot_port)  # counts the queries that reach the DNS
+    port = await proxy.start()
+    try:
+        dns = DnsClient(Config(dns_servers=(Nameserver("127.0.0.1", port),)))
+        host = "u00001.bulk.test"
+        together = await asyncio.gather(dns.addresses(host), dns.addresses(host))
+        assert together == [["127.0.0.1"], ["127.0.0.1"]] and proxy.queries == 2
+        assert await dns.addresses(host) == ["127.0.0.1"] and proxy.queries == 2
+        await asyncio.sleep(1.1)
+        assert await dns.addresses(host) == ["127.0.0.1"] and proxy.queries == 4
+        failing = "_atproto.servfail.test"  # SERVFAIL for every type
+        failures = await asyncio.gather(
+            dns.addresses(failing), dns.addresses(failing), return_exceptions=True
+        )
+        assert all(isinstance(f, UpstreamFailure) for f in failures) and proxy.queries == 6
+        with pytest.raises(UpstreamFailure):
+            await dns.addresses(failing)
+        assert proxy.queries == 8  # not kept: asked again
+    finally:
+        proxy.close()

@@ -40,6 +40,7 @@ from .errors import (
 )
 
 _REDIRECTS = {301, 302, 303, 307, 308}
+_STRANGER_KEEPALIVE = 0.25  # seconds an idle connection to a guarded host is kept
 MIRROR_HEADER = "Atwhois-Plc-Mirror"
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -186,16 +187,17 @@ class Fetcher:
             resolver = (
                 GuardedResolver(self._guard, self._config.https_port) if self._guard else None
             )
-            # A stranger's host is asked once or twice per lookup: a connection kept open
-            # for it would only hold a TLS session's buffers (tens of KiB each, hundreds of
-            # hosts a second under load). The PLC directory's connections are reused.
+            # A lookup asks a stranger's host for its well-known file and then its did.json:
+            # kept open a second, the first fetch's connection serves the second (one TLS
+            # handshake, not two). Not longer: an idle TLS connection holds 256 KiB of
+            # buffers, and under load hundreds of one-time hosts pass each second. The PLC
+            # directory's connections stay 5 s.
             connector = aiohttp.TCPConnector(
                 resolver=resolver,
                 use_dns_cache=False,
                 ssl=self._ssl,
                 limit=256,
-                force_close=self._guard is not None,
-                keepalive_timeout=None if self._guard is not None else 5.0,
+                keepalive_timeout=_STRANGER_KEEPALIVE if self._guard is not None else 5.0,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,

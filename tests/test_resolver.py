@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -18,6 +19,7 @@ from resolver.dns import DnsClient
 from resolver.errors import ResolutionError
 from resolver.fetch import Fetcher, Response
 from tests.devnet import world
+from tests.devnet.https import Certificates, HttpsHosts
 from tests.devnet.network import DevnetState
 
 OK, NF, FAIL, BAD, SKIP = (
@@ -382,3 +384,25 @@ async def test_did_web_localhost_with_a_port_in_dev_mode(devnet_config: Config) 
         assert refused.status is Status.INVALID_INPUT and "D-WEB-3" in (refused.error or "")
     finally:
         await runner.cleanup()
+
+
+async def test_a_did_web_handle_on_its_own_host_takes_one_tls_connection(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """A handle whose DID is did:web on the handle's own host: DNS names the DID while the
+    well-known fetch is still under way; the did.json fetch waits for it and reuses its
+    connection (one TLS handshake, not two). Served by the test network's HTTPS hosts,
+    which keep a connection open as a real server does."""
+    certificates = Certificates(tmp_path / "tls")
+    hosts = HttpsHosts(tmp_path / "files", certificates)
+    port = await hosts.start()
+    try:
+        handle = world.bulk_host(77_001)  # a generated well-known file and did.json
+        devnet.set_txt(handle, [f"did=did:web:{handle}"])
+        config = devnet.config(https_port=port, ca_bundle=str(certificates.ca_file))
+        async with Resolver(config) as resolver:
+            identity = await resolver.lookup(handle)
+        assert identity.status is Status.VERIFIED, identity.to_json()
+        assert (hosts.requests, hosts.connections) == (2, 1)
+    finally:
+        hosts.close()

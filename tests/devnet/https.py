@@ -18,6 +18,7 @@ from .faults import Faults, reset
 
 LOOPBACK = "127.0.0.1"
 _MAX_REQUEST_HEAD = 16 * 1024
+_IDLE_SECONDS = 5.0  # a kept connection's wait for its next request
 
 
 class Certificates:
@@ -83,6 +84,7 @@ class HttpsHosts:
         self.certificates = certificates
         self.delay = delay
         self.requests = 0
+        self.connections = 0
         self._faults = Faults(faults) if faults is not None else None
 
     async def start(self, port: int = 0) -> int:
@@ -102,35 +104,47 @@ class HttpsHosts:
         return self.root / host / path.lstrip("/")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            if len(head) > _MAX_REQUEST_HEAD:
-                return
-            self.requests += 1
-            lines = head.decode("latin-1").split("\r\n")
-            method, target, _ = lines[0].split(" ", 2)
-            headers = dict(
-                (k.strip().lower(), v.strip())
-                for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
-            )
-            host = headers.get("host", "").split(":")[0].lower()
-            if self.delay:
-                await asyncio.sleep(self.delay)
-            await self._respond(writer, host, target.split("?")[0], method)
+            # Like a real server, the bulk world's generated answers keep the connection
+            # open for the next request (a client that reuses it saves a TLS handshake);
+            # every other answer closes it.
+            kept = await self._request(reader, writer)
+            while kept:
+                kept = await asyncio.wait_for(self._request(reader, writer), _IDLE_SECONDS)
         except (
             asyncio.IncompleteReadError,
             asyncio.LimitOverrunError,
             ConnectionError,
             ssl.SSLError,
+            TimeoutError,
             ValueError,
         ):
             pass
         finally:
             writer.close()
 
+    async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """One request answered; whether the connection stays open for another."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        if len(head) > _MAX_REQUEST_HEAD:
+            return False
+        self.requests += 1
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, _ = lines[0].split(" ", 2)
+        headers = dict(
+            (k.strip().lower(), v.strip())
+            for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
+        )
+        host = headers.get("host", "").split(":")[0].lower()
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        kept = await self._respond(writer, host, target.split("?")[0], method)
+        return bool(kept) and headers.get("connection", "").lower() != "close"
+
     async def _respond(
         self, writer: asyncio.StreamWriter, host: str, path: str, method: str
-    ) -> None:
+    ) -> bool | None:
         fault = self._faults.of(host) if self._faults is not None else None
         if fault == "503":
             return await _send(writer, 503, b"try later")
@@ -146,9 +160,10 @@ class HttpsHosts:
         generated = world.bulk_document(host) if host.endswith(world.BULK_SUFFIX) else None
         if generated is not None and path == world.DID_JSON:
             document = json.dumps(generated).encode()
-            return await _send(writer, 200, document, [("Content-Type", "application/json")])
+            json_type = [("Content-Type", "application/json")]
+            return await _send(writer, 200, document, json_type, keep_alive=True)
         if generated is not None and path == world.WELL_KNOWN:
-            return await _send(writer, 200, f"did:web:{host}".encode())
+            return await _send(writer, 200, f"did:web:{host}".encode(), keep_alive=True)
         scripted = world.SCRIPTED_BULK.fullmatch(host.removesuffix(world.BULK_SUFFIX))
         if scripted is not None and scripted.group("hops") is not None:
             left = int(scripted.group("hops")) if path == world.WELL_KNOWN else None
@@ -238,12 +253,15 @@ async def _send(
     status: int,
     body: bytes,
     headers: list[tuple[str, str]] | None = None,
-) -> None:
+    *,
+    keep_alive: bool = False,
+) -> bool:
     head = [
         f"HTTP/1.1 {status} {_REASONS.get(status, 'Whatever')}",
         f"Content-Length: {len(body)}",
-        "Connection: close",
+        "Connection: keep-alive" if keep_alive else "Connection: close",
     ]
     head += [f"{k}: {v}" for k, v in headers or []]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
     await writer.drain()
+    return keep_alive

@@ -1,6 +1,7 @@
 """Cold resolution on the test network, with latency added to every DNS answer and HTTPS
 response: atwhois (both methods at once, bidirectional check) against the Python SDK's
-`AsyncIdResolver` (DNS, then HTTPS; handle -> DID -> document, no check), in one run.
+`AsyncIdResolver` and Bluesky's TypeScript `@atproto/identity` (both: DNS, then HTTPS;
+handle -> DID -> document, no check), in one run.
 
     python -m bench cold [--delay-ms 50] [--lookups 600] [--concurrency 32]
 """
@@ -9,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import ssl
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -141,6 +145,41 @@ def sdk_resolver(devnet: DevnetState) -> AsyncIdResolver:
     return sdk
 
 
+_NODE_PEER = "@atproto/identity"
+
+
+def identity_peer(
+    devnet: DevnetState, handles: list[str], lookups: int, concurrency: int
+) -> Result:
+    """Bluesky's TypeScript resolver (`bench/identity_peer.cjs`, the copy the test network's
+    reference PDS installs) on the same handles, in a Node process of its own."""
+    settings = {
+        "pds_dir": str(Path(__file__).resolve().parent.parent / "tests" / "devnet" / "pds"),
+        "dns_server": devnet.dns_server,
+        "https_port": devnet.https_port,
+        "plc_url": devnet.plc_url,
+        "handles": handles,
+        "lookups": lookups,
+        "concurrency": concurrency,
+    }
+    done = subprocess.run(
+        ["node", str(Path(__file__).with_name("identity_peer.cjs")), json.dumps(settings)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "NODE_EXTRA_CA_CERTS": devnet.ca_file},
+    )
+    measured = json.loads(done.stdout)
+    return Result(
+        f"{_NODE_PEER} (unverified)",
+        measured["lookups"],
+        measured["ok"],
+        measured["seconds"],
+        measured["cpu_seconds"],
+        measured["latencies"],
+    )
+
+
 async def run(devnet: DevnetState, lookups: int, concurrency: int, delay_ms: float) -> list[Row]:
     config = devnet.config(https_timeout=5.0, document_timeout=5.0, dns_timeout=5.0)
     sdk = sdk_resolver(devnet)
@@ -179,10 +218,16 @@ async def run(devnet: DevnetState, lookups: int, concurrency: int, delay_ms: flo
             theirs = await measure(
                 "python sdk (unverified)", sdk_lookup, handles, lookups, concurrency
             )
+            node = await asyncio.to_thread(identity_peer, devnet, handles, lookups, concurrency)
             print("  " + ours.line())
             print("  " + theirs.line())
-            print(f"  throughput ratio atwhois / sdk: {ours.rate / theirs.rate:.2f}")
+            print("  " + node.line())
+            print(
+                f"  throughput ratio atwhois / sdk: {ours.rate / theirs.rate:.2f}, "
+                f"atwhois / @atproto/identity: {ours.rate / node.rate:.2f}"
+            )
             rows.append(Row(f"cold lookups, {label}", ours.rate, theirs.rate, "python sdk", "/s"))
+            rows.append(Row(f"cold lookups, {label}", ours.rate, node.rate, _NODE_PEER, "/s"))
             cpu_ms = ours.cpu_seconds / max(ours.ok, 1) * 1000
             rows.append(
                 Row(f"  CPU per verified lookup, {label}", cpu_ms, 5.0, "target", "ms", True)

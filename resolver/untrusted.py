@@ -32,9 +32,10 @@ _CHECKING = json.JSONDecoder(object_pairs_hook=_object)
 def parse_json(data: bytes | str) -> Any:
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     try:
-        # Compact JSON (an export line, a JSON.stringify answer) parses in C, about eight
-        # times faster: when writing the value back gives the very bytes read, no key was
-        # given twice (a dict would have dropped one). Anything else takes the checking path.
+        # Compact JSON (an export line, a JSON.stringify answer) is read and written back in
+        # C in about a third of the checking parse's time: when writing the value back gives
+        # the very bytes read, no key was given twice (a dict would have dropped one).
+        # Anything else takes the checking path.
         value = orjson.loads(raw)
         if orjson.dumps(value) == raw.strip():
             return value

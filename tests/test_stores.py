@@ -171,10 +171,10 @@ def test_sqlite_opens_in_processes_started_together(tmp_path: Path) -> None:
     opens it (switching to WAL answers "locked" at once, without the busy wait; a worker
     that took that for an error died before it listened)."""
     forked = multiprocessing.get_context("fork")
-    for round in range(40):
+    for attempt in range(40):
         start = forked.Event()
         openers = [
-            forked.Process(target=_open_when_told, args=(tmp_path / f"{round}.db", start))
+            forked.Process(target=_open_when_told, args=(tmp_path / f"{attempt}.db", start))
             for _ in range(6)
         ]
         for opener in openers:
@@ -182,7 +182,7 @@ def test_sqlite_opens_in_processes_started_together(tmp_path: Path) -> None:
         start.set()
         for opener in openers:
             opener.join(60)
-        assert [opener.exitcode for opener in openers] == [0] * 6, f"round {round}"
+        assert [opener.exitcode for opener in openers] == [0] * 6, f"round {attempt}"
 
 
 async def test_sqlite_keeps_an_identity_in_about_what_it_holds(tmp_path: Path) -> None:

@@ -194,8 +194,9 @@ class Replay:
         except ValueError as err:
             raise _Rejected("§10.6", f"bad createdAt: {err}") from None
         self.latest = created
+        raw: Any = entry.get("operation")  # a dict once parse_operation accepts it
         try:
-            op = parse_operation(entry.get("operation"))
+            op = parse_operation(raw)
         except BadOperation as err:
             raise _Rejected(err.rule, str(err)) from None
         record.type, record.prev = op.type, op.prev
@@ -206,7 +207,7 @@ class Replay:
                 self._next(op, b"", b"", created, record)
             return
         try:
-            encoded = dag_cbor(op.raw)
+            encoded = dag_cbor(raw)
         except NotEncodable as err:
             raise _Rejected("P-ENC-1", f"the op has no DAG-CBOR encoding: {err}") from None
         computed = cid_of(encoded)
@@ -216,7 +217,7 @@ class Replay:
             signature = decode_signature(op.sig)
         except BadSignature as err:
             raise _Rejected(err.rule, str(err)) from None
-        message = unsigned_dag_cbor(encoded, op.raw)
+        message = unsigned_dag_cbor(encoded, raw)
         self._warn_limits(op, len(encoded))
         if self.count == 1:
             self._genesis(op, encoded, message, signature, created, record)
@@ -332,8 +333,6 @@ class Replay:
     ) -> None:
         record.accepted = True
         record.signer_index, record.signer_key = signer, keys[signer]
-        if not self.keep_records:  # streaming: the raw JSON was hashed and verified already
-            op = Operation(op.type, op.prev, op.sig, op.state, {})
         self.nodes[record.cid] = _Node(op, created, record, op.signers)
         self.chain.append(record.cid)
 

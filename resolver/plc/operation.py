@@ -53,7 +53,6 @@ class Operation:
     prev: str | None
     sig: str
     state: State | None  # None for a tombstone
-    raw: dict[str, Any]
 
     @property
     def signers(self) -> tuple[str, ...]:
@@ -121,11 +120,11 @@ def parse_operation(op: Any) -> Operation:
             also_known_as=_strings(op["alsoKnownAs"], "alsoKnownAs", "P-OP-1"),
             services=tuple(parsed_services),
         )
-        return Operation("plc_operation", prev, _string(op["sig"], "sig", "P-OP-1"), state, op)
+        return Operation("plc_operation", prev, _string(op["sig"], "sig", "P-OP-1"), state)
     if kind == "plc_tombstone":
         _check_keys(op, _TOMBSTONE_KEYS, "P-OP-2")
         prev = _string(op["prev"], "a tombstone's prev", "P-OP-2")
-        return Operation("plc_tombstone", prev, _string(op["sig"], "sig", "P-OP-2"), None, op)
+        return Operation("plc_tombstone", prev, _string(op["sig"], "sig", "P-OP-2"), None)
     if kind == "create":
         _check_keys(op, _CREATE_KEYS, "P-OP-3")
         if op["prev"] is not None:
@@ -143,5 +142,5 @@ def parse_operation(op: Any) -> Operation:
             also_known_as=(_with_prefix(handle, "at://"),),
             services=(("atproto_pds", Service("AtprotoPersonalDataServer", endpoint)),),
         )
-        return Operation("create", None, _string(op["sig"], "sig", "P-OP-3"), state, op)
+        return Operation("create", None, _string(op["sig"], "sig", "P-OP-3"), state)
     raise BadOperation(f"unknown operation type {kind!r}", "P-OP-1")

@@ -149,16 +149,17 @@ _NODE_PEER = "@atproto/identity"
 
 
 def identity_peer(
-    devnet: DevnetState, handles: list[str], lookups: int, concurrency: int
+    devnet: DevnetState, expected: dict[str, str], lookups: int, concurrency: int
 ) -> Result:
     """Bluesky's TypeScript resolver (`bench/identity_peer.cjs`, the copy the test network's
-    reference PDS installs) on the same handles, in a Node process of its own."""
+    reference PDS installs) on the same handles, in a Node process of its own; an answer
+    counts when it names the handle's right DID (`expected`) and finds its document."""
     settings = {
         "pds_dir": str(Path(__file__).resolve().parent.parent / "tests" / "devnet" / "pds"),
         "dns_server": devnet.dns_server,
         "https_port": devnet.https_port,
         "plc_url": devnet.plc_url,
-        "handles": handles,
+        "expected": expected,
         "lookups": lookups,
         "concurrency": concurrency,
     }
@@ -189,9 +190,17 @@ async def run(devnet: DevnetState, lookups: int, concurrency: int, delay_ms: flo
         async def atwhois_lookup(handle: str) -> bool:
             return (await atwhois.lookup(handle)).verified
 
+        # The right DID of every handle: each is verified both ways by atwhois (checked
+        # here), so a peer's answer counts only when it names that DID and finds its document.
+        expected: dict[str, str] = {}
+        for handle in DNS_HANDLES + HTTPS_HANDLES:
+            identity = await atwhois.lookup(handle)
+            assert identity.verified and identity.did, identity.to_json()
+            expected[handle] = identity.did
+
         async def sdk_lookup(handle: str) -> bool:
             did = await sdk.handle.resolve(handle)
-            return did is not None and await sdk.did.resolve(did) is not None
+            return did == expected[handle] and await sdk.did.resolve(did) is not None
 
         print(
             f"cold resolution, {delay_ms:.0f} ms added to every DNS answer and HTTPS "
@@ -218,7 +227,9 @@ async def run(devnet: DevnetState, lookups: int, concurrency: int, delay_ms: flo
             theirs = await measure(
                 "python sdk (unverified)", sdk_lookup, handles, lookups, concurrency
             )
-            node = await asyncio.to_thread(identity_peer, devnet, handles, lookups, concurrency)
+            node = await asyncio.to_thread(
+                identity_peer, devnet, {h: expected[h] for h in handles}, lookups, concurrency
+            )
             print("  " + ours.line())
             print("  " + theirs.line())
             print("  " + node.line())

@@ -5,8 +5,8 @@
 // test network's TLS port, its CA trusted (NODE_EXTRA_CA_CERTS).
 //
 //   node bench/identity_peer.cjs CONFIG_JSON
-//   CONFIG_JSON: {"pds_dir", "dns_server", "https_port", "plc_url", "handles", "lookups",
-//                 "concurrency"}
+//   CONFIG_JSON: {"pds_dir", "dns_server", "https_port", "plc_url", "expected" (handle ->
+//                 its right DID), "lookups", "concurrency"}
 // Prints one JSON line: {"lookups", "ok", "seconds", "cpu_seconds", "latencies"}.
 'use strict'
 
@@ -49,7 +49,8 @@ undici.setGlobalDispatcher(
 
 async function main() {
   const resolver = new IdResolver({ plcUrl: config.plc_url, timeout: 5000 })
-  const work = Array.from({ length: config.lookups }, (_, i) => config.handles[i % config.handles.length])
+  const handles = Object.keys(config.expected)
+  const work = Array.from({ length: config.lookups }, (_, i) => handles[i % handles.length])
   const latencies = []
   let ok = 0
   let next = 0
@@ -59,7 +60,8 @@ async function main() {
       const started = process.hrtime.bigint()
       try {
         const did = await resolver.handle.resolve(handle)
-        const document = did ? await resolver.did.resolve(did) : null
+        // a wrong DID is not a correct answer, however fast
+        const document = did === config.expected[handle] ? await resolver.did.resolve(did) : null
         if (document) ok += 1
       } catch {
         // a failed lookup is not throughput

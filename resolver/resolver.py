@@ -41,6 +41,8 @@ from .syntax import (
 )
 from .untrusted import parse_json
 
+_CONNECTION_WAIT = 0.5  # seconds a did.json fetch waits for the well-known fetch's connection
+
 _DOC_ACCEPT = "application/did+ld+json, application/json;q=0.9, */*;q=0.1"
 
 
@@ -115,7 +117,8 @@ class Resolver:
             # The well-known fetch holds a connection to this very host: its did.json asked
             # once that is done takes the same connection, one TLS handshake instead of two,
             # and about no later (a new connection spends two round trips before asking).
-            await asyncio.wait([https_task])
+            # Waited for briefly only: a slow well-known answer must not hold the document.
+            await asyncio.wait([https_task], timeout=_CONNECTION_WAIT)
             return await get_document(did)
 
         dns_task = asyncio.create_task(self._dns_method(handle))

@@ -141,7 +141,9 @@ async def serve(
         ),
         **limits,
     )
-    store = open_store(merged.get("cache"), memory_bytes=budget - budget // 2)
+    # Hits are served from rendered answers: the tier keeps few entries decoded (a new
+    # answer decodes its entries once), and many more entries in its share.
+    store = open_store(merged.get("cache"), memory_bytes=budget - budget // 2, decoded_share=1 / 16)
     resolutions = int(merged.get("max_resolutions") or 32)
     plc_mirror = _plc_mirror(merged) if merged.get("plc_mirror") else None
 

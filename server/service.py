@@ -193,6 +193,10 @@ class RequestLog:
 _Kept = tuple[float, int, bytes, float, float, tuple[str, ...]]
 
 
+def _answer_size(key: str, kept: _Kept) -> int:
+    return 300 + len(key) + len(kept[2])
+
+
 class AnswerCache:
     """Rendered answers of fresh cache hits, so that a hit costs a dictionary lookup and a
     write of ready bytes. An answer is kept until its fresh window ends (never a stale one:
@@ -202,6 +206,7 @@ class AnswerCache:
     whose lookup overlapped any change is not kept (it may be composed from an old entry)."""
 
     UNFOLLOWED_SECONDS = 0.5
+    MAX_RESTING = 16  # answers kept per entry (an identity's methods, by handle and by DID)
 
     def __init__(
         self,
@@ -210,8 +215,10 @@ class AnswerCache:
         clock: Callable[[], float] = time.time,  # the cache's: answers age with its entries
     ) -> None:
         self._store, self._clock = store, clock
-        self._answers: Lru[_Kept] = Lru(max_bytes, evicted=self._unlink)
-        self._resting: dict[str, set[str]] = {}  # entry key -> keys of answers resting on it
+        self._answers: Lru[_Kept] = Lru(max_bytes, _answer_size, evicted=self._unlink)
+        # entry key -> keys of the answers resting on it: a tuple, as most entries have one
+        # or two (a set took 216 bytes); at most MAX_RESTING, so that updating one is cheap
+        self._resting: dict[str, tuple[str, ...]] = {}
         self.changes = 0  # changes the store announced, ever
         store.listeners.append(self.changed)
 
@@ -243,12 +250,17 @@ class AnswerCache:
             return
         now, fresh = self._clock(), info.fresh_for_s
         keep = fresh if self._store.following else min(fresh, self.UNFOLLOWED_SECONDS)
-        rests_on = tuple(resting_on(identity))
+        # one copy of each entry key, however many answers rest on it
+        rests_on = tuple(sys.intern(entry) for entry in resting_on(identity))
         self._drop(key)
-        kept = (now + keep, response.status, body, now + fresh, now + info.servable_for_s, rests_on)
-        self._answers.put(key, kept, 300 + len(key) + len(body))
+        if any(len(self._resting.get(entry, ())) >= self.MAX_RESTING for entry in rests_on):
+            return  # the same identity asked for in many spellings: answered, not kept
+        fresh_end = now + fresh
+        until = fresh_end if keep == fresh else now + keep  # one float fewer, most of the time
+        kept = (until, response.status, body, fresh_end, now + info.servable_for_s, rests_on)
+        self._answers.put(key, kept)
         for entry in rests_on:
-            self._resting.setdefault(entry, set()).add(key)
+            self._resting[entry] = (*self._resting.get(entry, ()), key)
 
     def changed(self, keys: Sequence[str] | None) -> None:
         self.changes += 1
@@ -266,11 +278,11 @@ class AnswerCache:
 
     def _unlink(self, key: str, kept: _Kept) -> None:
         for entry in kept[-1]:
-            answers = self._resting.get(entry)
-            if answers is not None:
-                answers.discard(key)
-                if not answers:
-                    del self._resting[entry]
+            answers = tuple(answer for answer in self._resting.get(entry, ()) if answer != key)
+            if answers:
+                self._resting[entry] = answers
+            else:
+                self._resting.pop(entry, None)
 
     def clear(self) -> None:
         self._answers.clear()

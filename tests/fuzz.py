@@ -29,6 +29,8 @@ import httpx
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from cache.packing import pack, unpack
+from cache.resolver import Entry, _decode
 from cli import settings as serve_settings
 from mirror import MirrorApi, MirrorState, Replica
 from mirror.store import SqliteMirrorStore
@@ -352,6 +354,21 @@ def _frame(raw: bytes) -> None:
         )
 
 
+_PACKED = [
+    Entry({"handle": "a.test"}, 1.0, 2.0, 3.0).encode(),
+    Entry({"did": "did:web:a.test", "evidence": {}}, 1.0, 2.0, 3.0, body=b"{}").encode(),
+    pack(b"{}"),
+]
+ENTRIES = _PACKED + [unpack(packed) for packed in _PACKED]  # and as JSON, as once stored
+
+
+def _entry(raw: bytes) -> None:
+    """A cache entry that is not what the cache wrote is refused with the errors the cache
+    takes for "unreadable: drop it and resolve again" (`CachedResolver._cached`)."""
+    with contextlib.suppress(ValueError, TypeError, KeyError):
+        _decode(raw, dev=False)
+
+
 TOML_SEEDS = [
     'cache = "memory:"\nttl_verified = "1:3600"\n',
     'dev = true\nplc_url = "https://plc.directory"\nport = 2584\n',
@@ -398,6 +415,18 @@ TARGETS = [
     Target("export lines", export_pages, _export),
     Target("PLC mirror pages", export_pages, _mirror_page),
     Target("event stream frames", frames, _frame),
+    Target(
+        "cache entries",
+        st.one_of(
+            st.binary(max_size=200),
+            st.tuples(
+                st.sampled_from(ENTRIES),
+                st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4),
+                st.integers(0, 40),
+            ).map(_flipped),
+        ),
+        _entry,
+    ),
     Target(
         "TOML configuration",
         st.one_of(mutated_text(TOML_SEEDS), st.text(max_size=120)),

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from cache import CachedResolver, MemoryStore, Policy, SqliteStore, Store
+from cache.packing import unpack
 from cache.policy import Lifetime
 from cache.stores.redis import RedisStore
 from resolver import Config, Resolver, Status
@@ -96,21 +97,29 @@ async def test_hits_at_both_levels(cached: Any, devnet: DevnetState) -> None:
     assert sum(plc.urls.values()) == 1
 
 
-async def test_entries_are_deflated_read_as_plain_json_too_and_dropped_when_unreadable(
+async def test_entries_are_packed_earlier_forms_read_and_unreadable_ones_dropped(
     cached: Any,
 ) -> None:
-    """Stored entries are deflated (half the bytes); an entry written before that (a line
-    of JSON) is still a hit; bytes that are neither are dropped and resolved again."""
+    """Stored entries are deflated against the packing dictionary; entries written before it
+    (plain deflate) or before deflate (a line of JSON) are still hits; bytes that are none of
+    these, or packed with another dictionary, or cut short, are dropped and resolved again."""
     resolver, dns, _, _ = cached
     await resolver.lookup("alice.test")
     stored = await resolver.store.get("h:alice.test")
     assert stored is not None and stored.value[:1] == b"\x78"  # zlib's header, not "{"
-    plain = zlib.decompress(stored.value)
-    assert len(stored.value) < len(plain) and plain.startswith(b'{"part":')
-    await resolver.store.put("h:alice.test", plain, stored.expires_at)
-    again = await resolver.lookup("alice.test")
-    assert again.status is Status.VERIFIED and again.cache.state == "fresh"
-    for unreadable in (b"\x78\x01not deflate at all", b"{not json"):
+    plain = unpack(stored.value)
+    assert plain.startswith(b'{"part":') and len(stored.value) < len(zlib.compress(plain, 1)) * 0.7
+    other = zlib.compressobj(1, zdict=b'"part":{"handle":"alice.test"')
+    for earlier in (zlib.compress(plain, 1), plain):
+        await resolver.store.put("h:alice.test", earlier, stored.expires_at)
+        again = await resolver.lookup("alice.test")
+        assert again.status is Status.VERIFIED and again.cache.state == "fresh"
+    for unreadable in (
+        b"\x78\x01not deflate at all",
+        b"{not json",
+        other.compress(plain) + other.flush(),
+        stored.value[: len(stored.value) // 2],
+    ):
         await resolver.store.put("h:alice.test", unreadable, stored.expires_at)
         before = dns.txt_queries["_atproto.alice.test"]
         resolved = await resolver.lookup("alice.test")

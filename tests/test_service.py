@@ -551,3 +551,22 @@ def test_answers_pushed_out_by_the_bound_leave_nothing_behind() -> None:
     held = sum(answers.get(f"/q{i}") is not None for i in range(1000))
     assert 0 < held < 1000
     assert len(answers._resting) == 2 * held
+
+
+def test_an_identity_asked_for_in_many_spellings_keeps_a_bounded_number_of_answers() -> None:
+    """Every query string is its own answer: `?did=X&a=1`, `&a=2`, … of one identity must
+    not pile up answers on its entries (each change would then drop them one by one)."""
+    answers = AnswerCache(MemoryStore())
+    for i in range(3 * AnswerCache.MAX_RESTING):
+        _kept(answers, _verified("did:plc:a", "a.test"), key=f"/q?did=did:plc:a&a={i}")
+    held = [i for i in range(3 * AnswerCache.MAX_RESTING) if answers.get(f"/q?did=did:plc:a&a={i}")]
+    assert held == list(range(AnswerCache.MAX_RESTING))
+    assert {len(keys) for keys in answers._resting.values()} == {AnswerCache.MAX_RESTING}
+    _kept(answers, _verified("did:plc:b", "b.test"), key="/q?did=did:plc:b")
+    assert answers.get("/q?did=did:plc:b") is not None  # other identities are kept as before
+    answers.changed(["h:a.test"])
+    assert not any(answers.get(f"/q?did=did:plc:a&a={i}") for i in range(AnswerCache.MAX_RESTING))
+    assert answers._resting == {
+        "h:b.test": ("/q?did=did:plc:b",),
+        "d:did:plc:b": ("/q?did=did:plc:b",),
+    }

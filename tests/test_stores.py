@@ -102,7 +102,8 @@ async def test_keys_are_opaque_strings(store: Store) -> None:
 
 
 async def test_memory_store_is_bounded_in_bytes_and_keeps_the_recently_used() -> None:
-    store = MemoryStore(max_bytes=4 * (200 + 2 + 1000))  # four slots of a 1000-byte value
+    # four slots of a 1000-byte value (4,808 B) fit in what the decoded share leaves
+    store = MemoryStore(max_bytes=5200, decoded_share=1 / 16)
     for i in range(5):
         await store.put(f"k{i}", b"x" * 1000, time.time() + 60)
     assert await store.count() == 4 and await store.get("k0") is None
@@ -112,8 +113,8 @@ async def test_memory_store_is_bounded_in_bytes_and_keeps_the_recently_used() ->
     assert store.used_bytes <= store.max_bytes
 
 
-async def test_decoded_entries_are_decoded_once_and_count_against_the_bound() -> None:
-    store = MemoryStore(max_bytes=10_000)
+async def test_decoded_entries_are_kept_within_their_share_of_the_bound() -> None:
+    store = MemoryStore(max_bytes=64_000, decoded_share=1 / 16)  # one of 3,000 B decoded
     calls: list[bytes] = []
 
     def decode(raw: bytes) -> tuple[Any, int]:
@@ -123,12 +124,17 @@ async def test_decoded_entries_are_decoded_once_and_count_against_the_bound() ->
     await store.put("a", b"alpha", time.time() + 60)
     assert await store.decoded("a", decode) == "ALPHA"
     assert await store.decoded("a", decode) == "ALPHA" and calls == [b"alpha"]
-    assert store.used_bytes == 200 + 1 + 5 + 3000
-    for key in "bcd":  # each 3,206 bytes decoded: the oldest goes
-        await store.put(key, b"value", time.time() + 60)
-        await store.decoded(key, decode)
-    assert await store.get("a") is None and store.used_bytes <= 10_000
+    assert store.used_bytes == (200 + 1 + 5) + (200 + 1 + 3000)
+    await store.put("b", b"bravo", time.time() + 60)
+    assert await store.decoded("b", decode) == "BRAVO"  # a's decoded form makes room
+    assert await store.decoded("a", decode) == "ALPHA" and calls == [b"alpha", b"bravo", b"alpha"]
+    assert await store.count() == 2 and store.used_bytes <= store.max_bytes == 64_000
+    await store.put("a", b"again", time.time() + 60)  # a new value is decoded anew
+    assert await store.decoded("a", decode) == "AGAIN"
+    await store.delete(["a"])
+    assert await store.decoded("a", decode) is None
     assert await store.decoded("nothing", decode) is None
+    assert store.used_bytes == 200 + 1 + 5  # b's slot; no decoded form of a deleted entry
 
 
 async def test_expired_entries_are_swept_even_if_never_read_again() -> None:

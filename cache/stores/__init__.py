@@ -33,22 +33,32 @@ def default_sqlite_path() -> Path:
     return Path(base) / "atwhois" / "cache.db"
 
 
-def open_store(url: str | None = None, *, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> Tier:
+def open_store(
+    url: str | None = None,
+    *,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    decoded_share: float = 0.75,
+) -> Tier:
     """`memory:`, `sqlite:///PATH` (or a plain path; the default is the embedded SQLite file
     under the user's cache folder), `redis://HOST:PORT/DB?prefix=atwhois:`. The shared
-    stores get a memory tier of `memory_bytes` in front, which follows their changes."""
+    stores get a memory tier of `memory_bytes` in front, which follows their changes; up to
+    `decoded_share` of it holds decoded entries."""
+
+    def memory() -> MemoryStore:
+        return MemoryStore(memory_bytes, decoded_share=decoded_share)
+
     if url is None or url == "":
-        return TieredStore(MemoryStore(memory_bytes), SqliteStore(default_sqlite_path()))
+        return TieredStore(memory(), SqliteStore(default_sqlite_path()))
     parts = urlsplit(url)
     if parts.scheme in ("memory", "mem"):
-        return MemoryStore(memory_bytes)
+        return memory()
     if parts.scheme in ("redis", "rediss"):
         from .redis import RedisStore  # only when asked for: the client costs 6 MiB of RSS
 
         prefix = parse_qs(parts.query).get("prefix", ["atwhois:"])[0]
         clean = parts._replace(query="").geturl()
-        return TieredStore(MemoryStore(memory_bytes), RedisStore(clean, prefix=prefix))
+        return TieredStore(memory(), RedisStore(clean, prefix=prefix))
     if parts.scheme not in ("sqlite", ""):
         raise ValueError(f"cache {url!r}: not memory:, sqlite:///PATH, redis:// or a file path")
     path = Path(parts.path) if parts.scheme == "sqlite" else Path(url)
-    return TieredStore(MemoryStore(memory_bytes), SqliteStore(path))
+    return TieredStore(memory(), SqliteStore(path))

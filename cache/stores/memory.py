@@ -1,11 +1,15 @@
 """In-process store: least recently used entries go first, within a bound in bytes.
 
-An entry may also keep its decoded form (what the cache makes of the bytes), counted in
-the bound too, so a hit decodes nothing and the bound is on what the process really holds.
+The decoded forms of the entries read last (what the cache makes of the bytes) are kept
+too, within a share of the bound, so that a hit decodes nothing and the bound is on what the
+process really holds. The share is the owner's choice: a decoded entry takes about five
+times its bytes, and the daemon, which answers most hits from its rendered answers, keeps
+few of them (issue 18: 7 KB of memory per identity when every entry kept its own).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -20,45 +24,50 @@ _SWEEP_SECONDS = 30.0  # how often expired entries are looked for
 
 
 class Lru(Generic[V]):
-    """Values under string keys within `max_bytes`, each as large as its `put` says;
-    `evicted` is told of each value the bound pushed out."""
+    """Values under string keys within `max_bytes`, each as large as `size_of` says (which
+    must say the same of a value as long as it is held: sizes are not stored, as a tuple
+    and an int per item were most of a small item's cost); `evicted` is told of each value
+    the bound pushed out."""
 
-    def __init__(self, max_bytes: int, evicted: Callable[[str, V], None] | None = None) -> None:
+    def __init__(
+        self,
+        max_bytes: int,
+        size_of: Callable[[str, V], int],
+        evicted: Callable[[str, V], None] | None = None,
+    ) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._items: OrderedDict[str, tuple[V, int]] = OrderedDict()
+        self._items: OrderedDict[str, V] = OrderedDict()
+        self._size_of = size_of
         self._evicted = evicted
 
     def get(self, key: str) -> V | None:
         found = self._items.get(key)
-        if found is None:
-            return None
-        self._items.move_to_end(key)
-        return found[0]
+        if found is not None:
+            self._items.move_to_end(key)
+        return found
 
     def peek(self, key: str) -> V | None:
-        found = self._items.get(key)
-        return found[0] if found is not None else None
+        return self._items.get(key)
 
-    def put(self, key: str, value: V, size: int) -> None:
+    def put(self, key: str, value: V) -> None:
         self.pop(key)
-        self._items[key] = (value, size)
-        self.bytes += size
+        self._items[key] = value
+        self.bytes += self._size_of(key, value)
         while self.bytes > self.max_bytes and self._items:
-            oldest, (evicted, evicted_size) = self._items.popitem(last=False)
-            self.bytes -= evicted_size
+            oldest, evicted = self._items.popitem(last=False)
+            self.bytes -= self._size_of(oldest, evicted)
             if self._evicted is not None:
                 self._evicted(oldest, evicted)
 
     def pop(self, key: str) -> V | None:
         found = self._items.pop(key, None)
-        if found is None:
-            return None
-        self.bytes -= found[1]
-        return found[0]
+        if found is not None:
+            self.bytes -= self._size_of(key, found)
+        return found
 
     def items(self) -> Iterator[tuple[str, V]]:
-        return ((key, value) for key, (value, _) in list(self._items.items()))
+        return iter(list(self._items.items()))
 
     def clear(self) -> None:
         self._items.clear()
@@ -74,42 +83,62 @@ Decoder = Callable[[bytes], tuple[Any, int]]
 
 @dataclass(slots=True)
 class Slot:
-    value: bytes
+    value: bytes  # never replaced: a new value is a new slot (its size must not change)
     expires_at: float
     loaded_at: float = 0.0  # when a tier last saw this value in the store below (its timer)
-    decoder: Decoder | None = None
-    decoded: Any = None
-    decoded_size: int = 0
 
     @property
     def size(self) -> int:
-        return _OVERHEAD + len(self.value) + self.decoded_size
+        return _OVERHEAD + len(self.value)
+
+
+@dataclass(slots=True)
+class _Decoded:
+    slot: Slot  # what it was decoded from: kept only while that slot is the key's
+    decoder: Decoder
+    value: Any
+    size: int
 
 
 class MemoryStore:
     name = "memory"
 
     def __init__(
-        self, max_bytes: int = 64 * 1024 * 1024, clock: Callable[[], float] = time.time
+        self,
+        max_bytes: int = 64 * 1024 * 1024,
+        clock: Callable[[], float] = time.time,
+        *,
+        decoded_share: float = 0.75,  # of max_bytes, at most, for decoded entries
     ) -> None:
         self.clock = clock
         self.listeners: list[OnChange] = []  # told of the keys each put or delete changed
-        self._slots: Lru[Slot] = Lru(max_bytes)
+        self._decoded: Lru[_Decoded] = Lru(
+            int(max_bytes * decoded_share),
+            lambda key, decoded: _OVERHEAD + len(key) + decoded.size,
+        )
+        self._slots: Lru[Slot] = Lru(
+            max_bytes - self._decoded.max_bytes,
+            lambda key, slot: len(key) + slot.size,
+            evicted=self._evicted,
+        )
         self._swept_at = clock()
+
+    def _evicted(self, key: str, _: Slot) -> None:
+        self._decoded.pop(key)
 
     @property
     def used_bytes(self) -> int:
-        return self._slots.bytes
+        return self._slots.bytes + self._decoded.bytes
 
     @property
     def max_bytes(self) -> int:
-        return self._slots.max_bytes
+        return self._slots.max_bytes + self._decoded.max_bytes
 
     def slot(self, key: str) -> Slot | None:
         """The live slot of `key` (an expired one is dropped)."""
         slot = self._slots.get(key)
         if slot is not None and slot.expires_at <= self.clock():
-            self._slots.pop(key)
+            self.forget(key)
             return None
         return slot
 
@@ -137,7 +166,9 @@ class MemoryStore:
         if now - self._swept_at > _SWEEP_SECONDS:
             self._sweep(now)
         slot = Slot(value, expires_at)
-        self._slots.put(key, slot, len(key) + slot.size)
+        key = sys.intern(key)  # the one copy: answers resting on this entry name it too
+        self._decoded.pop(key)
+        self._slots.put(key, slot)
         return slot
 
     async def decoded(self, key: str, decode: Decoder) -> Any:
@@ -146,14 +177,14 @@ class MemoryStore:
         return self.decode(key, slot, decode) if slot is not None else None
 
     def decode(self, key: str, slot: Slot, decode: Decoder) -> Any:
-        """What `decode` makes of `slot`, kept with it when it is the slot held for `key`."""
-        if slot.decoder is decode:
-            return slot.decoded
-        decoded, size = decode(slot.value)
+        """What `decode` makes of `slot`, kept a while when it is the slot held for `key`."""
+        kept = self._decoded.get(key)
+        if kept is not None and kept.slot is slot and kept.decoder is decode:
+            return kept.value
+        value, size = decode(slot.value)
         if self._slots.peek(key) is slot:
-            slot.decoded, slot.decoded_size, slot.decoder = decoded, size, decode
-            self._slots.put(key, slot, len(key) + slot.size)  # its size changed
-        return decoded
+            self._decoded.put(key, _Decoded(slot, decode, value, size))
+        return value
 
     async def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)
@@ -163,9 +194,11 @@ class MemoryStore:
 
     def forget(self, key: str) -> None:
         self._slots.pop(key)
+        self._decoded.pop(key)
 
     def clear(self) -> None:
         self._slots.clear()
+        self._decoded.clear()
 
     async def health(self) -> list[str]:
         return []
@@ -174,10 +207,10 @@ class MemoryStore:
         return len(self._slots)
 
     async def close(self) -> None:
-        self._slots.clear()
+        self.clear()
 
     def _sweep(self, now: float) -> None:
         self._swept_at = now
         for key, slot in self._slots.items():
             if slot.expires_at <= now:
-                self._slots.pop(key)
+                self.forget(key)

@@ -26,19 +26,15 @@ def dag_cbor(value: Any) -> bytes:
         raise NotEncodable(str(err)) from None
 
 
-def base32(data: bytes) -> str:
-    """RFC 4648 base32, lowercase, no padding (libipld's multibase `b`, minus the prefix)."""
-    return str(libipld.encode_multibase("b", data))[1:]
-
-
 def cid_of(encoded: bytes) -> str:
     """P-CID-1: the CID string of DAG-CBOR bytes (`b` + base32 of the binary CID)."""
-    return "b" + base32(_CID_PREFIX + hashlib.sha256(encoded).digest())
+    return str(libipld.encode_multibase("b", _CID_PREFIX + hashlib.sha256(encoded).digest()))
 
 
 def did_of_genesis(encoded_signed_genesis: bytes) -> str:
     """P-DID-1: `did:plc:` + the first 24 base32 characters of the signed genesis' hash."""
-    return "did:plc:" + base32(hashlib.sha256(encoded_signed_genesis).digest())[:24]
+    digest = hashlib.sha256(encoded_signed_genesis).digest()
+    return "did:plc:" + str(libipld.encode_multibase("b", digest))[1:25]
 
 
 def unsigned(operation: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ that curve; P-256 through `cryptography`.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import re
 from functools import lru_cache
@@ -39,6 +40,8 @@ class BadSignature(ValueError):
         self.rule = rule
 
 
+_TO_STANDARD = bytes.maketrans(b"-_", b"+/")  # base64url to the alphabet binascii reads
+
 # The one spelling of 64 bytes: 86 characters, the last one's four padding bits zero.
 _CANONICAL_64 = re.compile(r"[A-Za-z0-9_-]{85}[AQgw]")
 
@@ -46,7 +49,7 @@ _CANONICAL_64 = re.compile(r"[A-Za-z0-9_-]{85}[AQgw]")
 def decode_signature(text: str) -> bytes:
     """P-SIG-3/4: base64url, no `=` padding, zero padding bits, nothing else, 64 bytes."""
     if _CANONICAL_64.fullmatch(text) is not None:  # what every well-formed op carries
-        return base64.urlsafe_b64decode(text + "==")
+        return binascii.a2b_base64(text.encode().translate(_TO_STANDARD) + b"==")
     if "\r" in text or "\n" in text:
         raise BadSignature("signature contains CR or LF", "P-SIG-4")
     if "=" in text:
@@ -87,24 +90,10 @@ def _verifier(did_key: str) -> _Verifier | None:
         return None
 
 
-# n/2 as 32 big-endian bytes: equal-length byte strings compare as the numbers do.
-_HALF_ORDER = {curve: (order // 2).to_bytes(32, "big") for curve, order in _ORDER.items()}
-
-
-def is_low_s(signature: bytes, curve: Curve) -> bool:
-    """C-SIG-2: s must be at most n/2."""
-    return signature[32:] <= _HALF_ORDER[curve]
-
-
-_ZERO = bytes(32)
+# n and n/2 as 32 big-endian bytes: equal-length byte strings compare as the numbers do.
 _ORDER_BYTES = {curve: order.to_bytes(32, "big") for curve, order in _ORDER.items()}
-
-
-def _in_range(signature: bytes, curve: Curve) -> bool:
-    """ECDSA: 0 < r < n and 0 < s < n. A stranger's 64 bytes need not be (P-SIG-4: such a
-    signature verifies nothing; libsecp256k1 would refuse to parse it)."""
-    r, s, n = signature[:32], signature[32:], _ORDER_BYTES[curve]
-    return _ZERO < r < n and _ZERO < s < n
+_HALF_ORDER = {curve: (order // 2).to_bytes(32, "big") for curve, order in _ORDER.items()}
+_ZERO = bytes(32)
 
 
 def verify(did_key: str, message: bytes, signature: bytes) -> bool:
@@ -114,13 +103,17 @@ def verify(did_key: str, message: bytes, signature: bytes) -> bool:
     if verifier is None:
         return False
     curve, key = verifier
-    if not (is_low_s(signature, curve) and _in_range(signature, curve)):
+    # ECDSA's range and C-SIG-2's low S at once: 0 < r < n and 0 < s <= n/2 (so s < n).
+    # A stranger's 64 bytes need not be in range (P-SIG-4: then they verify nothing;
+    # libsecp256k1 would refuse to parse them).
+    r, s = signature[:32], signature[32:]
+    if not (_ZERO < r < _ORDER_BYTES[curve] and _ZERO < s <= _HALF_ORDER[curve]):
         return False
     if isinstance(key, coincurve.PublicKey):
         return _verify_k256(key, message, signature)
-    r, s = int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")
+    der = encode_dss_signature(int.from_bytes(r, "big"), int.from_bytes(s, "big"))
     try:
-        key.verify(encode_dss_signature(r, s), message, ec.ECDSA(hashes.SHA256()))
+        key.verify(der, message, ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:
         return False
     return True

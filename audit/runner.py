@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ from cache import CachedResolver
 
 from .checks import Check, iso
 from .findings import Finding, compare
+from .processes import check_one
 from .store import AuditStore, Watched
 from .webhook import Webhook
 
@@ -61,8 +62,12 @@ class Auditor:
         concurrency: int = 32,
         unreachable_after: int = 3,
         webhook: Webhook | None = None,
+        check: Callable[[Watched], Awaitable[Check]] | None = None,
     ) -> None:
+        """`check` looks an identity up (by default with `cached`, here; `processes`
+        does it in other processes)."""
         self.cached = cached
+        self._check = check or self._check_here
         self.store = store
         self.concurrency = max(1, concurrency)
         self.unreachable_after = unreachable_after
@@ -118,11 +123,8 @@ class Auditor:
             report.delivered = await self.webhook.deliver(self.store, report, found)
         return report
 
-    async def _check(self, target: Watched) -> Check:
-        started = time.perf_counter()
-        identity = await self.cached.refresh(target.identifier)
-        took = (time.perf_counter() - started) * 1000
-        return Check.of(target.identifier, identity, time.time(), took)
+    async def _check_here(self, target: Watched) -> Check:
+        return await check_one(self.cached, target.identifier)
 
     def _judge(self, run_id: int, check: Check) -> list[Finding]:
         previous, failures = self.store.previous(check.identifier)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import csv
 import dataclasses
 import io
@@ -18,9 +19,10 @@ from typing import Any
 import uvloop
 
 from audit import Auditor, AuditStore, Check, RunReport, Severity, Watched, default_audit_path
+from audit.processes import CheckerPool, open_cache, split
 from audit.report import Report
 from audit.webhook import Webhook
-from cache import CachedResolver, open_store
+from cache import CachedResolver
 from resolver import Config, Resolver
 from resolver.errors import InvalidInput
 from resolver.syntax import parse_lookup
@@ -131,7 +133,15 @@ def audit_run(args: argparse.Namespace) -> int:
     """Exit 0: nothing at the `--fail-on` level or worse; 1: something is; 3: the run could
     not complete (it failed, or its webhook delivery is still owed)."""
     given, config = configure(args)
-    config = dataclasses.replace(config, verify_plc=True, per_host_limit=args.per_host)
+    if args.workers < 1 or args.per_host < args.workers:
+        print(
+            f"{args.prog}: --workers must be at least 1 and at most --per-host "
+            f"({args.per_host}): the workers share the per-host limit out",
+            file=sys.stderr,
+        )
+        return 2
+    per_host = split(args.per_host, args.workers)
+    config = dataclasses.replace(config, verify_plc=True, per_host_limit=per_host)
     targets = None
     if args.file is not None:
         try:
@@ -154,7 +164,7 @@ def audit_run(args: argparse.Namespace) -> int:
             print(f"{args.prog}: the run could not complete: {err!r}", file=sys.stderr)
             return 3
         report = Report.of(run, store)
-        print(report.render(args.format), end="")
+        report.write(sys.stdout, args.format)
     finally:
         store.close()
     if run.status != "finished" or run.delivered is False:
@@ -173,24 +183,28 @@ async def _run(
     args: argparse.Namespace,
 ) -> RunReport:
     webhook = webhook_from(given)
-    cached = CachedResolver(Resolver(config), open_store(given.get("cache")))
-    auditor = Auditor(
-        cached,
-        store,
-        concurrency=args.concurrency,
-        unreachable_after=given.get("unreachable_after", 3),
-        webhook=webhook,
-    )
-    try:
+    cached = CachedResolver(Resolver(config), open_cache(given.get("cache")))
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(cached.aclose)
+        if webhook is not None:
+            stack.push_async_callback(webhook.aclose)
+        pool = None
+        if args.workers > 1:
+            pool = CheckerPool(args.workers, config, given.get("cache"), args.concurrency)
+            await stack.enter_async_context(pool)
+        auditor = Auditor(
+            cached,
+            store,
+            concurrency=args.concurrency,
+            unreachable_after=given.get("unreachable_after", 3),
+            webhook=webhook,
+            check=pool.check if pool else None,
+        )
         return await auditor.run(
             targets,
             source=str(args.file or "watch-list"),
             progress=progress_line() if sys.stderr.isatty() else None,
         )
-    finally:
-        await cached.aclose()
-        if webhook is not None:
-            await webhook.aclose()
 
 
 def webhook_from(given: dict[str, Any]) -> Webhook | None:

@@ -200,6 +200,13 @@ def _audit_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--per-host", type=int, default=8, help="requests at once to one upstream host (politeness)"
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes doing the lookups (default 1: this one); the concurrency and the "
+        "per-host limit are shared out between them",
+    )
+    parser.add_argument(
         "--fail-on",
         choices=("critical", "warning", "any"),
         default="critical",

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import hashlib
 import hmac
 import io
 import json
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,11 +20,13 @@ import httpx
 import pytest
 
 from audit import Auditor, AuditStore, Check, Finding, RunReport, Watched, compare
-from audit.report import COLUMNS
+from audit.findings import Severity
+from audit.report import COLUMNS, Report, Row
 from audit.webhook import Webhook
 from cache import CachedResolver, MemoryStore
 from resolver import Config, Resolver, Status
 from tests import metrics
+from tests.cli import ATWHOIS
 from tests.cli import run as run_cli
 from tests.daemon import running_daemon
 from tests.devnet import world
@@ -447,3 +453,116 @@ def test_the_daemon_schedules_audits_and_serves_them(devnet: DevnetState, tmp_pa
         removed = httpx.delete(daemon.url + "/v1/watch/nobody.test", headers=auth)
         assert removed.status_code == 200
         assert httpx.delete(daemon.url + "/v1/watch/nobody.test", headers=auth).status_code == 404
+
+
+def _spawned_children(pid: int) -> list[int]:
+    """The worker processes `multiprocessing` spawned for `pid` (not its resource tracker)."""
+    found = []
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        with contextlib.suppress(FileNotFoundError):
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(int(child))
+    return found
+
+
+def test_audit_workers_report_what_one_process_does_and_a_dead_one_fails_the_run(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    listing = tmp_path / "handles.txt"
+    listing.write_text("alice.test\n@Carol.Test\nnobody.test\nbob-old.test\nerror.test\n")
+    reports = {}
+    for workers in ("1", "2"):
+        env = {
+            **devnet.env(),
+            "ATWHOIS_AUDIT_DB": str(tmp_path / f"audit-{workers}.db"),
+            "ATWHOIS_CACHE": f"sqlite://{tmp_path}/cache-{workers}.db",
+        }
+        code, out, err = _cli(env)("audit", str(listing), "--format", "csv", "--workers", workers)
+        assert code == 0, err
+        reports[workers] = [
+            {k: v for k, v in row.items() if k not in ("since", "ms")}  # times
+            for row in csv.DictReader(io.StringIO(out))
+        ]
+    assert reports["2"] == reports["1"] and len(reports["2"]) == 5
+    assert {row["status"] for row in reports["2"]} >= {"verified", "handle_not_found"}
+
+    code, _, err = _cli(env)("audit", str(listing), "--workers", "3", "--per-host", "2")
+    assert code == 2 and "--per-host" in err  # three workers cannot share two requests a host
+
+    # Lookups that take seconds (headers after 30 s): a worker killed meanwhile fails the run.
+    listing.write_text("slow-headers.test\n" * 4)
+    audit = subprocess.Popen(
+        [ATWHOIS, "audit", str(listing), "--workers", "2", "--concurrency", "4"],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while len(workers_seen := _spawned_children(audit.pid)) < 2:
+            assert time.monotonic() < deadline and audit.poll() is None, "no workers started"
+            time.sleep(0.05)
+        time.sleep(1.0)  # their lookups under way
+        os.kill(workers_seen[0], signal.SIGKILL)
+        _, err = audit.communicate(timeout=60)
+    finally:
+        if audit.poll() is None:
+            audit.kill()
+    assert audit.returncode == 3, err
+    assert f"worker {workers_seen[0]} died" in err
+
+
+@pytest.mark.parametrize("shape", ["rows and outages", "rows only", "nothing"])
+def test_a_report_written_a_row_at_a_time_is_the_json_document_it_was(shape: str) -> None:
+    """`Report.write` streams the JSON report: byte for byte what `json.dumps(indent=2)` of
+    the whole report wrote, so that readers of the old output see no change."""
+    run = RunReport(7, "watch-list", 1000.0, 1010.0, "finished", 2)
+    changed = Finding("b.test", "did_changed", "did:plc:a -> did:plc:b", 1005.0, "a", "b")
+    rows = [
+        Row(
+            Severity.CRITICAL,
+            "b.test",
+            "team",
+            "handle_mismatch",
+            'says "c"\n',
+            None,
+            "verified",
+            "did:plc:b",
+            "handle.invalid",
+            None,
+            "dns",
+            12.5,
+            (changed,),
+        ),
+        Row(
+            Severity.OK,
+            "a.test",
+            None,
+            "verified",
+            None,
+            "2025-01-01T00:00:00.000Z",
+            None,
+            "did:plc:a",
+            "a.test",
+            "https://pds.test",
+            "both",
+            3.0,
+            (),
+        ),
+    ]
+    outage = Finding("https://plc.directory", "upstream_unavailable", "503", 1006.0, None, "3")
+    report = {
+        "rows and outages": Report(run, rows, [outage]),
+        "rows only": Report(run, rows, []),
+        "nothing": Report(run, [], []),
+    }[shape]
+    out = io.StringIO()
+    report.write(out, "json")
+    whole = {
+        **report.run.to_json(),
+        "rows_by_severity": report.counts(),
+        "rows": [r.to_json() for r in report.rows],
+        "upstreams": [f.to_json() for f in report.upstreams],
+    }
+    assert out.getvalue() == json.dumps(whole, indent=2) + "\n"

@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from multiprocessing.queues import Queue
+from typing import NamedTuple
 
 import uvloop
 
@@ -63,7 +64,9 @@ class CheckerPool:
         self._processes = [
             context.Process(
                 target=_work,
-                args=(config, cache, split(concurrency, workers), self._requests, self._results),
+                args=(
+                    _Job(config, cache, split(concurrency, workers), self._requests, self._results),
+                ),
                 daemon=True,
             )
             for _ in range(workers)
@@ -140,30 +143,26 @@ class CheckerPool:
         self._waiting.clear()
 
 
-def _work(
-    config: Config,
-    cache: str | None,
-    concurrency: int,
-    requests: Queue[_Request],
-    results: Queue[_Result],
-) -> None:
+class _Job(NamedTuple):
+    config: Config
+    cache: str | None
+    concurrency: int
+    requests: Queue[_Request]
+    results: Queue[_Result]
+
+
+def _work(job: _Job) -> None:
     """A worker process: `concurrency` lookups at once, until the parent says no more."""
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(_lookups(config, cache, concurrency, requests, results))
+            runner.run(_lookups(job))
     except BaseException as err:  # told to the parent, which fails the run
-        results.put((None, f"{type(err).__name__}: {err}"))
+        job.results.put((None, f"{type(err).__name__}: {err}"))
         raise
-    results.put((None, ""))
+    job.results.put((None, ""))
 
 
-async def _lookups(
-    config: Config,
-    cache: str | None,
-    concurrency: int,
-    requests: Queue[_Request],
-    results: Queue[_Result],
-) -> None:
+async def _lookups(job: _Job) -> None:
     loop = asyncio.get_running_loop()
     handed: asyncio.Queue[_Request] = asyncio.Queue(maxsize=1)
 
@@ -171,7 +170,7 @@ async def _lookups(
         """In a thread: one request at a time, when a lane is free to take it (so that an
         idle worker gets the next one, not a busy one)."""
         while True:
-            request = requests.get()
+            request = job.requests.get()
             asyncio.run_coroutine_threadsafe(handed.put(request), loop).result()
             if request is None:
                 return
@@ -179,9 +178,9 @@ async def _lookups(
     async def lane(cached: CachedResolver) -> None:
         while (request := await handed.get()) is not None:
             number, identifier = request
-            results.put((number, await check_one(cached, identifier)))
+            job.results.put((number, await check_one(cached, identifier)))
         await handed.put(None)  # the end, for the next lane
 
     threading.Thread(target=take, daemon=True).start()
-    async with CachedResolver(Resolver(config), open_cache(cache)) as cached:
-        await asyncio.gather(*(lane(cached) for _ in range(concurrency)))
+    async with CachedResolver(Resolver(job.config), open_cache(job.cache)) as cached:
+        await asyncio.gather(*(lane(cached) for _ in range(job.concurrency)))

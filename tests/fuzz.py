@@ -332,14 +332,19 @@ def _flipped(case: tuple[bytes, list[tuple[int, int]], int]) -> bytes:
     return bytes(data[: max(1, len(data) - cut)])
 
 
-frames = st.one_of(
-    st.binary(max_size=200),
-    st.tuples(
-        st.sampled_from(FRAMES),
-        st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4),
-        st.integers(0, 40),
-    ).map(_flipped),
-)
+def flipped_or_random(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
+    """Random bytes, or a real input with some bytes replaced and its tail perhaps cut."""
+    return st.one_of(
+        st.binary(max_size=200),
+        st.tuples(
+            st.sampled_from(seeds),
+            st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4),
+            st.integers(0, 40),
+        ).map(_flipped),
+    )
+
+
+frames = flipped_or_random(FRAMES)
 
 
 def _frame(raw: bytes) -> None:
@@ -415,18 +420,7 @@ TARGETS = [
     Target("export lines", export_pages, _export),
     Target("PLC mirror pages", export_pages, _mirror_page),
     Target("event stream frames", frames, _frame),
-    Target(
-        "cache entries",
-        st.one_of(
-            st.binary(max_size=200),
-            st.tuples(
-                st.sampled_from(ENTRIES),
-                st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4),
-                st.integers(0, 40),
-            ).map(_flipped),
-        ),
-        _entry,
-    ),
+    Target("cache entries", flipped_or_random(ENTRIES), _entry),
     Target(
         "TOML configuration",
         st.one_of(mutated_text(TOML_SEEDS), st.text(max_size=120)),

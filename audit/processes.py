@@ -35,9 +35,8 @@ _WATCH_SECONDS = 0.5  # how often the parent looks for a dead worker while resul
 
 
 def open_cache(url: str | None) -> Tier:
-    """The cache store as an audit run uses it: each identity is looked up once, so the
-    memory tier is small and keeps few entries decoded (at its default size and share, an
-    audit of 10,000 identities peaked at 144 MiB instead of ~100)."""
+    """The cache store as an audit run uses it: each identity is looked up once, so its
+    entries need not stay in memory, nor decoded; the store below keeps them."""
     return open_store(url, memory_bytes=_MEMORY_TIER_BYTES, decoded_share=1 / 16)
 
 
@@ -96,8 +95,7 @@ class CheckerPool:
             await loop.run_in_executor(None, process.join, 30)
             if process.is_alive():
                 process.kill()
-        self._results.put((None, ""))  # the reader's end, in case no worker said it
-        if self._reader is not None:
+        if self._reader is not None:  # it ends with the workers (`_read`)
             await loop.run_in_executor(None, self._reader.join, 5)
 
     async def check(self, target: Watched) -> Check:

@@ -133,7 +133,6 @@ class Verifier:
                     Verdict(index, "refused", did, cid, created, finding.rule, finding.message)
                 )
             run.findings.clear()
-            run.warnings.clear()
             run.prune()
         states = {}
         for did, run in changed.items():
@@ -175,7 +174,6 @@ class Verifier:
                 op.signer,
             )
         run.findings.clear()
-        run.warnings.clear()
         run.prune()
         self.rebuilt += 1
 

@@ -139,7 +139,8 @@ class Replay:
     )
     """Replays one DID's log entry by entry; `audit()` gives the result. Used whole
     (`replay`) for a `/log/audit` answer, and incrementally for a directory export, where
-    `keep_records=False` and `prune()` keep only what a later op could still refer to."""
+    `keep_records=False` and `prune()` keep only what a later op could still refer to
+    (neither records nor warnings are kept then: a streaming check only counts findings)."""
 
     def __init__(self, did: str, *, keep_records: bool = True) -> None:
         self.did = did
@@ -218,7 +219,8 @@ class Replay:
         except BadSignature as err:
             raise _Rejected(err.rule, str(err)) from None
         message = unsigned_dag_cbor(encoded, raw)
-        self._warn_limits(op, len(encoded))
+        if self.keep_records:
+            self._warn_limits(op, len(encoded))
         if self.count == 1:
             self._genesis(op, encoded, message, signature, created, record)
         else:
@@ -355,11 +357,9 @@ class Replay:
         is final. Keeps the head."""
         now = now or self.latest
         while now is not None and len(self.chain) > 1:
-            oldest, child = self.nodes[self.chain[0]], self.nodes[self.chain[1]]
-            if now - child.created <= RECOVERY_WINDOW:
+            if now - self.nodes[self.chain[1]].created <= RECOVERY_WINDOW:
                 break
-            self._settle(oldest.record)
-            del self.nodes[self.chain.pop(0)]
+            self._settle(self.nodes.pop(self.chain.pop(0)).record)
 
     @property
     def head(self) -> Operation | None:

@@ -153,7 +153,6 @@ def export_entry(line: str | bytes) -> dict[str, Any] | None:
 
 def _drain(run: Replay, summary: ExportSummary, known_bad: frozenset[str]) -> None:
     """Count the replay's new findings (an op counts once) and forget them."""
-    run.warnings.clear()
     if not run.findings:
         return
     first: dict[int | None, Finding] = {}

@@ -261,6 +261,9 @@ class AnswerCache:
         self._answers.put(key, kept)
         for entry in rests_on:
             self._resting[entry] = (*self._resting.get(entry, ()), key)
+        # The answer is what a hit needs of its entries: the memory tier need not hold
+        # them too while a shared store does (they are read back to compose a new answer).
+        self._store.spare(rests_on)
 
     def changed(self, keys: Sequence[str] | None) -> None:
         self.changes += 1

@@ -543,6 +543,25 @@ async def test_answers_are_kept_half_a_second_while_other_processes_changes_are_
     await store.close()
 
 
+async def test_a_kept_answer_spares_the_memory_tier_its_entries(tmp_path: Path) -> None:
+    """A hot identity is held once in memory, as its rendered answers, not also as the
+    entries they were composed from, while the store below holds those (issue 18: 3.2 KB
+    per identity, a third of it such copies); memory alone keeps its entries."""
+    tier = TieredStore(MemoryStore(), SqliteStore(tmp_path / "c.db"))
+    alone = MemoryStore()
+    for store in (tier, alone):
+        answers = AnswerCache(store)
+        for key in ("h:a.test", "d:did:plc:a"):
+            await store.put(key, b"entry", time.time() + 60)
+        _kept(answers, _verified("did:plc:a", "a.test"))
+        assert answers.get("/q") is not None
+    assert tier.memory.slot("h:a.test") is None and tier.memory.slot("d:did:plc:a") is None
+    found = await tier.get("d:did:plc:a")  # read back from below to compose a new answer
+    assert found is not None and found.value == b"entry"
+    assert alone.slot("h:a.test") is not None and alone.slot("d:did:plc:a") is not None
+    await tier.close()
+
+
 def test_answers_pushed_out_by_the_bound_leave_nothing_behind() -> None:
     answers = AnswerCache(MemoryStore(), max_bytes=10_000)
     for i in range(1000):

@@ -396,6 +396,44 @@ async def test_when_the_store_below_fails_the_tier_answers_and_catches_up() -> N
     assert await below.inner.get("h:stale.test") is None  # the purged value cannot come back
 
 
+async def test_the_tier_spares_only_entries_the_store_below_holds() -> None:
+    """`spare` (the daemon's rendered answers hold what a hit needs of their entries):
+    memory drops what the store below has, and a read brings it back; it keeps what it
+    alone holds: a write still on its way below, everything while the store fails."""
+    now = [1000.0]
+    below = Flaky()
+    below.inner = MemoryStore(clock=lambda: now[0])
+    tier = TieredStore(MemoryStore(clock=lambda: now[0]), below, timer=lambda: now[0])
+    await tier.put("h:a.test", b"a", now[0] + 600)
+    tier.spare(["h:a.test"])
+    assert tier.memory.slot("h:a.test") is None
+    assert await value(tier, "h:a.test") == b"a"  # read back from below
+    assert tier.memory.slot("h:a.test") is not None
+
+    landed, original_put = asyncio.Event(), below.put
+
+    async def slow_put(key: str, value: bytes, expires_at: float) -> None:
+        await landed.wait()
+        await original_put(key, value, expires_at)
+
+    below.put = slow_put  # type: ignore[method-assign]
+    writing = asyncio.create_task(tier.put("h:a.test", b"new", now[0] + 600))
+    await asyncio.sleep(0.01)
+    tier.spare(["h:a.test"])  # below still holds the old value
+    slot = tier.memory.slot("h:a.test")
+    assert slot is not None and slot.value == b"new"
+    landed.set()
+    await writing
+    tier.spare(["h:a.test"])
+    assert tier.memory.slot("h:a.test") is None
+    assert await value(tier, "h:a.test") == b"new"
+
+    below.down = True
+    await tier.put("h:b.test", b"b", now[0] + 600)  # memory only
+    tier.spare(["h:a.test", "h:b.test"])
+    assert tier.memory.slot("h:a.test") is not None and tier.memory.slot("h:b.test") is not None
+
+
 async def test_a_real_redis_outage_is_survived(tmp_path: Path) -> None:
     with RedisServer(tmp_path) as server:
         tier = TieredStore(MemoryStore(), RedisStore(server.url, prefix=_prefix()))

@@ -196,6 +196,9 @@ class MemoryStore:
         self._slots.pop(key)
         self._decoded.pop(key)
 
+    def spare(self, keys: Iterable[str]) -> None:
+        """Nothing to spare: this store is the only copy of its entries (`TieredStore.spare`)."""
+
     def clear(self) -> None:
         self._slots.clear()
         self._decoded.clear()

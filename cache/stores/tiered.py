@@ -64,6 +64,7 @@ class TieredStore:
         self._failed_at = 0.0
         self._retry_at = 0.0
         self._unsynced: dict[str, None] = {}  # keys to delete below when it answers again
+        self._writing: dict[str, int] = {}  # keys with a write on its way below: how many
         self._watcher: asyncio.Task[None] | None = None
         self._watching = False
         self._watch_error: str | None = None
@@ -107,8 +108,28 @@ class TieredStore:
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
         self.memory.keep(key, value, expires_at).loaded_at = self._timer()
         self.announce([key])
-        if isinstance(await self._below(lambda: self.below.put(key, value, expires_at)), _Failed):
+        self._writing[key] = self._writing.get(key, 0) + 1
+        try:
+            written = await self._below(lambda: self.below.put(key, value, expires_at))
+        finally:
+            if self._writing[key] == 1:
+                del self._writing[key]
+            else:
+                self._writing[key] -= 1
+        if isinstance(written, _Failed):
             self._remember_unsynced([key])
+
+    def spare(self, keys: Iterable[str]) -> None:
+        """Drop these entries from memory, where the store below holds them as they are: the
+        caller keeps what it needs of them (the daemon's rendered answers; a hot identity
+        was held twice, issue 18), and a read brings them back. Not while the store below
+        fails or has changes to catch up on (memory then answers for it), nor while a write
+        of the key is on its way there (memory holds the newer value)."""
+        if self._error is not None:  # also while it has missed writes: they end together
+            return
+        for key in keys:
+            if key not in self._writing:
+                self.memory.forget(key)
 
     async def delete(self, keys: Iterable[str]) -> None:
         """Raises `StoreUnavailable` when the store below did not take it (it is retried

@@ -361,24 +361,27 @@ class Service:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        given = request.headers.get("X-Request-Id", "")
-        request_id = given if _REQUEST_ID.fullmatch(given) else self._request_id()
+        given = request.headers.get("X-Request-Id")
+        request_id = given if given and _REQUEST_ID.fullmatch(given) else self._request_id()
         started = time.perf_counter()
         resource = request.match_info.route.resource
         endpoint = resource.canonical if resource is not None else "unmatched"
         response: web.StreamResponse
         try:
-            answer = self.answers.get(request.path_qs) if request.method == "GET" else None
-            request[_CHANGES_BEFORE] = self.answers.changes
-            if request.method == "OPTIONS" and self._cors_origin(request):
-                response = web.Response(status=204, headers=_PREFLIGHT)
-            elif answer is not None:
+            # Answers are kept under the request target as sent (`raw_path`): no URL is
+            # parsed again to find one.
+            answer = self.answers.get(request.raw_path) if request.method == "GET" else None
+            if answer is not None:
                 self.cached.counters["fresh"] += 1  # what the cached lookup would have counted
                 response = _json_bytes(*answer)
-            elif request.path in _UNGATED:
-                response = await handler(request)
+            elif request.method == "OPTIONS" and self._cors_origin(request):
+                response = web.Response(status=204, headers=_PREFLIGHT)
             else:
-                response = await self._limited(request, handler)
+                request[_CHANGES_BEFORE] = self.answers.changes
+                if request.path in _UNGATED:
+                    response = await handler(request)
+                else:
+                    response = await self._limited(request, handler)
         except XrpcError as err:
             headers = {"Retry-After": str(err.retry_after)} if err.retry_after else {}
             headers["Cache-Control"] = err.cache
@@ -484,7 +487,7 @@ class Service:
 
     def _answer(self, request: web.Request, identity: Identity, body: bytes) -> web.Response:
         response = _json_bytes(200, body, cache_control(identity))
-        self.answers.put(request.path_qs, identity, response, request[_CHANGES_BEFORE])
+        self.answers.put(request.raw_path, identity, response, request[_CHANGES_BEFORE])
         return response
 
     async def resolve_did(self, request: web.Request) -> web.Response:

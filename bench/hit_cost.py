@@ -1,0 +1,193 @@
+"""What a cached answer costs the daemon itself: requests fed to aiohttp's protocol in
+process, with no socket, against the bare aiohttp handler fed the same way in the same run.
+
+On these machines a loopback request costs the two servers about as much in the kernel as
+in Python, and how much varies from machine to machine (`bench serve` saw the bare handler
+at 30-42k requests/s on one kind of machine): this measures the part that is the daemon's
+code (routing, the answer cache, request id, log line, metrics, headers), with the request
+log on as by default. Answers are kept as a hit leaves them; the keys rotate over
+`--identities` (resolveHandle and resolveDid each) or stay on one.
+
+    python -m bench hits [--requests 100000] [--identities 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import random
+import time
+from typing import Any
+
+import uvloop
+from aiohttp import web
+
+from bench import Row
+from cache import CachedResolver, MemoryStore
+from resolver import Identity, Resolver, Status
+from resolver.config import Config
+from resolver.identity import CacheInfo
+from server.service import Service, Settings
+
+XRPC = "/xrpc/com.atproto.identity."
+BATCH = 50  # requests per read, as a client keeping 100 connections busy sends them
+DOCUMENT = (
+    b'{"@context":["https://www.w3.org/ns/did/v1","https://w3id.org/security/multikey/v1"],'
+    b'"id":"did:web:%s","alsoKnownAs":["at://%s"],"verificationMethod":[{"id":'
+    b'"did:web:%s#atproto","type":"Multikey","controller":"did:web:%s","publicKeyMultibase":'
+    b'"zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF"}],"service":[{"id":"#atproto_pds",'
+    b'"type":"AtprotoPersonalDataServer","serviceEndpoint":"https://pds.bulk.test"}]}'
+)
+
+
+class Transport(asyncio.Transport):
+    """Where the server writes: counts the responses (a fake: nothing here is timed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.responses = 0
+        self.first: bytes = b""
+
+    def write(self, data: Any) -> None:
+        self.responses += 1
+        self.first = self.first or bytes(data)
+
+    def writelines(self, chunks: Any) -> None:
+        self.write(b"".join(chunks))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 40000), "sockname": ("127.0.0.1", 8080)}.get(
+            name, default
+        )
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def _request(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n".encode()
+
+
+async def per_second(app: web.Application, paths: list[str], count: int) -> float:
+    """Requests answered a second, `paths` asked in turn, `BATCH` a read."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    assert runner.server is not None
+    protocol = runner.server()
+    transport = Transport()
+    protocol.connection_made(transport)
+    batches = [b"".join(map(_request, paths[i : i + BATCH])) for i in range(0, len(paths), BATCH)]
+    try:
+        started, done = time.perf_counter(), 0
+        while done < count:
+            protocol.data_received(batches[(done // BATCH) % len(batches)])
+            done += BATCH
+            while transport.responses < done:
+                await asyncio.sleep(0)
+        elapsed = time.perf_counter() - started
+        if not transport.first.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"not an answer: {transport.first[:200]!r}")
+        return done / elapsed
+    finally:
+        protocol.connection_lost(None)
+        await runner.cleanup()
+
+
+def _identity(host: str) -> Identity:
+    fresh = 3600.0
+    info = CacheInfo(True, 0.0, "fresh", fresh_for_s=fresh, servable_for_s=2 * fresh)
+    did = f"did:web:{host}"
+    return Identity(
+        query=host,
+        status=Status.VERIFIED,
+        did=did,
+        declared_handle=host,
+        handle_queried=host,
+        cache=info,
+    )
+
+
+def apps(hosts: list[str]) -> tuple[web.Application, web.Application, list[str]]:
+    """The bare handler's app, the daemon's with an answer kept for each path, the paths."""
+    documents = {host: DOCUMENT.replace(b"%s", host.encode()) for host in hosts}
+
+    async def handle(request: web.Request) -> web.Response:
+        did = "did:web:" + request.query["handle"]
+        return web.Response(body=b'{"did":"%s"}' % did.encode(), content_type="application/json")
+
+    async def did(request: web.Request) -> web.Response:
+        body = b'{"didDoc":' + documents[request.query["did"].removeprefix("did:web:")] + b"}"
+        return web.Response(body=body, content_type="application/json")
+
+    bare = web.Application()
+    bare.router.add_get(XRPC + "resolveHandle", handle)
+    bare.router.add_get(XRPC + "resolveDid", did)
+
+    service = Service(CachedResolver(Resolver(Config()), MemoryStore()), Settings())
+    service.request_log._stream = io.StringIO()  # written as to stderr, then dropped
+    paths = []
+    for host in hosts:
+        identity = _identity(host)
+        for path, body in (
+            (f"{XRPC}resolveHandle?handle={host}", b'{"did":"did:web:%s"}' % host.encode()),
+            (f"{XRPC}resolveDid?did=did:web:{host}", b'{"didDoc":' + documents[host] + b"}"),
+        ):
+            service.answers.put(path, identity, web.Response(body=body), service.answers.changes)
+            paths.append(path)
+    if not all(service.answers.get(path) for path in paths):
+        raise RuntimeError("answers were not kept: the cache would be timed, not the hit")
+    random.Random(0).shuffle(paths)
+    return bare, service.app(), paths
+
+
+async def measure(requests: int, identities: int) -> list[Row]:
+    hosts = [f"user{i}.bulk.test" for i in range(identities)]
+    bare, ours, paths = apps(hosts)
+    hot = [f"{XRPC}resolveHandle?handle={hosts[0]}"] * BATCH
+    figures: dict[str, list[float]] = {}
+    for _ in range(3):  # alternated: the machine's drift reaches both alike
+        for name, app, asked in (
+            ("bare hot", bare, hot),
+            ("ours hot", ours, hot),
+            ("bare warm", bare, paths),
+            ("ours warm", ours, paths),
+        ):
+            figures.setdefault(name, []).append(await per_second(app, asked, requests))
+    best = {name: max(rates) for name, rates in figures.items()}
+    print("cached answers fed to aiohttp in process (no socket), request log on, best of 3:")
+    for kind, what in (("hot", "one hot key"), ("warm", f"{len(paths):,} warm keys")):
+        ours_rate, bare_rate = best[f"ours {kind}"], best[f"bare {kind}"]
+        print(
+            f"  {what:<24} atwhois {ours_rate:9,.0f} req/s ({1e6 / ours_rate:5.1f} us)   "
+            f"bare {bare_rate:9,.0f} req/s ({1e6 / bare_rate:5.1f} us)   "
+            f"ratio {ours_rate / bare_rate:.2f}"
+        )
+    return [
+        Row(
+            f"hits in process: {what}",
+            best[f"ours {kind}"],
+            best[f"bare {kind}"],
+            "bare aiohttp handler",
+            "req/s",
+        )
+        for kind, what in (("hot", "one hot key"), ("warm", f"{len(paths):,} warm keys"))
+    ]
+
+
+def main(argv: list[str] | None = None) -> list[Row]:
+    parser = argparse.ArgumentParser(prog="python -m bench hits", description=__doc__)
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--identities", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(measure(args.requests, args.identities))

@@ -189,8 +189,9 @@ class RequestLog:
         self.flush()
 
 
-# An answer: kept until, status, body, fresh until, servable until, the entries it rests on.
-_Kept = tuple[float, int, bytes, float, float, tuple[str, ...]]
+# An answer: kept until, status, body, fresh until, servable until, then the entries it
+# rests on (in the one tuple: a tuple of them took 56 bytes more an answer).
+_Kept = tuple[float, int, bytes, float, float, *tuple[str, ...]]
 
 
 def _answer_size(key: str, kept: _Kept) -> int:
@@ -216,8 +217,11 @@ class AnswerCache:
     ) -> None:
         self._store, self._clock = store, clock
         self._answers: Lru[_Kept] = Lru(max_bytes, _answer_size, evicted=self._unlink)
-        # entry key -> keys of the answers resting on it: a tuple, as most entries have one
-        # or two (a set took 216 bytes); at most MAX_RESTING, so that updating one is cheap
+        # entry key -> that key, then the keys of the answers resting on it: a tuple, as most
+        # entries have one or two (a set took 216 bytes); at most MAX_RESTING answers, so
+        # that updating one is cheap. The key comes first so that every answer resting on
+        # the entry names it with that one string (sys.intern's table cost more than the
+        # copies it saved).
         self._resting: dict[str, tuple[str, ...]] = {}
         self.changes = 0  # changes the store announced, ever
         store.listeners.append(self.changed)
@@ -227,11 +231,11 @@ class AnswerCache:
         found = self._answers.get(key)
         if found is None:
             return None
-        until, status, body, fresh_end, servable_end, _ = found
         now = self._clock()
-        if until < now:
+        if found[0] < now:  # kept until
             self._drop(key)
             return None
+        status, body, fresh_end, servable_end = found[1:5]
         return status, body, _cache_control(fresh_end - now, servable_end - now)
 
     def put(
@@ -250,17 +254,24 @@ class AnswerCache:
             return
         now, fresh = self._clock(), info.fresh_for_s
         keep = fresh if self._store.following else min(fresh, self.UNFOLLOWED_SECONDS)
-        # one copy of each entry key, however many answers rest on it
-        rests_on = tuple(sys.intern(entry) for entry in resting_on(identity))
         self._drop(key)
-        if any(len(self._resting.get(entry, ())) >= self.MAX_RESTING for entry in rests_on):
+        resting = [self._resting.get(entry, (entry,)) for entry in resting_on(identity)]
+        if any(len(answers) > self.MAX_RESTING for answers in resting):
             return  # the same identity asked for in many spellings: answered, not kept
+        rests_on = [answers[0] for answers in resting]
         fresh_end = now + fresh
         until = fresh_end if keep == fresh else now + keep  # one float fewer, most of the time
-        kept = (until, response.status, body, fresh_end, now + info.servable_for_s, rests_on)
+        kept: _Kept = (
+            until,
+            response.status,
+            body,
+            fresh_end,
+            now + info.servable_for_s,
+            *rests_on,
+        )
         self._answers.put(key, kept)
         for entry in rests_on:
-            self._resting[entry] = (*self._resting.get(entry, ()), key)
+            self._resting[entry] = (*self._resting.get(entry, (entry,)), key)
         # The answer is what a hit needs of its entries: the memory tier need not hold
         # them too while a shared store does (they are read back to compose a new answer).
         self._store.spare(rests_on)
@@ -271,7 +282,7 @@ class AnswerCache:
             self.clear()
             return
         for entry in keys:
-            for key in self._resting.pop(entry, ()):
+            for key in self._resting.pop(entry, ())[1:]:
                 self._drop(key)
 
     def _drop(self, key: str) -> None:
@@ -280,10 +291,11 @@ class AnswerCache:
             self._unlink(key, kept)
 
     def _unlink(self, key: str, kept: _Kept) -> None:
-        for entry in kept[-1]:
-            answers = tuple(answer for answer in self._resting.get(entry, ()) if answer != key)
+        for entry in kept[5:]:
+            resting = self._resting.get(entry, (entry,))
+            answers = tuple(answer for answer in resting[1:] if answer != key)
             if answers:
-                self._resting[entry] = answers
+                self._resting[entry] = (resting[0], *answers)
             else:
                 self._resting.pop(entry, None)
 

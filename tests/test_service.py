@@ -580,12 +580,16 @@ def test_an_identity_asked_for_in_many_spellings_keeps_a_bounded_number_of_answe
         _kept(answers, _verified("did:plc:a", "a.test"), key=f"/q?did=did:plc:a&a={i}")
     held = [i for i in range(3 * AnswerCache.MAX_RESTING) if answers.get(f"/q?did=did:plc:a&a={i}")]
     assert held == list(range(AnswerCache.MAX_RESTING))
-    assert {len(keys) for keys in answers._resting.values()} == {AnswerCache.MAX_RESTING}
+    named = {
+        id(entry) for i in held for entry in answers._answers.peek(f"/q?did=did:plc:a&a={i}")[-2:]
+    }
+    assert len(named) == 2  # every answer names its two entries with the same two strings
+    assert {len(keys) for keys in answers._resting.values()} == {1 + AnswerCache.MAX_RESTING}
     _kept(answers, _verified("did:plc:b", "b.test"), key="/q?did=did:plc:b")
     assert answers.get("/q?did=did:plc:b") is not None  # other identities are kept as before
     answers.changed(["h:a.test"])
     assert not any(answers.get(f"/q?did=did:plc:a&a={i}") for i in range(AnswerCache.MAX_RESTING))
     assert answers._resting == {
-        "h:b.test": ("/q?did=did:plc:b",),
-        "d:did:plc:b": ("/q?did=did:plc:b",),
+        "h:b.test": ("h:b.test", "/q?did=did:plc:b"),
+        "d:did:plc:b": ("d:did:plc:b", "/q?did=did:plc:b"),
     }

@@ -9,7 +9,6 @@ few of them (issue 18: 7 KB of memory per identity when every entry kept its own
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -166,7 +165,6 @@ class MemoryStore:
         if now - self._swept_at > _SWEEP_SECONDS:
             self._sweep(now)
         slot = Slot(value, expires_at)
-        key = sys.intern(key)  # the one copy: answers resting on this entry name it too
         self._decoded.pop(key)
         self._slots.put(key, slot)
         return slot

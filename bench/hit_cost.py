@@ -78,11 +78,16 @@ def _request(path: str) -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n".encode()
 
 
-async def per_second(app: web.Application, paths: list[str], count: int) -> float:
-    """Requests answered a second, `paths` asked in turn, `BATCH` a read."""
+async def per_second(
+    app: web.Application, paths: list[str], count: int, service: Service | None = None
+) -> float:
+    """Requests answered a second, `paths` asked in turn, `BATCH` a read; the daemon's
+    `service` installs its kept answers in front of the app, as `atwhois serve` does."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     assert runner.server is not None
+    if service is not None:
+        service.answer_kept_first(runner.server)
     protocol = runner.server()
     transport = Transport()
     protocol.connection_made(transport)
@@ -117,8 +122,9 @@ def _identity(host: str) -> Identity:
     )
 
 
-def apps(hosts: list[str]) -> tuple[web.Application, web.Application, list[str]]:
-    """The bare handler's app, the daemon's with an answer kept for each path, the paths."""
+def apps(hosts: list[str]) -> tuple[web.Application, Service, list[str]]:
+    """The bare handler's app, the daemon's service with an answer kept for each path, the
+    paths."""
     documents = {host: DOCUMENT.replace(b"%s", host.encode()) for host in hosts}
 
     async def handle(request: web.Request) -> web.Response:
@@ -147,12 +153,13 @@ def apps(hosts: list[str]) -> tuple[web.Application, web.Application, list[str]]
     if not all(service.answers.get(path) for path in paths):
         raise RuntimeError("answers were not kept: the cache would be timed, not the hit")
     random.Random(0).shuffle(paths)
-    return bare, service.app(), paths
+    return bare, service, paths
 
 
 async def measure(requests: int, identities: int) -> list[Row]:
     hosts = [f"user{i}.bulk.test" for i in range(identities)]
-    bare, ours, paths = apps(hosts)
+    bare, service, paths = apps(hosts)
+    ours = service.app()
     hot = [f"{XRPC}resolveHandle?handle={hosts[0]}"] * BATCH
     figures: dict[str, list[float]] = {}
     for _ in range(3):  # alternated: the machine's drift reaches both alike
@@ -162,7 +169,8 @@ async def measure(requests: int, identities: int) -> list[Row]:
             ("bare warm", bare, paths),
             ("ours warm", ours, paths),
         ):
-            figures.setdefault(name, []).append(await per_second(app, asked, requests))
+            daemon = service if app is ours else None
+            figures.setdefault(name, []).append(await per_second(app, asked, requests, daemon))
     best = {name: max(rates) for name, rates in figures.items()}
     print("cached answers fed to aiohttp in process (no socket), request log on, best of 3:")
     for kind, what in (("hot", "one hot key"), ("warm", f"{len(paths):,} warm keys")):

@@ -184,6 +184,8 @@ async def serve(
     AuditPages(service, auditor.store).attach(app)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=30)
     await runner.setup()
+    assert runner.server is not None  # set up
+    service.answer_kept_first(runner.server)
     host, port = merged.get("host", "127.0.0.1"), int(merged.get("port", DEFAULT_PORT))
     site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
     await site.start()

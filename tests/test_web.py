@@ -215,9 +215,10 @@ def test_the_audits_page_edits_with_the_token(browser: webdriver.Chrome, daemon:
 
 def test_cors_is_for_the_configured_origins_and_the_read_endpoints(daemon: Daemon) -> None:
     url = daemon.url + "/xrpc/com.atproto.identity.resolveHandle?handle=alice.test"
-    allowed = httpx.get(url, headers={"Origin": APP})
-    assert allowed.headers["Access-Control-Allow-Origin"] == APP
-    assert allowed.headers["Vary"] == "Origin"
+    for _ in range(3):  # resolved, composed from the cache and kept, the kept answer
+        allowed = httpx.get(url, headers={"Origin": APP})
+        assert allowed.headers["Access-Control-Allow-Origin"] == APP
+        assert allowed.headers["Vary"] == "Origin"
     assert (
         "Access-Control-Allow-Origin"
         not in httpx.get(url, headers={"Origin": "http://evil.test"}).headers

@@ -25,10 +25,10 @@ from aiohttp import web
 
 from bench import Row
 from cache import CachedResolver, MemoryStore
-from resolver import Identity, Resolver, Status
+from resolver import Resolver
 from resolver.config import Config
-from resolver.identity import CacheInfo
 from server.service import Service, Settings
+from tests.identities import verified
 
 XRPC = "/xrpc/com.atproto.identity."
 BATCH = 50  # requests per read, as a client keeping 100 connections busy sends them
@@ -108,20 +108,6 @@ async def per_second(
         await runner.cleanup()
 
 
-def _identity(host: str) -> Identity:
-    fresh = 3600.0
-    info = CacheInfo(True, 0.0, "fresh", fresh_for_s=fresh, servable_for_s=2 * fresh)
-    did = f"did:web:{host}"
-    return Identity(
-        query=host,
-        status=Status.VERIFIED,
-        did=did,
-        declared_handle=host,
-        handle_queried=host,
-        cache=info,
-    )
-
-
 def apps(hosts: list[str]) -> tuple[web.Application, Service, list[str]]:
     """The bare handler's app, the daemon's service with an answer kept for each path, the
     paths."""
@@ -143,7 +129,7 @@ def apps(hosts: list[str]) -> tuple[web.Application, Service, list[str]]:
     service.request_log._stream = io.StringIO()  # written as to stderr, then dropped
     paths = []
     for host in hosts:
-        identity = _identity(host)
+        identity = verified(f"did:web:{host}", host)
         for path, body in (
             (f"{XRPC}resolveHandle?handle={host}", b'{"did":"did:web:%s"}' % host.encode()),
             (f"{XRPC}resolveDid?did=did:web:{host}", b'{"didDoc":' + documents[host] + b"}"),

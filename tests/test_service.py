@@ -17,13 +17,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from cache import CachedResolver, MemoryStore, SqliteStore, TieredStore
 from cli import settings
 from resolver import Config, Identity, Resolver, Status
-from resolver.identity import CacheInfo
 from server import Service, Settings, xrpc_errors
 from server.service import AnswerCache
 from tests import metrics
 from tests.daemon import Daemon, running_daemon
 from tests.devnet.network import DevnetState
 from tests.forwarder import PlcStandIn
+from tests.identities import verified
 
 XRPC = "/xrpc/com.atproto.identity."
 TOKEN = "test-refresh-token"
@@ -487,18 +487,6 @@ def test_the_start_up_line_says_what_the_daemon_resolves_through(
 # --- the answer cache: a hit is ready bytes, never an answer an entry no longer backs --------
 
 
-def _verified(did: str, handle: str, fresh_for: float = 3600.0) -> Identity:
-    info = CacheInfo(True, 0.0, "fresh", fresh_for_s=fresh_for, servable_for_s=fresh_for * 2)
-    return Identity(
-        query=handle,
-        status=Status.VERIFIED,
-        did=did,
-        declared_handle=handle,
-        handle_queried=handle,
-        cache=info,
-    )
-
-
 def _kept(answers: AnswerCache, identity: Identity, key: str = "/q") -> None:
     answers.put(key, identity, web.Response(body=b'{"did":"x"}'), answers.changes)
 
@@ -509,7 +497,7 @@ async def test_an_answer_is_kept_while_fresh_and_dropped_when_an_entry_it_rests_
     now = [1000.0]
     store = MemoryStore(clock=lambda: now[0])
     answers = AnswerCache(store, clock=lambda: now[0])
-    _kept(answers, _verified("did:plc:a", "a.test", fresh_for=60))
+    _kept(answers, verified("did:plc:a", "a.test", fresh_for=60))
     now[0] += 59  # past the old half-second limit, still fresh
     found = answers.get("/q")
     assert (
@@ -519,12 +507,12 @@ async def test_an_answer_is_kept_while_fresh_and_dropped_when_an_entry_it_rests_
     now[0] += 2
     assert answers.get("/q") is None  # never past its fresh window
     for changed in ("d:did:plc:a", "h:a.test"):
-        _kept(answers, _verified("did:plc:a", "a.test"))
+        _kept(answers, verified("did:plc:a", "a.test"))
         await store.put("h:other.test", b"x", now[0] + 60)
         assert answers.get("/q") is not None  # another entry changed: still true
         await store.delete([changed])
         assert answers.get("/q") is None, changed
-    _kept(answers, _verified("did:plc:a", "a.test"))
+    _kept(answers, verified("did:plc:a", "a.test"))
     store.announce(["d:did:plc:a"])  # what the key means changed (an account's status)
     assert answers.get("/q") is None
     assert answers._resting == {}  # nothing left pointing at dropped answers
@@ -535,7 +523,7 @@ async def test_an_answer_looked_up_across_a_change_is_not_kept() -> None:
     answers = AnswerCache(store)
     before = answers.changes
     await store.put("d:did:plc:a", b"new", time.time() + 60)  # while the lookup ran
-    answers.put("/q", _verified("did:plc:a", "a.test"), web.Response(body=b"{}"), before)
+    answers.put("/q", verified("did:plc:a", "a.test"), web.Response(body=b"{}"), before)
     assert answers.get("/q") is None
 
 
@@ -546,7 +534,7 @@ async def test_answers_are_kept_half_a_second_while_other_processes_changes_are_
     store = TieredStore(MemoryStore(), SqliteStore(tmp_path / "c.db"))
     answers = AnswerCache(store, clock=lambda: now[0])
     assert not store.following  # not yet watching
-    _kept(answers, _verified("did:plc:a", "a.test"))
+    _kept(answers, verified("did:plc:a", "a.test"))
     now[0] += 0.4
     assert answers.get("/q") is not None
     now[0] += 0.2
@@ -564,7 +552,7 @@ async def test_a_kept_answer_spares_the_memory_tier_its_entries(tmp_path: Path) 
         answers = AnswerCache(store)
         for key in ("h:a.test", "d:did:plc:a"):
             await store.put(key, b"entry", time.time() + 60)
-        _kept(answers, _verified("did:plc:a", "a.test"))
+        _kept(answers, verified("did:plc:a", "a.test"))
         assert answers.get("/q") is not None
     assert tier.memory.slot("h:a.test") is None and tier.memory.slot("d:did:plc:a") is None
     found = await tier.get("d:did:plc:a")  # read back from below to compose a new answer
@@ -576,7 +564,7 @@ async def test_a_kept_answer_spares_the_memory_tier_its_entries(tmp_path: Path) 
 def test_answers_pushed_out_by_the_bound_leave_nothing_behind() -> None:
     answers = AnswerCache(MemoryStore(), max_bytes=10_000)
     for i in range(1000):
-        _kept(answers, _verified(f"did:plc:{i}", f"u{i}.test"), key=f"/q{i}")
+        _kept(answers, verified(f"did:plc:{i}", f"u{i}.test"), key=f"/q{i}")
     assert answers.used_bytes <= 10_000
     held = sum(answers.get(f"/q{i}") is not None for i in range(1000))
     assert 0 < held < 1000
@@ -588,7 +576,7 @@ def test_an_identity_asked_for_in_many_spellings_keeps_a_bounded_number_of_answe
     not pile up answers on its entries (each change would then drop them one by one)."""
     answers = AnswerCache(MemoryStore())
     for i in range(3 * AnswerCache.MAX_RESTING):
-        _kept(answers, _verified("did:plc:a", "a.test"), key=f"/q?did=did:plc:a&a={i}")
+        _kept(answers, verified("did:plc:a", "a.test"), key=f"/q?did=did:plc:a&a={i}")
     held = [i for i in range(3 * AnswerCache.MAX_RESTING) if answers.get(f"/q?did=did:plc:a&a={i}")]
     assert held == list(range(AnswerCache.MAX_RESTING))
     named = {
@@ -596,7 +584,7 @@ def test_an_identity_asked_for_in_many_spellings_keeps_a_bounded_number_of_answe
     }
     assert len(named) == 2  # every answer names its two entries with the same two strings
     assert {len(keys) for keys in answers._resting.values()} == {1 + AnswerCache.MAX_RESTING}
-    _kept(answers, _verified("did:plc:b", "b.test"), key="/q?did=did:plc:b")
+    _kept(answers, verified("did:plc:b", "b.test"), key="/q?did=did:plc:b")
     assert answers.get("/q?did=did:plc:b") is not None  # other identities are kept as before
     answers.changed(["h:a.test"])
     assert not any(answers.get(f"/q?did=did:plc:a&a={i}") for i in range(AnswerCache.MAX_RESTING))

@@ -386,9 +386,9 @@ class Service:
 
     def answer_kept_first(self, server: web.Server) -> None:
         """Have `server` (the app's, once its runner is set up) answer a request for a kept
-        answer itself, before the router and the middleware chain, which took 4 of a hit's
-        35 us (`bench hits`); every other request goes on to the app, whose middleware
-        answers kept answers too where this is not installed."""
+        answer itself, before the router and the middleware chain: a hit took 32 us with
+        them, 25 without (`bench hits`). Every other request goes on to the app, whose
+        middleware answers kept answers too where this is not installed."""
         routed = server.request_handler
 
         async def handle(request: web.BaseRequest) -> web.StreamResponse:

@@ -93,6 +93,8 @@ async def start_daemon(resolver: Resolver, store: TieredStore, clock: Clock) -> 
     # aiohttp's default minute for it (the model's teardown would time out first).
     runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=5)
     await runner.setup()
+    assert runner.server is not None
+    service.answer_kept_first(runner.server)  # as `atwhois serve` answers kept answers
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     host, port = runner.addresses[0][:2]

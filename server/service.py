@@ -190,7 +190,7 @@ class RequestLog:
 
 
 # An answer: kept until, status, body, fresh until, servable until, then the entries it
-# rests on (in the one tuple: a tuple of them took 56 bytes more an answer).
+# rests on (in the one tuple: a tuple of their own cost 56 bytes more per answer).
 _Kept = tuple[float, int, bytes, float, float, *tuple[str, ...]]
 
 

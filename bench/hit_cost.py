@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import itertools
 import random
 import time
 from typing import Any
@@ -93,12 +94,17 @@ async def per_second(
     protocol = runner.server()
     transport = Transport()
     protocol.connection_made(transport)
-    batches = [b"".join(map(_request, paths[i : i + BATCH])) for i in range(0, len(paths), BATCH)]
+    batches = [
+        (b"".join(map(_request, paths[i : i + BATCH])), len(paths[i : i + BATCH]))
+        for i in range(0, len(paths), BATCH)
+    ]
     try:
         started, done = time.perf_counter(), 0
-        while done < count:
-            protocol.data_received(batches[(done // BATCH) % len(batches)])
-            done += BATCH
+        for batch, size in itertools.cycle(batches):
+            if done >= count:
+                break
+            protocol.data_received(batch)
+            done += size
             while transport.responses < done:
                 await asyncio.sleep(0)
         elapsed = time.perf_counter() - started

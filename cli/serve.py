@@ -182,10 +182,7 @@ async def serve(
         _serve_plc_mirror(app, service, *plc_mirror)
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=30)
-    await runner.setup()
-    assert runner.server is not None  # set up
-    service.answer_kept_first(runner.server)
+    runner = await service.runner(app, access_log=None, shutdown_timeout=30)
     host, port = merged.get("host", "127.0.0.1"), int(merged.get("port", DEFAULT_PORT))
     site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
     await site.start()

@@ -91,10 +91,7 @@ async def start_daemon(resolver: Resolver, store: TieredStore, clock: Clock) -> 
     service = Service(cached, settings)
     # A step may leave a request waiting on an upstream it made hang: stopping must not wait
     # aiohttp's default minute for it (the model's teardown would time out first).
-    runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=5)
-    await runner.setup()
-    assert runner.server is not None
-    service.answer_kept_first(runner.server)  # as `atwhois serve` answers kept answers
+    runner = await service.runner(service.app(), access_log=None, shutdown_timeout=5)
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     host, port = runner.addresses[0][:2]

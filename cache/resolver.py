@@ -140,6 +140,11 @@ def did_key(did: str) -> str:
     return "d:" + did
 
 
+def identifier_of(key: str) -> str:
+    """The handle or DID an entry's key names (`handle_key`, `did_key`)."""
+    return key[2:]
+
+
 def resting_on(identity: Identity) -> list[str]:
     """The keys of the entries an answer about `identity` is composed from: a change of any
     of them may change the answer (more keys than it used are harmless)."""

@@ -21,17 +21,24 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
+from urllib.parse import unquote
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client.core import CounterMetricFamily
 
 from cache import CachedResolver
-from cache.resolver import resting_on
+from cache.packing import deflate, inflate
+from cache.resolver import identifier_of, resting_on
 from cache.stores import Tier, TieredStore
 from cache.stores.memory import Lru
 from resolver import Identity, Outcome, Status
-from resolver.syntax import is_valid_at_identifier, is_valid_did, is_valid_handle
+from resolver.syntax import (
+    INVALID_HANDLE,
+    is_valid_at_identifier,
+    is_valid_did,
+    is_valid_handle,
+)
 from resolver.untrusted import parse_json
 
 from . import xrpc_errors
@@ -130,8 +137,9 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
 def _with_document(fields: dict[str, Any], document: bytes) -> bytes:
     """`fields` and `didDoc` as one JSON object, the document spliced in as served (valid
     UTF-8 JSON, checked when it was fetched): neither decoded nor encoded again."""
-    head = _compact(fields)[:-1]
-    return head + (b',"didDoc":' if fields else b'"didDoc":') + document + b"}"
+    if not fields:  # resolveDid's: no encoder needed
+        return b'{"didDoc":' + document + b"}"
+    return _compact(fields)[:-1] + b',"didDoc":' + document + b"}"
 
 
 def _json_bytes(status: int, body: bytes, cache: str) -> web.Response:
@@ -189,25 +197,53 @@ class RequestLog:
         self.flush()
 
 
-# An answer: kept until, status, body, fresh until, servable until, then the entries it
-# rests on (in the one tuple: a tuple of their own cost 56 bytes more per answer).
-_Kept = tuple[float, int, bytes, float, float, *tuple[str, ...]]
+# What one identity's answers are rendered from: kept until, fresh until, servable until, its
+# DID, its declared handle (or None), whether that handle is verified, whether
+# resolveIdentity answers by its DID (not while its handle could not be checked), its
+# document packed (None: resolveDid and resolveIdentity do not answer from here). One record
+# under its DID and its handle answers every method: each answer kept whole cost 2 KB per
+# identity (two bodies, two request targets, an index of what they rested on), this 0.7.
+_Record = tuple[float, float, float, str, str | None, bool, bool, bytes | None]
+
+_XRPC = "/xrpc/com.atproto.identity."
 
 
-def _answer_size(key: str, kept: _Kept) -> int:
-    return 300 + len(key) + len(kept[2])
+def _record_size(key: str, record: _Record) -> int:
+    """Counted in full under the DID, as a key under the handle."""
+    return 300 + len(key) + len(record[7] or b"") if key == record[3] else 100 + len(key)
+
+
+def _did_body(did: str) -> bytes:
+    """resolveHandle's answer (a DID has nothing JSON escapes: what json.dumps would write)."""
+    return b'{"did":"' + did.encode() + b'"}'
+
+
+def _document_answer(method: str, name: str, key: str, record: _Record) -> bytes | None:
+    """resolveDid's or resolveIdentity's body asked with `name`=`key`, or None where the
+    record does not say (the method fails, or another parameter was asked for)."""
+    did, handle, verified, by_did_ok, packed = record[3:8]
+    if packed is None:
+        return None
+    by_handle = key != did
+    if method == "resolveDid":
+        return _with_document({}, inflate(packed)) if name == "did" and not by_handle else None
+    answers = verified if by_handle else by_did_ok  # by handle, only a verified one
+    if method == "resolveIdentity" and name == "identifier" and answers:
+        shown = handle if verified else INVALID_HANDLE
+        return _with_document({"did": did, "handle": shown}, inflate(packed))
+    return None
 
 
 class AnswerCache:
-    """Rendered answers of fresh cache hits, so that a hit costs a dictionary lookup and a
-    write of ready bytes. An answer is kept until its fresh window ends (never a stale one:
-    that must reach the cache to be revalidated), within a bound in bytes, and dropped as
-    soon as the store says an entry it rests on changed, here or in another process; while
-    the store cannot follow other processes' changes, for half a second at most. An answer
-    whose lookup overlapped any change is not kept (it may be composed from an old entry)."""
+    """What fresh cache hits answer, rendered from a record per identity (its DID, handle
+    verdict and packed document), so that a hit is a dictionary lookup and a few joins. A
+    record is kept until its fresh window ends (never a stale one: that must reach the cache
+    to be revalidated), within a bound in bytes, and dropped as soon as the store says an
+    entry it rests on changed, here or in another process; while the store cannot follow
+    other processes' changes, for half a second at most. A record whose lookup overlapped
+    any change is not kept (it may be composed from an old entry)."""
 
     UNFOLLOWED_SECONDS = 0.5
-    MAX_RESTING = 16  # answers kept per entry (an identity's methods, by handle and by DID)
 
     def __init__(
         self,
@@ -216,65 +252,74 @@ class AnswerCache:
         clock: Callable[[], float] = time.time,  # the cache's: answers age with its entries
     ) -> None:
         self._store, self._clock = store, clock
-        self._answers: Lru[_Kept] = Lru(max_bytes, _answer_size, evicted=self._unlink)
-        # entry key -> that key, then the keys of the answers resting on it: a tuple, as most
-        # entries have one or two (a set took 216 bytes); at most MAX_RESTING answers, so
-        # that updating one is cheap. The key comes first so that every answer resting on
-        # the entry names it with that one string (sys.intern's table cost more than the
-        # copies it saved).
-        self._resting: dict[str, tuple[str, ...]] = {}
+        # under its DID and under its declared handle: the keys of the entries it rests on
+        # (`resting_on`) without their prefix, so a change finds it with no index of its own
+        self._records: Lru[_Record] = Lru(max_bytes, _record_size, evicted=self._unlink)
         self.changes = 0  # changes the store announced, ever
         store.listeners.append(self.changed)
 
-    def get(self, key: str) -> tuple[int, bytes, str] | None:
-        """The answer, its Cache-Control counted from now (it aged while kept)."""
-        found = self._answers.get(key)
-        if found is None:
+    def get(self, target: str) -> tuple[bytes, str] | None:
+        """The answer to a request for `target` (as sent) and its Cache-Control, counted
+        from now (it aged while kept), or None. Only one spelling of each question is
+        answered here, the one with a single parameter, the handle in lower case; the
+        others go the long way, to the same answer."""
+        if not target.startswith(_XRPC):
+            return None
+        method, _, query = target[len(_XRPC) :].partition("?")
+        name, _, key = query.partition("=")
+        if "%" in key:
+            key = unquote(key)
+        record = self._records.get(key)
+        if record is None:
             return None
         now = self._clock()
-        if found[0] < now:  # kept until
+        if record[0] < now:  # kept until
             self._drop(key)
             return None
-        status, body, fresh_end, servable_end = found[1:5]
-        return status, body, _cache_control(fresh_end - now, servable_end - now)
+        if method == "resolveHandle":  # the hottest: by handle, verified
+            if name != "handle" or not record[5] or key == record[3]:
+                return None
+            body = _did_body(record[3])
+        elif (found := _document_answer(method, name, key, record)) is not None:
+            body = found
+        else:
+            return None
+        return body, _cache_control(record[1] - now, record[2] - now)
 
-    def put(
-        self, key: str, identity: Identity, response: web.Response, changes_before: int
-    ) -> None:
-        """Keep `response` to `identity`, looked up when `changes` was `changes_before`."""
-        info = identity.cache
-        body = response.body
+    def put(self, identity: Identity, document: bytes | None, changes_before: int) -> None:
+        """Keep what `identity` answers (`document`: the document as served, None where it
+        is not), looked up when `changes` was `changes_before`. Only an identity asked for
+        by its DID or its own handle: another handle's lookup rests on that handle too."""
+        info, did, handle = identity.cache, identity.did, identity.declared_handle
         if (
             info is None
             or info.state == "stale"
             or info.fresh_for_s <= 0
             or changes_before != self.changes
-            or not isinstance(body, bytes)
+            or did is None
+            or identity.handle_queried not in (None, handle)
         ):
             return
         now, fresh = self._clock(), info.fresh_for_s
         keep = fresh if self._store.following else min(fresh, self.UNFOLLOWED_SECONDS)
-        self._drop(key)
-        resting = [self._resting.get(entry, (entry,)) for entry in resting_on(identity)]
-        if any(len(answers) > self.MAX_RESTING for answers in resting):
-            return  # the same identity asked for in many spellings: answered, not kept
-        rests_on = [answers[0] for answers in resting]
         fresh_end = now + fresh
         until = fresh_end if keep == fresh else now + keep  # one float fewer, most of the time
-        kept: _Kept = (
+        record: _Record = (
             until,
-            response.status,
-            body,
             fresh_end,
             now + info.servable_for_s,
-            *rests_on,
+            did,
+            handle,
+            identity.verified,
+            identity.status is not Status.UNAVAILABLE,
+            deflate(document) if document is not None else None,
         )
-        self._answers.put(key, kept)
-        for entry in rests_on:
-            self._resting[entry] = (*self._resting.get(entry, (entry,)), key)
-        # The answer is what a hit needs of its entries: the memory tier need not hold
-        # them too while a shared store does (they are read back to compose a new answer).
-        self._store.spare(rests_on)
+        for key in (did, handle) if handle else (did,):
+            self._drop(key)  # its old record, or another DID's that declared this handle
+            self._records.put(key, record)
+        # The record is what a hit needs of its entries: the memory tier need not hold
+        # them too while a shared store does (they are read back to compose a new record).
+        self._store.spare(resting_on(identity))
 
     def changed(self, keys: Sequence[str] | None) -> None:
         self.changes += 1
@@ -282,30 +327,37 @@ class AnswerCache:
             self.clear()
             return
         for entry in keys:
-            for key in self._resting.pop(entry, ())[1:]:
-                self._drop(key)
+            self._drop(identifier_of(entry))
 
     def _drop(self, key: str) -> None:
-        kept = self._answers.pop(key)
-        if kept is not None:
-            self._unlink(key, kept)
+        record = self._records.pop(key)
+        if record is not None:
+            self._unlink(key, record)
 
-    def _unlink(self, key: str, kept: _Kept) -> None:
-        for entry in kept[5:]:
-            resting = self._resting.get(entry, (entry,))
-            answers = tuple(answer for answer in resting[1:] if answer != key)
-            if answers:
-                self._resting[entry] = (resting[0], *answers)
-            else:
-                self._resting.pop(entry, None)
+    def _unlink(self, key: str, record: _Record) -> None:
+        """`record` left under `key`: it leaves its other key too."""
+        other = record[4] if key == record[3] else record[3]
+        if other is not None and self._records.peek(other) is record:
+            self._records.pop(other)
 
     def clear(self) -> None:
-        self._answers.clear()
-        self._resting.clear()
+        self._records.clear()
 
     @property
     def used_bytes(self) -> int:
-        return self._answers.bytes
+        return self._records.bytes
+
+
+def _servable_document(identity: Identity) -> bytes | None:
+    """The DID document as served, when the DID resolved and nothing contradicts it (a log
+    that does not prove it, an account its PDS's event stream says is not active)."""
+    document = identity.did_document_json
+    if (
+        identity.status not in (Status.PLC_LOG_INVALID, Status.DID_DEACTIVATED)
+        and identity.did_doc.outcome is Outcome.OK
+    ):
+        return document
+    return None
 
 
 def cache_control(identity: Identity) -> str:
@@ -376,13 +428,13 @@ class Service:
         return f"{self._id_prefix}{next(self._ids) & 0xFFFFFFFF:08x}"
 
     def _kept_answer(self, request: web.BaseRequest) -> web.Response | None:
-        """The answer kept for this request (under its target as sent, `raw_path`: no URL is
-        parsed again to find it), or None."""
+        """The answer kept for this request (found by its target as sent, `raw_path`: no
+        URL is parsed to find it), or None."""
         answer = self.answers.get(request.raw_path) if request.method == "GET" else None
         if answer is None:
             return None
         self.cached.counters["fresh"] += 1  # what the cached lookup would have counted
-        return _json_bytes(*answer)
+        return _json_bytes(200, *answer)
 
     async def runner(self, app: web.Application, **settings: Any) -> web.AppRunner:
         """`app`'s runner (with `settings`), set up, its server answering kept answers
@@ -526,27 +578,23 @@ class Service:
         return XrpcError(status, name, message, cache=cache)
 
     def _document(self, identity: Identity, table: dict[Status, Failure]) -> bytes:
-        """The DID document as served, when the DID resolved and nothing contradicts it
-        (a log that does not prove it, an account its PDS's event stream says is not active)."""
-        document = identity.did_document_json
-        if (
-            identity.status not in (Status.PLC_LOG_INVALID, Status.DID_DEACTIVATED)
-            and identity.did_doc.outcome is Outcome.OK
-            and document is not None
-        ):
-            return document
-        raise self._failure(identity, table)
+        document = _servable_document(identity)
+        if document is None:
+            raise self._failure(identity, table)
+        return document
 
     async def resolve_handle(self, request: web.Request) -> web.Response:
         identity = await self._lookup(self._param(request, "handle", "handle"))
         if identity.status is not Status.VERIFIED:
             raise self._failure(identity, xrpc_errors.RESOLVE_HANDLE)
-        return self._answer(request, identity, _compact({"did": identity.did}))
+        assert identity.did is not None  # verified
+        return self._answer(request, identity, _did_body(identity.did))
 
     def _answer(self, request: web.Request, identity: Identity, body: bytes) -> web.Response:
-        response = _json_bytes(200, body, cache_control(identity))
-        self.answers.put(request.raw_path, identity, response, request[_CHANGES_BEFORE])
-        return response
+        """`body`, and what `identity` answers kept for the next requests."""
+        document = _servable_document(identity)
+        self.answers.put(identity, document, request[_CHANGES_BEFORE])
+        return _json_bytes(200, body, cache_control(identity))
 
     async def resolve_did(self, request: web.Request) -> web.Response:
         identity = await self._lookup(self._param(request, "did", "did"))
@@ -632,7 +680,9 @@ class Service:
             "pds": identity.pds,
             "signing_key": key,
         }
-        return self._answer(request, identity, _compact(mini))
+        # Not kept: a record holds no PDS or key, and keeping one would spare the memory
+        # tier the entries this is composed from.
+        return _json_bytes(200, _compact(mini), cache_control(identity))
 
     async def identity_report(self, request: web.Request) -> web.Response:
         identity = await self.cached.lookup(

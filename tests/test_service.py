@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import time
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from cache import CachedResolver, MemoryStore, SqliteStore, TieredStore
@@ -20,6 +20,7 @@ from resolver import Config, Identity, Resolver, Status
 from server import Service, Settings, xrpc_errors
 from server.service import AnswerCache
 from tests import metrics
+from tests.cache_model import Clock, LoopThread, start_daemon, stop_daemons
 from tests.daemon import Daemon, running_daemon
 from tests.devnet.network import DevnetState
 from tests.forwarder import PlcStandIn
@@ -487,8 +488,12 @@ def test_the_start_up_line_says_what_the_daemon_resolves_through(
 # --- the answer cache: a hit is ready bytes, never an answer an entry no longer backs --------
 
 
-def _kept(answers: AnswerCache, identity: Identity, key: str = "/q") -> None:
-    answers.put(key, identity, web.Response(body=b'{"did":"x"}'), answers.changes)
+DOCUMENT = b'{"id":"did:plc:a"}'
+HANDLE_A = XRPC + "resolveHandle?handle=a.test"
+
+
+def _kept(answers: AnswerCache, identity: Identity, document: bytes | None = DOCUMENT) -> None:
+    answers.put(identity, document, answers.changes)
 
 
 async def test_an_answer_is_kept_while_fresh_and_dropped_when_an_entry_it_rests_on_changes() -> (
@@ -499,23 +504,24 @@ async def test_an_answer_is_kept_while_fresh_and_dropped_when_an_entry_it_rests_
     answers = AnswerCache(store, clock=lambda: now[0])
     _kept(answers, verified("did:plc:a", "a.test", fresh_for=60))
     now[0] += 59  # past the old half-second limit, still fresh
-    found = answers.get("/q")
-    assert (
-        found is not None
-        and found[2] == "public, max-age=1, stale-while-revalidate=60, stale-if-error=60"
+    found = answers.get(HANDLE_A)
+    assert found == (
+        b'{"did":"did:plc:a"}',
+        "public, max-age=1, stale-while-revalidate=60, stale-if-error=60",
     )
     now[0] += 2
-    assert answers.get("/q") is None  # never past its fresh window
+    assert answers.get(HANDLE_A) is None  # never past its fresh window
     for changed in ("d:did:plc:a", "h:a.test"):
         _kept(answers, verified("did:plc:a", "a.test"))
         await store.put("h:other.test", b"x", now[0] + 60)
-        assert answers.get("/q") is not None  # another entry changed: still true
+        assert answers.get(HANDLE_A) is not None  # another entry changed: still true
         await store.delete([changed])
-        assert answers.get("/q") is None, changed
+        assert answers.get(HANDLE_A) is None, changed
+        assert answers.get(XRPC + "resolveDid?did=did:plc:a") is None, changed
     _kept(answers, verified("did:plc:a", "a.test"))
     store.announce(["d:did:plc:a"])  # what the key means changed (an account's status)
-    assert answers.get("/q") is None
-    assert answers._resting == {}  # nothing left pointing at dropped answers
+    assert answers.get(HANDLE_A) is None
+    assert len(answers._records) == 0  # nothing left under either key
 
 
 async def test_an_answer_looked_up_across_a_change_is_not_kept() -> None:
@@ -523,8 +529,8 @@ async def test_an_answer_looked_up_across_a_change_is_not_kept() -> None:
     answers = AnswerCache(store)
     before = answers.changes
     await store.put("d:did:plc:a", b"new", time.time() + 60)  # while the lookup ran
-    answers.put("/q", verified("did:plc:a", "a.test"), web.Response(body=b"{}"), before)
-    assert answers.get("/q") is None
+    answers.put(verified("did:plc:a", "a.test"), DOCUMENT, before)
+    assert answers.get(HANDLE_A) is None
 
 
 async def test_answers_are_kept_half_a_second_while_other_processes_changes_are_not_followed(
@@ -536,16 +542,16 @@ async def test_answers_are_kept_half_a_second_while_other_processes_changes_are_
     assert not store.following  # not yet watching
     _kept(answers, verified("did:plc:a", "a.test"))
     now[0] += 0.4
-    assert answers.get("/q") is not None
+    assert answers.get(HANDLE_A) is not None
     now[0] += 0.2
-    assert answers.get("/q") is None
+    assert answers.get(HANDLE_A) is None
     await store.close()
 
 
 async def test_a_kept_answer_spares_the_memory_tier_its_entries(tmp_path: Path) -> None:
-    """A hot identity is held once in memory, as its rendered answers, not also as the
-    entries they were composed from, while the store below holds those (issue 18: 3.2 KB
-    per identity, a third of it such copies); memory alone keeps its entries."""
+    """A hot identity is held once in memory, as the record its answers are rendered from,
+    not also as the entries it was composed from, while the store below holds those (issue
+    18: 3.2 KB per identity, a third of it such copies); memory alone keeps its entries."""
     tier = TieredStore(MemoryStore(), SqliteStore(tmp_path / "c.db"))
     alone = MemoryStore()
     for store in (tier, alone):
@@ -553,7 +559,7 @@ async def test_a_kept_answer_spares_the_memory_tier_its_entries(tmp_path: Path) 
         for key in ("h:a.test", "d:did:plc:a"):
             await store.put(key, b"entry", time.time() + 60)
         _kept(answers, verified("did:plc:a", "a.test"))
-        assert answers.get("/q") is not None
+        assert answers.get(HANDLE_A) is not None
     assert tier.memory.slot("h:a.test") is None and tier.memory.slot("d:did:plc:a") is None
     found = await tier.get("d:did:plc:a")  # read back from below to compose a new answer
     assert found is not None and found.value == b"entry"
@@ -564,31 +570,119 @@ async def test_a_kept_answer_spares_the_memory_tier_its_entries(tmp_path: Path) 
 def test_answers_pushed_out_by_the_bound_leave_nothing_behind() -> None:
     answers = AnswerCache(MemoryStore(), max_bytes=10_000)
     for i in range(1000):
-        _kept(answers, verified(f"did:plc:{i}", f"u{i}.test"), key=f"/q{i}")
+        _kept(answers, verified(f"did:plc:{i}", f"u{i}.test"))
     assert answers.used_bytes <= 10_000
-    held = sum(answers.get(f"/q{i}") is not None for i in range(1000))
-    assert 0 < held < 1000
-    assert len(answers._resting) == 2 * held
+    by_did = [answers.get(f"{XRPC}resolveDid?did=did:plc:{i}") is not None for i in range(1000)]
+    by_handle = [answers.get(f"{XRPC}resolveHandle?handle=u{i}.test") for i in range(1000)]
+    assert 0 < sum(by_did) < 1000
+    assert [found is not None for found in by_handle] == by_did  # both keys, or neither
+    assert len(answers._records) == 2 * sum(by_did)
 
 
-def test_an_identity_asked_for_in_many_spellings_keeps_a_bounded_number_of_answers() -> None:
-    """Every query string is its own answer: `?did=X&a=1`, `&a=2`, … of one identity must
-    not pile up answers on its entries (each change would then drop them one by one)."""
+def _as(identity: Identity, status: Status, **changes: str | None) -> Identity:
+    return dataclasses.replace(identity, status=status, **changes)  # type: ignore[arg-type]
+
+
+def test_one_record_answers_each_method_only_what_the_method_would() -> None:
+    """An identity's record answers resolveHandle, resolveDid and resolveIdentity, by DID and
+    by handle, for the one spelling of each question it can be sure of; everything else
+    goes the long way (None here)."""
     answers = AnswerCache(MemoryStore())
-    for i in range(3 * AnswerCache.MAX_RESTING):
-        _kept(answers, verified("did:plc:a", "a.test"), key=f"/q?did=did:plc:a&a={i}")
-    held = [i for i in range(3 * AnswerCache.MAX_RESTING) if answers.get(f"/q?did=did:plc:a&a={i}")]
-    assert held == list(range(AnswerCache.MAX_RESTING))
-    named = {
-        id(entry) for i in held for entry in answers._answers.peek(f"/q?did=did:plc:a&a={i}")[-2:]
-    }
-    assert len(named) == 2  # every answer names its two entries with the same two strings
-    assert {len(keys) for keys in answers._resting.values()} == {1 + AnswerCache.MAX_RESTING}
-    _kept(answers, verified("did:plc:b", "b.test"), key="/q?did=did:plc:b")
-    assert answers.get("/q?did=did:plc:b") is not None  # other identities are kept as before
+    _kept(answers, verified("did:plc:a", "a.test"))
+
+    def body(question: str) -> bytes | None:
+        found = answers.get(XRPC + question)
+        return found[0] if found else None
+
+    full = b'{"did":"did:plc:a","handle":"a.test","didDoc":{"id":"did:plc:a"}}'
+    assert body("resolveHandle?handle=a.test") == b'{"did":"did:plc:a"}'
+    assert body("resolveDid?did=did:plc:a") == b'{"didDoc":{"id":"did:plc:a"}}'
+    assert body("resolveDid?did=did%3Aplc%3Aa") == b'{"didDoc":{"id":"did:plc:a"}}'
+    assert body("resolveIdentity?identifier=a.test") == full
+    assert body("resolveIdentity?identifier=did:plc:a") == full
+    for other in (
+        "resolveHandle?handle=A.test",  # the long way lower-cases it
+        "resolveHandle?handle=did:plc:a",
+        "resolveHandle?handle=a.test&x=1",
+        "resolveDid?did=a.test",
+        "resolveDid?handle=a.test",
+        "resolveIdentity?handle=a.test",
+        "refreshIdentity?identifier=a.test",
+    ):
+        assert body(other) is None, other
+    assert answers.get("/xrpc/com.bad-example.identity.resolveMiniDoc?identifier=a.test") is None
+
+    # a DID whose handle does not verify: no answer by that handle, handle.invalid by DID
+    _kept(answers, _as(verified("did:plc:b", "b.test"), Status.HANDLE_MISMATCH, query="did:plc:b"))
+    assert body("resolveHandle?handle=b.test") is None
+    assert body("resolveIdentity?identifier=b.test") is None
+    shown = body("resolveIdentity?identifier=did:plc:b")
+    assert shown == b'{"did":"did:plc:b","handle":"handle.invalid","didDoc":{"id":"did:plc:a"}}'
+    # a handle that could not be checked: resolveIdentity fails, the document is served
+    _kept(answers, _as(verified("did:plc:c", "c.test"), Status.UNAVAILABLE))
+    assert body("resolveIdentity?identifier=did:plc:c") is None
+    assert body("resolveDid?did=did:plc:c") is not None
+    # no document to serve: only resolveHandle answers
+    _kept(answers, verified("did:plc:d", "d.test"), document=None)
+    assert body("resolveHandle?handle=d.test") == b'{"did":"did:plc:d"}'
+    assert body("resolveDid?did=did:plc:d") is None
+    assert body("resolveIdentity?identifier=d.test") is None
+
+
+def test_a_handle_holds_one_record_and_another_handles_lookup_keeps_none() -> None:
+    """A DID that declares a handle another DID holds takes the handle's key: the other
+    record goes whole (under its DID too), never half. A lookup of a handle that names
+    another DID's document rests on that handle too, which no record is kept under."""
+    answers = AnswerCache(MemoryStore())
+    _kept(answers, verified("did:plc:a", "a.test"))
+    claim = _as(verified("did:plc:x", "a.test"), Status.HANDLE_MISMATCH, handle_queried=None)
+    _kept(answers, claim)
+    assert answers.get(HANDLE_A) is None
+    assert answers.get(XRPC + "resolveDid?did=did:plc:a") is None
+    assert answers.get(XRPC + "resolveDid?did=did:plc:x") is not None
+    assert len(answers._records) == 2
     answers.changed(["h:a.test"])
-    assert not any(answers.get(f"/q?did=did:plc:a&a={i}") for i in range(AnswerCache.MAX_RESTING))
-    assert answers._resting == {
-        "h:b.test": ("h:b.test", "/q?did=did:plc:b"),
-        "d:did:plc:b": ("d:did:plc:b", "/q?did=did:plc:b"),
-    }
+    assert len(answers._records) == 0
+    other = _as(verified("did:plc:y", "y.test"), Status.HANDLE_MISMATCH, handle_queried="z.test")
+    _kept(answers, other)
+    assert answers.get(XRPC + "resolveDid?did=did:plc:y") is None
+
+
+def test_a_kept_answer_is_what_its_method_answered(devnet: DevnetState, tmp_path: Path) -> None:
+    """Each method's kept answer, rendered from the identity's record, is byte for byte what
+    the method answered (asked twice: resolved, then composed from the cache and kept),
+    with the same Cache-Control; also for a DID sent percent-encoded, as the TypeScript and
+    Go clients send it, and for a DID whose handle does not verify. A spelling the record
+    does not answer (an upper-case handle) is answered the long way, the same."""
+    alice, trent = devnet.did("alice"), devnet.did("trent")
+    questions = [
+        "resolveHandle?handle=alice.test",
+        f"resolveDid?did={alice}",
+        f"resolveDid?did={alice.replace(':', '%3A')}",
+        "resolveIdentity?identifier=alice.test",
+        f"resolveIdentity?identifier={alice}",
+        f"resolveIdentity?identifier={trent}",  # claims alice.test: handle.invalid
+        f"resolveDid?did={trent}",
+    ]
+    loop = LoopThread()
+    store = TieredStore(MemoryStore(), SqliteStore(tmp_path / "c.db"))
+    daemon = loop.run(start_daemon(Resolver(devnet.config()), store, Clock()))
+    try:
+        with httpx.Client(base_url=daemon.url) as client:
+            for question in questions:
+                target = XRPC + question
+                answered = [client.get(target) for _ in range(2)]
+                kept = daemon.service.answers.get(target)
+                assert kept is not None, question
+                for answer in (*answered, client.get(target)):
+                    assert answer.status_code == 200, question
+                    assert answer.content == kept[0], question
+                    assert answer.headers["Cache-Control"] == kept[1], question
+            upper = client.get(XRPC + "resolveHandle?handle=ALICE.test")
+            assert upper.json() == {"did": alice}
+            assert daemon.service.answers.get(XRPC + "resolveHandle?handle=ALICE.test") is None
+            shown = client.get(XRPC + f"resolveIdentity?identifier={trent}").json()
+            assert shown["handle"] == "handle.invalid"
+    finally:
+        stop_daemons(loop, [daemon])
+        loop.stop()

@@ -7,12 +7,16 @@ import dataclasses
 import json
 import re
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 
 from cache import CachedResolver, MemoryStore, SqliteStore, TieredStore
 from cli import settings
@@ -686,3 +690,23 @@ def test_a_kept_answer_is_what_its_method_answered(devnet: DevnetState, tmp_path
     finally:
         stop_daemons(loop, [daemon])
         loop.stop()
+
+
+@examples(max_examples=500, deadline=None)
+@given(
+    st.sampled_from(["resolveHandle?handle=", "resolveDid?did=", "resolveIdentity?identifier="]),
+    st.one_of(st.sampled_from(["a.test", "did:plc:a", "A.test"]), st.text(max_size=40)),
+    st.sampled_from(["", "%", "&x=1", "#"]),
+    st.booleans(),
+)
+def test_a_strangers_target_is_answered_from_a_record_or_not_at_all(
+    question: str, value: str, tail: str, encoded: bool
+) -> None:
+    """The target is read as sent, by hand: whatever the bytes, a lookup answers what the
+    record says for exactly its DID or handle, or nothing; it never raises."""
+    answers = AnswerCache(MemoryStore())
+    _kept(answers, verified("did:plc:a", "a.test"))
+    sent = urllib.parse.quote(value, safe="") if encoded else value
+    found = answers.get(XRPC + question + sent + tail)
+    if found is not None:
+        assert tail == "" and value in ("a.test", "did:plc:a")

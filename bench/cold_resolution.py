@@ -3,7 +3,10 @@ response: atwhois (both methods at once, bidirectional check) against the Python
 `AsyncIdResolver` and Bluesky's TypeScript `@atproto/identity` (both: DNS, then HTTPS;
 handle -> DID -> document, no check), in one run.
 
-    python -m bench cold [--delay-ms 50] [--lookups 600] [--concurrency 32]
+    python -m bench cold [--delay-ms 50] [--lookups 600] [--concurrency 32] [--loop uvloop]
+
+Every lookup in process runs on uvloop's event loop, as atwhois's commands run theirs
+(`--loop asyncio`: the standard library's, for comparison); the SDK shares the loop.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 import httpcore
 import httpx
+import uvloop
 from atproto_identity.resolver import AsyncIdResolver
 
 from bench import Row
@@ -251,9 +255,13 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--delay-ms", type=float, default=50)
     parser.add_argument("--lookups", type=int, default=600)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     args = parser.parse_args(argv)
+    loop = uvloop.new_event_loop if args.loop == "uvloop" else asyncio.new_event_loop
     with (
         tempfile.TemporaryDirectory(prefix="atwhois-bench-") as workdir,
         running_devnet(Path(workdir), delay_ms=args.delay_ms) as devnet,
+        asyncio.Runner(loop_factory=loop) as runner,
     ):
-        return asyncio.run(run(devnet, args.lookups, args.concurrency, args.delay_ms))
+        print(f"event loop: {args.loop}")
+        return runner.run(run(devnet, args.lookups, args.concurrency, args.delay_ms))

@@ -200,9 +200,10 @@ class RequestLog:
 # What one identity's answers are rendered from: kept until, fresh until, servable until, its
 # DID, its declared handle (or None), whether that handle is verified, whether
 # resolveIdentity answers by its DID (not while its handle could not be checked), its
-# document packed (None: resolveDid and resolveIdentity do not answer from here). One record
-# under its DID and its handle answers every method: each answer kept whole cost 2 KB per
-# identity (two bodies, two request targets, an index of what they rested on), this 0.7.
+# document deflated (None: resolveDid and resolveIdentity do not answer from here). One
+# record under its DID and its handle answers every method: each answer kept whole cost
+# 1.5 KB of objects per identity (two bodies, two request targets, an index of what they
+# rested on), the record about 560 B.
 _Record = tuple[float, float, float, str, str | None, bool, bool, bytes | None]
 
 _XRPC = "/xrpc/com.atproto.identity."
@@ -236,7 +237,7 @@ def _document_answer(method: str, name: str, key: str, record: _Record) -> bytes
 
 class AnswerCache:
     """What fresh cache hits answer, rendered from a record per identity (its DID, handle
-    verdict and packed document), so that a hit is a dictionary lookup and a few joins. A
+    verdict and deflated document), so that a hit is a dictionary lookup and a few joins. A
     record is kept until its fresh window ends (never a stale one: that must reach the cache
     to be revalidated), within a bound in bytes, and dropped as soon as the store says an
     entry it rests on changed, here or in another process; while the store cannot follow

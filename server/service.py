@@ -589,18 +589,21 @@ class Service:
         if identity.status is not Status.VERIFIED:
             raise self._failure(identity, xrpc_errors.RESOLVE_HANDLE)
         assert identity.did is not None  # verified
-        return self._answer(request, identity, _did_body(identity.did))
+        body = _did_body(identity.did)
+        return self._answer(request, identity, body, _servable_document(identity))
 
-    def _answer(self, request: web.Request, identity: Identity, body: bytes) -> web.Response:
-        """`body`, and what `identity` answers kept for the next requests."""
-        document = _servable_document(identity)
+    def _answer(
+        self, request: web.Request, identity: Identity, body: bytes, document: bytes | None
+    ) -> web.Response:
+        """`body`, and what `identity` answers kept for the next requests (`document`: its
+        servable document, or None)."""
         self.answers.put(identity, document, request[_CHANGES_BEFORE])
         return _json_bytes(200, body, cache_control(identity))
 
     async def resolve_did(self, request: web.Request) -> web.Response:
         identity = await self._lookup(self._param(request, "did", "did"))
         document = self._document(identity, xrpc_errors.RESOLVE_DID)
-        return self._answer(request, identity, _with_document({}, document))
+        return self._answer(request, identity, _with_document({}, document), document)
 
     def _identity_info(self, identity: Identity, identifier: str) -> tuple[dict[str, Any], bytes]:
         """DID and verified handle (or `handle.invalid`), and the document. A handle that
@@ -619,7 +622,7 @@ class Service:
         identifier = self._param(request, "identifier", "at-identifier")
         identity = await self._lookup(identifier)
         fields, document = self._identity_info(identity, identifier)
-        return self._answer(request, identity, _with_document(fields, document))
+        return self._answer(request, identity, _with_document(fields, document), document)
 
     def _cors_origin(self, request: web.BaseRequest) -> str | None:
         """What `Access-Control-Allow-Origin` says for this request: CORS is for the read

@@ -28,13 +28,13 @@ def dag_cbor(value: Any) -> bytes:
 
 def cid_of(encoded: bytes) -> str:
     """P-CID-1: the CID string of DAG-CBOR bytes (`b` + base32 of the binary CID)."""
-    return str(libipld.encode_multibase("b", _CID_PREFIX + hashlib.sha256(encoded).digest()))
+    return libipld.encode_multibase("b", _CID_PREFIX + hashlib.sha256(encoded).digest())
 
 
 def did_of_genesis(encoded_signed_genesis: bytes) -> str:
     """P-DID-1: `did:plc:` + the first 24 base32 characters of the signed genesis' hash."""
     digest = hashlib.sha256(encoded_signed_genesis).digest()
-    return "did:plc:" + str(libipld.encode_multibase("b", digest))[1:25]
+    return "did:plc:" + libipld.encode_multibase("b", digest)[1:25]
 
 
 def unsigned(operation: dict[str, Any]) -> dict[str, Any]:

@@ -62,15 +62,15 @@ class ExportCheck:
         if not line.strip():
             return
         summary = self.summary
-        entry = export_entry(line)
-        if entry is None:
-            summary.bad_lines += 1
-            summary.by_rule["§12"] += 1
-            return
-        did = entry["did"]
-        run = self._replays.get(did)
+        entry = _entry(line)
+        # A DID already replayed was checked when its first line came.
+        run = self._replays.get(entry["did"]) if entry is not None else None
         if run is None:
-            run = self._replays[did] = Replay(did, keep_records=False)
+            if entry is None or not _is_plc_did(entry["did"]):
+                summary.bad_lines += 1
+                summary.by_rule["§12"] += 1
+                return
+            run = self._replays[entry["did"]] = Replay(entry["did"], keep_records=False)
             summary.dids += 1
         run.add(entry)
         summary.ops += 1
@@ -138,17 +138,27 @@ def route(line: str | bytes) -> int:
 
 def export_entry(line: str | bytes) -> dict[str, Any] | None:
     """One export line as an entry with a well-formed did:plc, or None."""
+    entry = _entry(line)
+    return entry if entry is not None and _is_plc_did(entry["did"]) else None
+
+
+def _entry(line: str | bytes) -> dict[str, Any] | None:
+    """One export line as an entry with a `did` string, or None."""
     try:
         entry = parse_json(line)
     except ValueError:
         return None
     if not isinstance(entry, dict) or not isinstance(entry.get("did"), str):
         return None
-    try:
-        check_plc_did(entry["did"])
-    except InvalidDid:
-        return None
     return entry  # either line format: the seq one's `type` and `seq` are not read
+
+
+def _is_plc_did(did: str) -> bool:
+    try:
+        check_plc_did(did)
+    except InvalidDid:
+        return False
+    return True
 
 
 def _drain(run: Replay, summary: ExportSummary, known_bad: frozenset[str]) -> None:

@@ -6,8 +6,7 @@ naming the rule; it never lets a `KeyError` or `TypeError` out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 OpType = Literal["plc_operation", "plc_tombstone", "create"]
 
@@ -25,14 +24,15 @@ class BadOperation(ValueError):
         self.rule = rule
 
 
-@dataclass(frozen=True, slots=True)
-class Service:
+# Named tuples, not frozen dataclasses: an export check builds three of these per op, and a
+# frozen dataclass sets each field through object.__setattr__ (0.63 against 0.25 us for a
+# State).
+class Service(NamedTuple):
     type: str
     endpoint: str
 
 
-@dataclass(frozen=True, slots=True)
-class State:
+class State(NamedTuple):
     """P-STATE-1: what a regular (or normalized legacy) operation sets."""
 
     rotation_keys: tuple[str, ...]
@@ -47,8 +47,7 @@ class State:
         return dict(self.services).get(name)
 
 
-@dataclass(frozen=True, slots=True)
-class Operation:
+class Operation(NamedTuple):
     type: OpType
     prev: str | None
     sig: str

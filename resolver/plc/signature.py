@@ -42,14 +42,18 @@ class BadSignature(ValueError):
 
 _TO_STANDARD = bytes.maketrans(b"-_", b"+/")  # base64url to the alphabet binascii reads
 
-# The one spelling of 64 bytes: 86 characters, the last one's four padding bits zero.
-_CANONICAL_64 = re.compile(r"[A-Za-z0-9_-]{85}[AQgw]")
-
 
 def decode_signature(text: str) -> bytes:
     """P-SIG-3/4: base64url, no `=` padding, zero padding bits, nothing else, 64 bytes."""
-    if _CANONICAL_64.fullmatch(text) is not None:  # what every well-formed op carries
-        return binascii.a2b_base64(text.encode().translate(_TO_STANDARD) + b"==")
+    # What every well-formed op carries, the one spelling of 64 bytes: 86 characters of
+    # the URL-safe alphabet (strict_mode refuses any other), the last one's four padding
+    # bits zero. Cheaper than a regular expression over the 86 characters.
+    if len(text) == 86 and text[85] in "AQgw" and "+" not in text and "/" not in text:
+        try:
+            standard = text.encode("ascii").translate(_TO_STANDARD)
+            return binascii.a2b_base64(standard + b"==", strict_mode=True)
+        except (UnicodeEncodeError, binascii.Error):
+            pass  # not base64url: the checks below say how
     if "\r" in text or "\n" in text:
         raise BadSignature("signature contains CR or LF", "P-SIG-4")
     if "=" in text:

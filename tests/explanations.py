@@ -50,6 +50,8 @@ def answer(work: Callable[[], Any]) -> Any:
 
 
 def _plain(value: Any) -> Any:
+    if hasattr(value, "_asdict"):  # a named tuple reads as its fields, as a dataclass does
+        return {k: _plain(v) for k, v in value._asdict().items()}
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     if isinstance(value, dict):

@@ -99,6 +99,23 @@ def test_legacy_genesis_keys_and_warnings() -> None:
     assert streaming.warnings == [] and streaming.audit().valid == empty.valid
 
 
+@pytest.mark.parametrize("name", sorted(LOGS))
+def test_a_streaming_replay_keeps_only_its_heads_op_and_judges_as_the_whole_one(name: str) -> None:
+    """A replay that keeps no records (an export check, the mirror) keeps of an op that is
+    no longer the head only its keys: a recovery forking from it (P-NULL-2, P-NULL-4) and
+    every other verdict come out as in the replay that keeps everything."""
+    log = LOGS[name]
+    whole = replay(log[0]["did"], log)
+    streaming = Replay(log[0]["did"], keep_records=False)
+    for entry in log:
+        streaming.add(entry)
+    kept = [streaming.nodes[cid].op is not None for cid in streaming.chain]
+    assert kept == [False] * (len(kept) - 1) + [True] * bool(kept)
+    audit = streaming.audit()
+    assert [str(f) for f in audit.findings] == [str(f) for f in whole.findings]
+    assert (audit.state, audit.deactivated) == (whole.state, whole.deactivated)
+
+
 def test_every_cid_recomputes() -> None:
     for log in LOGS.values():
         for entry in log:

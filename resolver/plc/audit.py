@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..document import declared_handle
@@ -19,6 +19,7 @@ from .operation import BadOperation, Operation, State, parse_operation
 from .signature import BadSignature, decode_signature, verify, why_unverified
 
 RECOVERY_WINDOW = datetime.timedelta(hours=72)  # P-NULL-2
+_NOTHING_NULLIFIED: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ class OpRecord:
     nullified_by: str | None = None
     logged_nullified: bool | None = None
     changes: tuple[str, ...] = ()
-    findings: list[Finding] = field(default_factory=list)
+    findings: tuple[Finding, ...] = ()  # a list per op cost 56 B in every replay kept
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,10 +95,13 @@ class Audit:
 
 @dataclass(slots=True)
 class _Node:
-    op: Operation
+    # None once a later op is accepted, in a replay that keeps no records: only the head's
+    # op is read then, and a whole op is about 1 KB in every replay kept
+    op: Operation | None
     created: datetime.datetime
     record: OpRecord
-    allowed: tuple[str, ...]  # keys that may still sign a child (P-NULL-4 narrows it)
+    signers: tuple[str, ...]  # the keys it names, which may sign a child (P-SIG-5)
+    allowed: tuple[str, ...]  # those that may still sign a child (P-NULL-4 narrows it)
     child: str | None = None  # its child in the active chain
 
 
@@ -149,7 +153,9 @@ class Replay:
         self.records: list[OpRecord] = []
         self.nodes: dict[str, _Node] = {}
         self.chain: list[str] = []  # the active chain still open to forks, head last
-        self.nullified: set[str] = set()
+        # what recoveries nullified: rare, so kept immutable and the empty one shared (an
+        # empty set cost 216 B in every replay)
+        self.nullified = _NOTHING_NULLIFIED
         self.displaced: list[str] = []  # the ops the last `add` nullified
         self.latest: datetime.datetime | None = None  # the latest createdAt read
         self.trusted_signer: int | None = None  # set by `restore` only
@@ -176,7 +182,7 @@ class Replay:
             self._add(entry, record)
         except _Rejected as err:
             finding = Finding(err.rule, str(err), record.index, record.cid or None)
-            record.findings.append(finding)
+            record.findings += (finding,)
             self.findings.append(finding)
         return record
 
@@ -279,11 +285,11 @@ class Replay:
         parent = self.nodes.get(op.prev)
         if parent is None:
             raise _Rejected("P-NULL-3", f"prev {op.prev} is not an open op of this DID")
-        if not parent.op.signers:
+        if not parent.signers:
             raise _Rejected("P-SIG-5", "prev is a tombstone: no keys to verify against")
         signer = self._sign_index(parent.allowed, message, signature)
         if signer is None:
-            weaker = _signer(parent.op.signers, message, signature)
+            weaker = _signer(parent.signers, message, signature)
             if weaker is not None:
                 raise _Rejected(
                     "P-NULL-2",
@@ -307,14 +313,15 @@ class Replay:
             for cid in displaced:
                 nullified = self.nodes.pop(cid).record
                 nullified.nullified, nullified.nullified_by = True, record.cid
-                self.nullified.add(cid)
+                self.nullified |= {cid}
                 self._settle(nullified)
             del self.chain[position + 1 :]
         parent.allowed = parent.allowed[:signer]  # P-NULL-4
         parent.child = record.cid
-        self._accept(op, created, record, signer, parent.op.signers)
+        self._accept(op, created, record, signer, parent.signers)
         if not self.keep_records:
             return
+        assert parent.op is not None  # kept whole while records are kept
         record.changes = _describe_change(parent.op.state, op.state)
         if displaced:
             what = f"recovery: nullifies {len(displaced)} op(s)"
@@ -335,7 +342,9 @@ class Replay:
     ) -> None:
         record.accepted = True
         record.signer_index, record.signer_key = signer, keys[signer]
-        self.nodes[record.cid] = _Node(op, created, record, op.signers)
+        if self.chain and not self.keep_records:
+            self.nodes[self.chain[-1]].op = None  # no longer the head
+        self.nodes[record.cid] = _Node(op, created, record, op.signers, op.signers)
         self.chain.append(record.cid)
 
     def _settle(self, record: OpRecord) -> None:
@@ -348,7 +357,7 @@ class Replay:
                 record.index,
                 record.cid,
             )
-            record.findings.append(finding)
+            record.findings += (finding,)
             self.findings.append(finding)
 
     def prune(self, now: datetime.datetime | None = None) -> None:

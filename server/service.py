@@ -230,7 +230,7 @@ def _document_answer(method: str, name: str, key: str, record: _Record) -> bytes
         return _with_document({}, inflate(packed)) if name == "did" and not by_handle else None
     answers = verified if by_handle else by_did_ok  # by handle, only a verified one
     if method == "resolveIdentity" and name == "identifier" and answers:
-        shown = handle if verified else INVALID_HANDLE
+        shown = handle if verified and handle else INVALID_HANDLE  # Identity.handle's rule
         return _with_document({"did": did, "handle": shown}, inflate(packed))
     return None
 

@@ -24,10 +24,10 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from resolver.config import Config
 from resolver.errors import InvalidInput
@@ -658,10 +658,6 @@ def _known_bad(paths: list[str]) -> frozenset[str]:
     return frozenset(items)
 
 
-def _lines(file: IO[bytes]) -> Iterator[bytes]:
-    yield from file
-
-
 def verify_export_command(args: argparse.Namespace) -> int:
     from resolver.plc.export import verify_export
 
@@ -689,12 +685,10 @@ def verify_export_command(args: argparse.Namespace) -> int:
     with source:
         if workers:
             summary = verify_export_in_workers(
-                _lines(source), workers, known_bad=known_bad, progress=progress
+                source, workers, known_bad=known_bad, progress=progress
             )
         else:
-            summary = verify_export(
-                freezing(_lines(source)), known_bad=known_bad, progress=progress
-            )
+            summary = verify_export(freezing(source), known_bad=known_bad, progress=progress)
     if args.json:
         _print(json.dumps(summary.to_json(), indent=2))
     else:

@@ -24,8 +24,8 @@ test: setup
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check resolver cache server cli audit stream mirror tests bench
-	$(VENV)/bin/ruff format --check resolver cache server cli audit stream mirror tests bench
+	$(VENV)/bin/ruff check foundation resolver cache server cli audit stream mirror tests bench
+	$(VENV)/bin/ruff format --check foundation resolver cache server cli audit stream mirror tests bench
 	$(VENV)/bin/mypy
 
 ## The test network in the foreground; prints how to point atwhois at it.

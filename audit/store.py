@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from foundation import data_path
+
 from .checks import Check, iso
 from .findings import KINDS, Finding
 
@@ -67,8 +69,7 @@ class State:
 
 
 def default_audit_path() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "atwhois" / "audit.db"
+    return data_path("audit.db")
 
 
 @dataclass(frozen=True, slots=True)

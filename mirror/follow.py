@@ -27,10 +27,10 @@ from typing import Any
 import httpx
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from foundation import Backoff
 from resolver.errors import ResponseTooLarge, UpstreamFailure
 from resolver.plc.audit import parse_time
 from resolver.plc.document import compare_state, state_from_data
-from stream.subscriber import Backoff
 
 from .replica import Page, PageResult, Replica
 from .store import Batch, SqlMirrorStore

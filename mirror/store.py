@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from audit.store import default_audit_path
+from foundation import data_path
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -386,4 +386,4 @@ def open_mirror_store(where: str | Path, *, writable: bool = True) -> SqlMirrorS
 
 def default_mirror_path() -> Path:
     """Beside the audit history: a mirror is data that took hours to verify, not a cache."""
-    return default_audit_path().with_name("plc-mirror.db")
+    return data_path("plc-mirror.db")

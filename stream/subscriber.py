@@ -19,7 +19,6 @@ import contextlib
 import datetime
 import json
 import logging
-import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -29,6 +28,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from cache.stores.base import Store
+from foundation import Backoff
 
 from .frames import (
     AccountEvent,
@@ -83,25 +83,6 @@ class StoreCursor:
             await self.store.delete([self.key])
         else:
             await self.store.put(self.key, str(seq).encode(), time.time() + self.KEEP)
-
-
-@dataclass
-class Backoff:
-    """Full jitter: a random wait up to base·2ⁿ (capped), so that many daemons that lost the
-    same relay do not come back at the same instant."""
-
-    base: float = 0.5
-    cap: float = 30.0
-    rng: random.Random = field(default_factory=random.Random)
-    failures: int = 0
-
-    def next(self) -> float:
-        ceiling = min(self.cap, self.base * 2**self.failures)
-        self.failures += 1
-        return self.rng.uniform(0, ceiling)
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 @dataclass

@@ -14,9 +14,10 @@ from typing import Any
 
 import httpx
 
+from foundation import Backoff
 from resolver import Config, Resolver, Status
 from stream import AccountEvent, IdentityEvent
-from stream.subscriber import Backoff, MemoryCursor, Subscriber
+from stream.subscriber import MemoryCursor, Subscriber
 from tests import metrics
 from tests.daemon import Daemon, running_daemon
 from tests.devnet import world

@@ -15,8 +15,9 @@ import pytest
 from aiohttp import web
 
 from cache.stores.sqlite import SqliteStore
+from foundation import Backoff
 from stream import AccountEvent, IdentityEvent
-from stream.subscriber import PATH, Backoff, MemoryCursor, StoreCursor, Subscriber
+from stream.subscriber import PATH, MemoryCursor, StoreCursor, Subscriber
 from tests import stream_frames as f
 
 

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
+
+from foundation import cache_path
 
 from .base import SharedStore, Store, Stored
 from .memory import MemoryStore
@@ -29,8 +30,7 @@ DEFAULT_MEMORY_BYTES = 64 * 1024 * 1024
 
 
 def default_sqlite_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "atwhois" / "cache.db"
+    return cache_path("cache.db")
 
 
 def open_store(

@@ -2,7 +2,8 @@
 
 from .checks import Check
 from .findings import KINDS, Finding, Severity, compare
-from .runner import Auditor, RunReport
+from .report import RunReport
+from .runner import Auditor
 from .store import AuditStore, Watched, default_audit_path
 
 __all__ = [

@@ -18,7 +18,8 @@ from resolver.errors import InvalidInput
 from server.metrics import gauge
 from server.service import Service, XrpcError
 
-from .runner import Auditor, RunReport
+from .report import RunReport
+from .runner import Auditor
 
 log = logging.getLogger("atwhois.audit")
 

@@ -6,51 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
 
 from cache import CachedResolver
 
-from .checks import Check, iso
+from .checks import Check
 from .findings import Finding, compare
 from .processes import check_one
+from .report import RunReport
 from .store import AuditStore, Watched
 from .webhook import Webhook
 
 # This many identities failing on one upstream in one run are that upstream's outage.
 OUTAGE_MIN = 3
-
-
-@dataclass
-class RunReport:
-    run_id: int
-    source: str = "watch-list"
-    started_at: float = 0.0
-    finished_at: float | None = None
-    status: str = "running"  # finished, failed
-    total: int = 0
-    by_status: Counter[str] = field(default_factory=Counter)
-    findings: Counter[str] = field(default_factory=Counter)  # by kind
-    by_severity: Counter[str] = field(default_factory=Counter)  # the new findings'
-    seconds: float = 0.0
-    delivered: bool | None = None  # the webhook: None when there was nothing to send
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "source": self.source,
-            "started_at": iso(self.started_at),
-            "finished_at": iso(self.finished_at),
-            "status": self.status,
-            "total": self.total,
-            "by_status": dict(self.by_status),
-            "findings_by_kind": dict(self.findings),
-            "findings_by_severity": dict(self.by_severity),
-            "seconds": round(self.seconds, 3),
-            "webhook_delivered": self.delivered,
-        }
 
 
 class Auditor:

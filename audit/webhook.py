@@ -15,15 +15,13 @@ import hmac
 import json
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from .findings import Finding
-
-if TYPE_CHECKING:
-    from .runner import RunReport
-    from .store import AuditStore
+from .report import RunReport
+from .store import AuditStore
 
 log = logging.getLogger("atwhois.audit")
 FORMATS = ("json", "slack")

@@ -28,13 +28,13 @@ import uvloop
 from aiohttp import web
 
 from audit import Auditor, AuditStore, default_audit_path
-from audit.api import AuditApi
-from audit.pages import AuditPages
 from cache import CachedResolver, Lifetime, Policy, open_store
 from cache.stores import default_sqlite_path
 from mirror import Follower as MirrorFollower
 from mirror import MirrorApi, MirrorFetcher, default_mirror_path
 from resolver import Config, Resolver
+from server.audits_api import AuditApi
+from server.audits_pages import AuditPages
 from server.memory import small_tls_buffers, trim_periodically
 from server.service import MalformedRequestLog, Service, Settings
 from server.web import WebPages

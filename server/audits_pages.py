@@ -9,14 +9,14 @@ import urllib.parse
 
 from aiohttp import web
 
+from audit import AuditStore
+from audit.checks import iso
+from audit.findings import STATE_SEVERITY
 from resolver import Status
 from resolver.errors import InvalidInput
-from server.service import Service
-from server.web import page
 
-from .checks import iso
-from .findings import STATE_SEVERITY
-from .store import AuditStore
+from .service import Service
+from .web import page
 
 RECENT = 7 * 24 * 3600  # findings of the last week
 

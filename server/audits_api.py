@@ -14,12 +14,11 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from audit import Auditor, RunReport
 from resolver.errors import InvalidInput
-from server.metrics import gauge
-from server.service import Service, XrpcError
 
-from .report import RunReport
-from .runner import Auditor
+from .metrics import gauge
+from .service import Service, XrpcError
 
 log = logging.getLogger("atwhois.audit")
 

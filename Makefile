@@ -17,20 +17,20 @@ setup: $(STAMP)
 
 ## The main job: resolve and verify identities on the local test network.
 run: setup
-	$(PY) -m tests.devnet.demo
+	$(PY) -m devnet.demo
 
 ## The tests: set-up, the test network (started by the suite), pytest.
 test: setup
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check foundation resolver cache server cli audit stream mirror tests bench
-	$(VENV)/bin/ruff format --check foundation resolver cache server cli audit stream mirror tests bench
+	$(VENV)/bin/ruff check foundation resolver cache server cli audit stream mirror devnet tests bench
+	$(VENV)/bin/ruff format --check foundation resolver cache server cli audit stream mirror devnet tests bench
 	$(VENV)/bin/mypy
 
 ## The test network in the foreground; prints how to point atwhois at it.
 devnet: setup
-	$(PY) -m tests.devnet
+	$(PY) -m devnet
 
 ## A long model-based run of the cache (20,000 steps for each store unless
 ## ATWHOIS_SOAK_STEPS says otherwise): prints how many steps it ran and what it found.
@@ -40,14 +40,14 @@ soak: setup
 ## Fuzz every parser that takes a stranger's bytes, 100,000 inputs per target unless
 ## FUZZ_EXAMPLES says otherwise; prints each target's count and any crash (exit 1 on one).
 fuzz: setup
-	$(PY) -m tests.fuzz --examples $${FUZZ_EXAMPLES:-100000}
+	$(PY) -m tests.support.fuzz --examples $${FUZZ_EXAMPLES:-100000}
 
 ## Mutation testing of the rules' modules (resolver/plc, verdict, handle, document, syntax,
 ## configured in pyproject.toml): prints the kill rate and the surviving mutants.
 mutate: setup
 	rm -rf mutants
 	$(VENV)/bin/mutmut run --max-children 2 || true
-	$(PY) -m tests.mutation_report
+	$(PY) -m tests.support.mutation_report
 
 ## The versions the image installs (requirements.lock), from pyproject.toml's dependencies.
 lock: $(STAMP)
@@ -60,4 +60,4 @@ bench: setup
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) mutants tests/devnet/plc/node_modules
+	rm -rf $(VENV) mutants devnet/plc/node_modules

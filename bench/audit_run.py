@@ -21,8 +21,8 @@ from atproto_identity.resolver import AsyncIdResolver
 from bench import Row
 from bench.child import run_cli
 from bench.cold_resolution import sdk_resolver
-from tests.devnet import world
-from tests.devnet.network import DevnetState, running_devnet
+from devnet import world
+from devnet.network import DevnetState, running_devnet
 
 
 def audit_child(

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from cache import CachedResolver, MemoryStore, SqliteStore, Store, TieredStore
 from cache.stores.redis import RedisStore
+from devnet import world
+from devnet.network import DevnetState, running_devnet
 from resolver import Resolver
-from tests.devnet import world
-from tests.devnet.network import DevnetState, running_devnet
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

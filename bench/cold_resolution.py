@@ -31,10 +31,10 @@ import uvloop
 from atproto_identity.resolver import AsyncIdResolver
 
 from bench import Row
+from devnet.network import DevnetState, running_devnet
 from resolver import Resolver
 from resolver.dns import DnsClient
 from resolver.fetch import AddressGuard
-from tests.devnet.network import DevnetState, running_devnet
 
 # Verified identities of the world, by the method that resolves them.
 DNS_HANDLES = [

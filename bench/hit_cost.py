@@ -26,10 +26,10 @@ from aiohttp import web
 
 from bench import Row
 from cache import CachedResolver, MemoryStore
+from devnet.identities import verified
 from resolver import Resolver
 from resolver.config import Config
 from server.service import Service, Settings
-from tests.identities import verified
 
 XRPC = "/xrpc/com.atproto.identity."
 BATCH = 50  # requests per read, as a client keeping 100 connections busy sends them

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.daemon import Daemon, error_name, running_daemon
-from tests.devnet.network import running_devnet
-from tests.redis_server import RedisServer
+from devnet.atwhois import Daemon, error_name, running_daemon
+from devnet.network import running_devnet
+from devnet.redis_server import RedisServer
 
 XRPC = "/xrpc/com.atproto.identity.resolveDid"
 

@@ -27,14 +27,14 @@ import httpx
 
 from bench.child import run_cli
 from bench.serve_load import free_port, rotate_script, wait_for, wrk
+from devnet.atwhois import ATWHOIS
+from devnet.postgres import scratch_database
+from devnet.synthetic_plc import write_export
 from mirror.replica import Verifier
 from mirror.store import Batch, SqliteMirrorStore
 from resolver.plc.encoding import dag_cbor, unsigned
 from resolver.plc.export import export_entry
 from resolver.plc.signature import decode_signature, verify
-from tests.cli import ATWHOIS
-from tests.postgres import scratch_database
-from tests.synthetic_plc import write_export
 
 
 def _export_file(dids: int, ops_per_did: int) -> Path:

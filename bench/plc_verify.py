@@ -22,13 +22,13 @@ from coincurve.ecdsa import cdata_to_der, deserialize_compact
 from bench import Row
 from bench.child import run_cli
 from cli.export_workers import default_workers
+from devnet.synthetic_plc import write_export
 from resolver.keys import parse_did_key
 from resolver.plc import replay
 from resolver.plc.audit import parse_time
 from resolver.plc.encoding import cid_of, dag_cbor, unsigned, unsigned_dag_cbor
 from resolver.plc.operation import parse_operation
 from resolver.plc.signature import decode_signature, verify
-from tests.synthetic_plc import write_export
 
 
 def raw_verify_rate(entries: list[dict[str, Any]], count: int = 20000) -> tuple[float, float]:

@@ -37,9 +37,9 @@ import httpx
 
 from bench import Row
 from bench.memory_load import rss_mib
-from tests.daemon import running_daemon
-from tests.devnet import world
-from tests.devnet.network import running_devnet
+from devnet import world
+from devnet.atwhois import running_daemon
+from devnet.network import running_devnet
 
 XRPC = "/xrpc/com.atproto.identity."
 HOT = XRPC + "resolveHandle?handle=alice.test"

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from atproto_client.subscriptions import parse_com_atproto_sync_subscribe_repos_message
 from atproto_subscription.frames import Frame
 
+from devnet.relay_frames import stream
 from stream import AccountEvent, IdentityEvent, Skipped, decode
 from stream.subscriber import MemoryCursor, Subscriber
-from tests.stream_frames import stream
 
 TARGET = 3.0  # events/s over the SDK's, on the same core
 RELAY_RATE = (

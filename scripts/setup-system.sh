@@ -45,6 +45,6 @@ npm_install() {
     cp "$dir/package-lock.json" "$dir/node_modules/.atwhois-lock"
   fi
 }
-npm_install tests/devnet/plc "the PLC directory"
-npm_install tests/devnet/pds "the reference PDS"
+npm_install devnet/plc "the PLC directory"
+npm_install devnet/pds "the reference PDS"
 npm_install tests/browser "axe-core (the browser tests' accessibility check)"

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from devnet.network import DevnetState, running_devnet
 from resolver import Config
-from tests.devnet.network import DevnetState, running_devnet
-from tests.webhook_receiver import Receiver
+from tests.support.webhook_receiver import Receiver
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +32,7 @@ def devnet_env(devnet: DevnetState) -> dict[str, str]:
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    """A webhook endpoint on loopback (`tests.webhook_receiver`)."""
+    """A webhook endpoint on loopback (`tests.support.webhook_receiver`)."""
     state = Receiver()
     yield state
     state.server.shutdown()

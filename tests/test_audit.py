@@ -24,16 +24,15 @@ from audit.findings import Severity
 from audit.report import COLUMNS, Report, Row
 from audit.webhook import Webhook
 from cache import CachedResolver, MemoryStore
+from devnet import world
+from devnet.atwhois import ATWHOIS, running_daemon
+from devnet.atwhois import run as run_cli
+from devnet.forwarder import PlcStandIn
+from devnet.network import DevnetState
+from devnet.plc_ops import PlcAccount, new_handle
 from resolver import Config, Resolver, Status
-from tests import metrics
-from tests.cli import ATWHOIS
-from tests.cli import run as run_cli
-from tests.daemon import running_daemon
-from tests.devnet import world
-from tests.devnet.network import DevnetState
-from tests.forwarder import PlcStandIn
-from tests.plc_ops import PlcAccount, new_handle
-from tests.webhook_receiver import Receiver
+from tests.support import metrics
+from tests.support.webhook_receiver import Receiver
 
 
 def _config(devnet: DevnetState) -> Config:

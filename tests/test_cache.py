@@ -18,11 +18,11 @@ from cache import CachedResolver, MemoryStore, Policy, SqliteStore, Store
 from cache.packing import unpack
 from cache.policy import Lifetime
 from cache.stores.redis import RedisStore
+from devnet.forwarder import PlcStandIn
+from devnet.network import DevnetState
 from resolver import Config, Resolver, Status
 from resolver.dns import DnsClient
 from resolver.fetch import Fetcher, Response
-from tests.devnet.network import DevnetState
-from tests.forwarder import PlcStandIn
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

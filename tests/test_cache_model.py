@@ -46,7 +46,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tests.cache_model import (
+from devnet.forwarder import PlcStandIn
+from devnet.network import DevnetState
+from devnet.redis_server import RedisServer
+from tests.support.cache_model import (
     ANSWER_BYTES,
     TIER_BYTES,
     TOKEN,
@@ -62,9 +65,6 @@ from tests.cache_model import (
     two_daemons,
     wait_idle,
 )
-from tests.devnet.network import DevnetState
-from tests.forwarder import PlcStandIn
-from tests.redis_server import RedisServer
 
 SOAK_STEPS = int(os.environ.get("ATWHOIS_SOAK_STEPS", "0"))
 STEPS_PER_EXAMPLE = 40

@@ -21,12 +21,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests import metrics
-from tests.daemon import ATWHOIS, Daemon, running_daemon
-from tests.devnet.network import DevnetState
-from tests.forwarder import PlcStandIn
-from tests.plc_ops import PlcAccount, new_handle
-from tests.redis_server import RedisServer
+from devnet.atwhois import ATWHOIS, Daemon, running_daemon
+from devnet.forwarder import PlcStandIn
+from devnet.network import DevnetState
+from devnet.plc_ops import PlcAccount, new_handle
+from devnet.redis_server import RedisServer
+from tests.support import metrics
 
 XRPC = "/xrpc/com.atproto.identity."
 TOKEN = "truth-token"

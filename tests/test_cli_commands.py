@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from cli.main import UsageError, main, route
-from tests.cli import run
-from tests.devnet.network import DevnetState
+from devnet.atwhois import run
+from devnet.network import DevnetState
 
 DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.cli import run
-from tests.devnet.network import DevnetState
+from devnet.atwhois import run
+from devnet.network import DevnetState
 
 CONTRACT_KEYS = {
     "query",
@@ -147,7 +147,7 @@ def test_a_documents_unwritable_characters_are_shown_escaped(
 ) -> None:
     """A stranger's did.json may hold a lone surrogate (JSON allows `\\ud800`): the text
     view prints the alias escaped, the JSON view as a JSON escape; neither crashes."""
-    from tests.devnet import world
+    from devnet import world
 
     host = "surrogate" + world.BULK_SUFFIX
     document = world.did_web_document(host)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.cli import run
-from tests.devnet.network import DevnetState
-from tests.synthetic_plc import export_lines
+from devnet.atwhois import run
+from devnet.network import DevnetState
+from devnet.synthetic_plc import export_lines
 from tests.vectors import PLC_LOGS
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import ATWHOIS, run
+from devnet.atwhois import ATWHOIS, run
 
 HEAVY = ("aiohttp", "httpx", "dns", "redis", "asyncio", "sqlite3", "cryptography", "coincurve")
 PROBE = """

@@ -9,9 +9,8 @@ import select
 import subprocess
 from pathlib import Path
 
-from tests.cli import ATWHOIS, run
-from tests.daemon import running_daemon
-from tests.devnet.network import DevnetState
+from devnet.atwhois import ATWHOIS, run, running_daemon
+from devnet.network import DevnetState
 
 ESC = "\x1b["
 

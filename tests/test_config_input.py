@@ -10,9 +10,9 @@ import pytest
 
 from cache import open_store
 from cli import settings
+from devnet.atwhois import run
 from resolver import Config
 from resolver.errors import InvalidInput
-from tests.cli import run
 
 
 @pytest.mark.parametrize(

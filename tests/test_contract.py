@@ -19,9 +19,9 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from devnet.atwhois import Daemon, running_daemon
+from devnet.network import DevnetState
 from server.openapi import openapi
-from tests.daemon import Daemon, running_daemon
-from tests.devnet.network import DevnetState
 
 TOKEN = "contract-token"
 EXAMPLES = 50  # per operation and mode; some operations have fewer distinct requests

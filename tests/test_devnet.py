@@ -14,8 +14,8 @@ import dns.resolver
 import httpx
 import pytest
 
-from tests.devnet import world
-from tests.devnet.network import DevnetState
+from devnet import world
+from devnet.network import DevnetState
 
 
 def _resolver(devnet: DevnetState) -> dns.asyncresolver.Resolver:

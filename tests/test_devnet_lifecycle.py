@@ -48,7 +48,7 @@ def wait_until(check, seconds: float) -> bool:  # type: ignore[no-untyped-def]
 def test_the_test_network_stops_everything_and_removes_its_folder(tmp_path: Path) -> None:
     state_file = tmp_path / "state.json"
     devnet = subprocess.Popen(
-        [sys.executable, "-m", "tests.devnet", "--state", str(state_file)],
+        [sys.executable, "-m", "devnet", "--state", str(state_file)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -66,7 +66,7 @@ def test_the_test_network_stops_everything_and_removes_its_folder(tmp_path: Path
 def test_make_run_stopped_with_sigterm_leaves_nothing_behind() -> None:
     leader, follower = pty.openpty()  # a terminal: the demo keeps serving until stopped
     demo = subprocess.Popen(
-        [sys.executable, "-m", "tests.devnet.demo"],
+        [sys.executable, "-m", "devnet.demo"],
         cwd=ROOT,
         stdin=follower,
         stdout=subprocess.PIPE,

@@ -1,13 +1,13 @@
 """What atwhois says, pinned: every answer of the pure parsers and the replay over the
-catalogue in `tests/explanations.py` must equal `tests/golden/explanations.json` (rewrite
-it with `python -m tests.explanations --update` after a deliberate change, and read the
+catalogue in `tests/support/explanations.py` must equal `tests/golden/explanations.json` (rewrite
+it with `python -m tests.support.explanations --update` after a deliberate change, and read the
 diff)."""
 
 from __future__ import annotations
 
 import json
 
-from tests.explanations import GOLDEN, catalogue
+from tests.support.explanations import GOLDEN, catalogue
 
 
 def test_every_explanation_is_the_pinned_one() -> None:

@@ -8,13 +8,13 @@ import re
 
 import pytest
 
+from devnet.dns import DnsProxy
+from devnet.network import DevnetState
 from resolver import Config
 from resolver.config import Nameserver, parse_networks
 from resolver.dns import DnsClient
 from resolver.errors import ForbiddenAddress, InvalidData, ResponseTooLarge, UpstreamFailure
 from resolver.fetch import AddressGuard, Fetcher, HostGates
-from tests.devnet.dns import DnsProxy
-from tests.devnet.network import DevnetState
 
 WELL_KNOWN = "/.well-known/atproto-did"
 

@@ -1,4 +1,5 @@
-"""A short, fixed-seed run of every fuzz target (`tests/fuzz.py`); `make fuzz` runs them long."""
+"""A short, fixed-seed run of every fuzz target (`tests/support/fuzz.py`); `make fuzz` runs
+them long."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fuzz import TARGETS, Target, XrpcTarget, fuzz
+from tests.support.fuzz import TARGETS, Target, XrpcTarget, fuzz
 
 EXAMPLES = 300
 

@@ -14,16 +14,16 @@ from typing import Any
 
 import httpx
 
+from devnet import world
+from devnet.atwhois import Daemon, running_daemon
+from devnet.network import DevnetState
+from devnet.pds import create_account
 from foundation import Backoff
 from resolver import Config, Resolver, Status
 from stream import AccountEvent, IdentityEvent
 from stream.subscriber import MemoryCursor, Subscriber
-from tests import metrics
-from tests.daemon import Daemon, running_daemon
-from tests.devnet import world
-from tests.devnet.network import DevnetState
-from tests.devnet.pds import create_account
-from tests.webhook_receiver import Receiver
+from tests.support import metrics
+from tests.support.webhook_receiver import Receiver
 
 
 def xrpc(

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from devnet.plc_ops import AuditLog, Key, log_entry, plc_operation
+from devnet.postgres import scratch_database
+from devnet.synthetic_plc import export_lines
 from mirror import Follower, MirrorApi, MirrorFetcher, MirrorState, Replica, Upstream
 from mirror.follow import next_cursor
 from mirror.store import (
@@ -31,9 +34,6 @@ from resolver.errors import UpstreamFailure
 from resolver.fetch import Response
 from resolver.plc.document import state_from_data
 from resolver.plc.export import route
-from tests.plc_ops import AuditLog, Key, log_entry, plc_operation
-from tests.postgres import scratch_database
-from tests.synthetic_plc import export_lines
 
 T0 = datetime.datetime(2025, 3, 1, tzinfo=datetime.UTC)
 

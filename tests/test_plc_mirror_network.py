@@ -18,16 +18,15 @@ import httpx
 import pytest
 from atproto import IdResolver
 
+from devnet.atwhois import ATWHOIS, Daemon, running_daemon
+from devnet.forwarder import PlcStandIn
+from devnet.network import DevnetState
+from devnet.plc_ops import PlcAccount, new_handle
+from devnet.postgres import scratch_database
 from resolver.plc.document import compare_state, state_from_data
-from tests import metrics
-from tests.cli import ATWHOIS
-from tests.daemon import Daemon, running_daemon
-from tests.devnet.network import DevnetState
-from tests.forwarder import PlcStandIn
-from tests.plc_ops import PlcAccount, new_handle
-from tests.postgres import scratch_database
+from tests.support import metrics
 
-NODE_CLIENT = Path(__file__).parent / "devnet" / "pds" / "resolve.js"
+NODE_CLIENT = Path(__file__).parents[1] / "devnet" / "pds" / "resolve.js"
 INTERVAL = 0.5
 PATHS = ("", "/data", "/log", "/log/audit", "/log/last")
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from devnet.forwarder import Edit, PlcStandIn
+from devnet.network import DevnetState
 from resolver import Config, Outcome, Resolver, Status
-from tests.devnet.network import DevnetState
-from tests.forwarder import Edit, PlcStandIn
 
 NAMES = [
     "alice",

@@ -13,14 +13,14 @@ from typing import NamedTuple
 import pytest
 from aiohttp import web
 
+from devnet import world
+from devnet.https import Certificates, HttpsHosts
+from devnet.network import DevnetState
 from resolver import Config, Nameserver, Outcome, Resolver, Status
 from resolver.did import check_plc_response
 from resolver.dns import DnsClient
 from resolver.errors import ResolutionError
 from resolver.fetch import Fetcher, Response
-from tests.devnet import world
-from tests.devnet.https import Certificates, HttpsHosts
-from tests.devnet.network import DevnetState
 
 OK, NF, FAIL, BAD, SKIP = (
     Outcome.OK,

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from devnet import world
+from devnet.network import DevnetState
 from resolver import Config, Outcome, Resolver, Status
 from resolver.handle import WELL_KNOWN_MAX_BYTES
-from tests.devnet import world
-from tests.devnet.network import DevnetState
 
 
 @pytest.fixture

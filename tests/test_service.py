@@ -20,15 +20,15 @@ from hypothesis import strategies as st
 
 from cache import CachedResolver, MemoryStore, SqliteStore, TieredStore
 from cli import settings
+from devnet.atwhois import Daemon, running_daemon
+from devnet.forwarder import PlcStandIn
+from devnet.identities import verified
+from devnet.network import DevnetState
 from resolver import Config, Identity, Resolver, Status
 from server import Service, Settings, xrpc_errors
 from server.service import AnswerCache
-from tests import metrics
-from tests.cache_model import Clock, LoopThread, start_daemon, stop_daemons
-from tests.daemon import Daemon, running_daemon
-from tests.devnet.network import DevnetState
-from tests.forwarder import PlcStandIn
-from tests.identities import verified
+from tests.support import metrics
+from tests.support.cache_model import Clock, LoopThread, start_daemon, stop_daemons
 
 XRPC = "/xrpc/com.atproto.identity."
 TOKEN = "test-refresh-token"

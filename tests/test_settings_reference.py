@@ -62,7 +62,7 @@ def test_config_show_says_where_each_setting_came_from(tmp_path: Path) -> None:
     import json
     import os
 
-    from tests.cli import run
+    from devnet.atwhois import run
 
     config = tmp_path / "atwhois.toml"
     config.write_text('port = 2600\nrefresh_token = "s3cret-token"\ndns_server = ["10.0.0.1"]\n')

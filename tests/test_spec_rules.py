@@ -17,6 +17,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devnet.plc_ops import AuditLog, Key, b64url, log_entry, plc_operation
+from devnet.synthetic_plc import export_lines
 from resolver import errors, syntax
 from resolver.document import parse_json_document
 from resolver.keys import Curve, InvalidKey, PublicKey, parse_multikey
@@ -28,8 +30,6 @@ from resolver.plc.export import verify_export
 from resolver.plc.signature import _ORDER
 from resolver.untrusted import DuplicateKey, parse_json
 from resolver.verdict import Step, with_plc_log
-from tests.plc_ops import AuditLog, Key, b64url, log_entry, plc_operation
-from tests.synthetic_plc import export_lines
 
 T0 = datetime.datetime(2025, 3, 1, 12, 0, tzinfo=datetime.UTC)
 HOUR = datetime.timedelta(hours=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from devnet import relay_frames as f
 from stream import (
     AccountEvent,
     ErrorFrame,
@@ -15,7 +16,6 @@ from stream import (
     decode,
 )
 from stream.frames import MAX_FRAME_BYTES
-from tests import stream_frames as f
 
 
 def test_what_each_frame_becomes() -> None:

@@ -15,10 +15,10 @@ import pytest
 from aiohttp import web
 
 from cache.stores.sqlite import SqliteStore
+from devnet import relay_frames as f
 from foundation import Backoff
 from stream import AccountEvent, IdentityEvent
 from stream.subscriber import PATH, MemoryCursor, StoreCursor, Subscriber
-from tests import stream_frames as f
 
 
 class Relay:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from cli.render import render_text
+from devnet.atwhois import run
+from devnet.network import DevnetState
 from resolver import Config, Resolver
-from tests.cli import run
-from tests.devnet.network import DevnetState
 from tests.test_resolver import CASES
 
 Report = dict[str, Any]

@@ -21,10 +21,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.wait import WebDriverWait
 
-from tests.daemon import Daemon, running_daemon
-from tests.devnet import world
-from tests.devnet.network import DevnetState
-from tests.plc_ops import PlcAccount, new_handle
+from devnet import world
+from devnet.atwhois import Daemon, running_daemon
+from devnet.network import DevnetState
+from devnet.plc_ops import PlcAccount, new_handle
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("ATWHOIS_ARTIFACTS", ROOT / "tests" / "artifacts")) / "screenshots"

@@ -1,4 +1,4 @@
-"""`python -m tests.devnet [--state FILE] [--workdir DIR] [--delay-ms N]`: run the test network."""
+"""`python -m devnet [--state FILE] [--workdir DIR] [--delay-ms N]`: run the test network."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .network import run
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.devnet", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devnet", description=__doc__)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--state", type=Path, default=None, help="where to write the address book")
     parser.add_argument(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PDS = "https://pds.test"
-# The reference PDS of the test network (tests/devnet/pds.py): its host, the domain of the
+# The reference PDS of the test network (devnet/pds.py): its host, the domain of the
 # handles it serves, and the accounts made on it at start-up, through its own API.
 LIVE_PDS_HOST = "live.test"
 LIVE_HANDLE_SUFFIX = ".live.test"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.daemon import running_daemon
+from devnet.atwhois import running_daemon
 
 from .network import running_devnet
 

@@ -1,6 +1,6 @@
 """Start the whole test network, write its address book, stop everything on SIGTERM.
 
-Run as `python -m tests.devnet` (what `make devnet` and the pytest session fixture do).
+Run as `python -m devnet` (what `make devnet` and the pytest session fixture do).
 Every server binds 127.0.0.1; every child process is stopped by the PID it recorded.
 """
 
@@ -137,7 +137,7 @@ class DevnetState:
 
 @contextlib.contextmanager
 def running_devnet(workdir: Path, *, delay_ms: float = 0, bulk: int = 0) -> Iterator[DevnetState]:
-    """Run `python -m tests.devnet` in its own session while the block runs; stop it by the
+    """Run `python -m devnet` in its own session while the block runs; stop it by the
     PID it recorded (and its process group, if it does not stop in time)."""
     state_file = workdir / "state.json"
     with (workdir / "devnet.log").open("wb") as log:
@@ -145,7 +145,7 @@ def running_devnet(workdir: Path, *, delay_ms: float = 0, bulk: int = 0) -> Iter
             [
                 sys.executable,
                 "-m",
-                "tests.devnet",
+                "devnet",
                 "--workdir",
                 str(workdir),
                 "--state",
@@ -155,7 +155,7 @@ def running_devnet(workdir: Path, *, delay_ms: float = 0, bulk: int = 0) -> Iter
                 "--bulk",
                 str(bulk),
             ],
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=Path(__file__).resolve().parents[1],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

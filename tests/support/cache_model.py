@@ -28,12 +28,12 @@ from aiohttp import web
 from cache import CachedResolver, Lifetime, Policy
 from cache.stores import MemoryStore, SqliteStore, TieredStore
 from cache.stores.redis import RedisStore
+from devnet import world
+from devnet.forwarder import PlcStandIn
+from devnet.network import DevnetState
+from devnet.plc_ops import PlcAccount
 from resolver import Resolver
 from server import Service, Settings
-from tests.devnet import world
-from tests.devnet.network import DevnetState
-from tests.forwarder import PlcStandIn
-from tests.plc_ops import PlcAccount
 
 T = TypeVar("T")
 XRPC = "/xrpc/com.atproto.identity."

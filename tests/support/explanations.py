@@ -5,7 +5,7 @@ rule tag and message — and every replayed log's full report.
 
 The product is an explanation ("why a binding fails"), so its words are pinned too:
 `tests/test_explanations.py` compares this catalogue with `tests/golden/explanations.json`.
-After a deliberate change, `python -m tests.explanations --update` rewrites the file; the
+After a deliberate change, `python -m tests.support.explanations --update` rewrites the file; the
 diff is then read and committed with the change.
 """
 
@@ -21,6 +21,8 @@ from typing import Any
 
 import coincurve
 
+from devnet.plc_ops import AuditLog, Key, b64url, log_entry, plc_operation
+from devnet.synthetic_plc import export_lines
 from resolver import handle, syntax
 from resolver.document import is_origin_url, parse_json_document
 from resolver.keys import b58decode, b58encode
@@ -29,11 +31,9 @@ from resolver.plc.encoding import cid_of, dag_cbor
 from resolver.plc.export import verify_export
 from resolver.plc.operation import parse_operation
 from resolver.plc.signature import decode_signature
-from tests.plc_ops import AuditLog, Key, b64url, log_entry, plc_operation
-from tests.synthetic_plc import export_lines
 from tests.vectors import did_documents, plc_logs, syntax_cases
 
-GOLDEN = Path(__file__).parent / "golden" / "explanations.json"
+GOLDEN = Path(__file__).parents[1] / "golden" / "explanations.json"
 PLC = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
 OTHER = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
 T0 = datetime.datetime(2025, 3, 1, 12, 0, tzinfo=datetime.UTC)
@@ -572,7 +572,9 @@ def catalogue() -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.explanations", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.explanations", description=__doc__
+    )
     parser.add_argument("--update", action="store_true", help="rewrite the golden file")
     args = parser.parse_args()
     text = json.dumps(catalogue(), indent=1, sort_keys=True) + "\n"

@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.devnet.faults import reset
+from devnet.faults import reset
 
 Edit = Callable[[Any], Any]  # parsed JSON in, parsed JSON out
 

@@ -9,8 +9,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from devnet.plc_ops import Key, plc_operation
 from resolver.plc.encoding import cid_of, dag_cbor, did_of_genesis
-from tests.plc_ops import Key, plc_operation
 
 EPOCH = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
 

@@ -1,4 +1,5 @@
-"""Run the real `atwhois serve` as a child process for tests and benchmarks."""
+"""The real `atwhois` executable, run from tests and benchmarks: a command to completion
+(`run`), or `atwhois serve` as a child process (`running_daemon`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +16,27 @@ from pathlib import Path
 
 import httpx
 
-from tests.cli import ATWHOIS
+ATWHOIS = str(Path(sys.executable).with_name("atwhois"))
+
+
+def run(
+    args: list[str],
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    cwd: Path | None = None,
+) -> tuple[int, str, str]:
+    """Exit code, stdout, stderr."""
+    done = subprocess.run(
+        [ATWHOIS, *args],
+        env=env,
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
 
 
 @dataclass

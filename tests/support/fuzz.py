@@ -5,7 +5,7 @@ bodies, the TOML configuration.
 Each target is a Hypothesis strategy (random input, and real inputs from the vectors with
 parts swapped for random ones) and a function that may fail only in the classified ways the
 code promises; any other exception is a crash. `tests/test_fuzz.py` runs every target a
-little, with a fixed seed, in `make test`; `make fuzz` (`python -m tests.fuzz`) runs each
+little, with a fixed seed, in `make test`; `make fuzz` (`python -m tests.support.fuzz`) runs each
 for 100,000 inputs at least and prints what it found.
 """
 
@@ -32,6 +32,9 @@ from hypothesis import strategies as st
 from cache.packing import pack, unpack
 from cache.resolver import Entry, _decode
 from cli import settings as serve_settings
+from devnet import relay_frames
+from devnet.atwhois import error_name
+from devnet.synthetic_plc import export_lines
 from mirror import MirrorApi, MirrorState, Replica
 from mirror.store import SqliteMirrorStore
 from resolver import Config, syntax
@@ -45,9 +48,6 @@ from resolver.plc.export import verify_export
 from resolver.plc.operation import BadOperation, parse_operation
 from stream import MalformedFrame
 from stream import decode as decode_frame
-from tests import stream_frames
-from tests.daemon import error_name
-from tests.synthetic_plc import export_lines
 from tests.vectors import did_documents, plc_logs, syntax_cases
 
 # --- strategies ------------------------------------------------------------------------
@@ -315,11 +315,11 @@ def _config(text: str) -> None:
 
 
 FRAMES = [
-    stream_frames.identity(1),
-    stream_frames.account(2, False, "takendown"),
-    stream_frames.commit(3, blocks=64),
-    stream_frames.info(),
-    stream_frames.error(),
+    relay_frames.identity(1),
+    relay_frames.account(2, False, "takendown"),
+    relay_frames.commit(3, blocks=64),
+    relay_frames.info(),
+    relay_frames.error(),
 ]
 
 
@@ -450,7 +450,7 @@ class XrpcTarget:
         from cache import CachedResolver, MemoryStore
         from resolver import Resolver
         from server import Service, Settings
-        from tests.cache_model import LoopThread
+        from tests.support.cache_model import LoopThread
 
         config = Config(
             dns_servers=(Nameserver("127.0.0.1", 9),),
@@ -539,7 +539,7 @@ def fuzz(target: Target | XrpcTarget, examples: int, fixed_seed: int | None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.support.fuzz", description=__doc__)
     parser.add_argument("--examples", type=int, default=100_000, help="inputs per target")
     parser.add_argument("--seed", type=int, help="fix the random seed")
     parser.add_argument(

@@ -4,8 +4,9 @@
 
 from typing import TYPE_CHECKING, Any
 
+from .keys import did_key, handle_key, identifier_of, resting_on
 from .policy import Lifetime, Policy
-from .stores import MemoryStore, SqliteStore, Store, TieredStore, open_store
+from .stores import MemoryStore, SqliteStore, Store, Tier, TieredStore, open_store
 
 if TYPE_CHECKING:
     from .resolver import CachedResolver
@@ -17,8 +18,13 @@ __all__ = [
     "Policy",
     "SqliteStore",
     "Store",
+    "Tier",
     "TieredStore",
+    "did_key",
+    "handle_key",
+    "identifier_of",
     "open_store",
+    "resting_on",
 ]
 
 

@@ -28,8 +28,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client.core import CounterMetricFamily
 
 from cache import CachedResolver
+from cache.keys import identifier_of, resting_on
 from cache.packing import deflate, inflate
-from cache.resolver import identifier_of, resting_on
 from cache.stores import Tier, TieredStore
 from cache.stores.memory import Lru
 from resolver import Identity, Outcome, Status

@@ -23,7 +23,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cache import CachedResolver
-from cache.resolver import did_key
+from cache.keys import did_key
 
 from .frames import AccountEvent, IdentityEvent
 from .subscriber import StoreCursor, Subscriber

@@ -29,8 +29,8 @@ import httpx
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from cache.entry import Entry, decode_cached
 from cache.packing import pack, unpack
-from cache.resolver import Entry, _decode
 from cli import settings as serve_settings
 from devnet import relay_frames
 from devnet.atwhois import error_name
@@ -371,7 +371,7 @@ def _entry(raw: bytes) -> None:
     """A cache entry that is not what the cache wrote is refused with the errors the cache
     takes for "unreadable: drop it and resolve again" (`CachedResolver._cached`)."""
     with contextlib.suppress(ValueError, TypeError, KeyError):
-        _decode(raw, dev=False)
+        decode_cached(raw, dev=False)
 
 
 TOML_SEEDS = [

@@ -1,0 +1,98 @@
+"""A cache entry: one resolution part (a handle's, a DID's document) with its times, as
+every store keeps it (packed bytes), and as the memory tier keeps it decoded (`Cached`).
+
+What other parts may import to read or write entries themselves (the fuzz targets do)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from resolver.report import DocumentResolution, HandleResolution
+
+from .packing import pack, unpack
+
+Part = HandleResolution | DocumentResolution
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    part: dict[str, Any]  # a HandleResolution or DocumentResolution, as JSON
+    checked_at: float  # when the resolution that produced it started
+    fresh_until: float
+    stale_until: float
+    refresh_error: str | None = None
+    retry_at: float = 0.0  # no background refresh before this (after a failed one)
+    body: bytes | None = None  # a DID document's bytes, as served
+
+    def encode(self) -> bytes:
+        """The fields as one line of JSON, then the document's bytes as they are (JSON
+        never holds a raw newline): a document is neither escaped nor decoded to be kept.
+        Packed (`packing`): half the bytes of plain deflate, a quarter of the JSON's, in
+        every store and in the memory tier."""
+        # Not dataclasses.asdict: it deep-copies the part, the costliest step of a write.
+        fields = {name: getattr(self, name) for name in self.__slots__ if name != "body"}
+        head = json.dumps(fields, separators=(",", ":")).encode()
+        return pack(head if self.body is None else head + b"\n" + self.body)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Entry:
+        """An entry as `encode` wrote it (or as it was written before entries were packed:
+        a line of JSON is never mistaken for packed bytes, which begin with 0x78)."""
+        if not raw.startswith(b"{"):
+            raw = unpack(raw)
+        head, newline, body = raw.partition(b"\n")
+        return cls(**json.loads(head), body=body if newline else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Cached:
+    """A decoded entry, as the memory tier keeps it: its times (`entry`, whose `part` is
+    left empty: its JSON took most of a decoded entry's memory), the part it holds, decoded,
+    and the bytes it was decoded from (the memory tier's own: nothing more is held)."""
+
+    entry: Entry
+    part: Part
+    raw: bytes
+
+    def marked(self, refresh_error: str, retry_at: float) -> Entry:
+        """The whole entry, with a failed refresh noted."""
+        entry = Entry.decode(self.raw)
+        return dataclasses.replace(entry, refresh_error=refresh_error, retry_at=retry_at)
+
+
+def decode_cached(raw: bytes, *, dev: bool) -> tuple[Cached, int]:
+    entry = Entry.decode(raw)
+    part: Part
+    if "evidence" in entry.part:
+        part = DocumentResolution.from_json(entry.part, entry.body, dev=dev)
+    else:
+        part = HandleResolution.from_json(entry.part)
+    # The decoded part's objects, estimated by the JSON they were made from (an overestimate).
+    size = _json_size(entry.part) + len(entry.body or b"") + 4 * sys.getsizeof(entry)
+    times = dataclasses.replace(entry, part={}, body=None)
+    return Cached(times, part, raw), size
+
+
+# One decoder per mode: the memory tier keeps what a decoder made while the same decoder
+# asks, so every resolver of a process shares the decoded entries.
+DECODERS = {dev: functools.partial(decode_cached, dev=dev) for dev in (False, True)}
+
+
+def _json_size(value: Any) -> int:
+    """About how many bytes decoded JSON occupies here (walked without recursion: a
+    stranger's document may nest deeply)."""
+    size, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        size += sys.getsizeof(item)
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return size

@@ -36,7 +36,8 @@ from resolver import Config, Resolver
 from server.audits_api import AuditApi
 from server.audits_pages import AuditPages
 from server.memory import small_tls_buffers, trim_periodically
-from server.service import MalformedRequestLog, Service, Settings
+from server.request_log import MalformedRequestLog
+from server.service import Service, Settings
 from server.web import WebPages
 from stream.follower import Follower
 

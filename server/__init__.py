@@ -2,6 +2,7 @@
 XRPC methods and atwhois's own `/v1` reports from a `CachedResolver`, with its metrics and
 OpenAPI description."""
 
-from .service import Service, Settings, XrpcError
+from .service import Service, Settings
+from .xrpc_errors import XrpcError
 
 __all__ = ["Service", "Settings", "XrpcError"]

@@ -17,14 +17,94 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from audit import Auditor, RunReport
 from resolver.errors import InvalidInput
 
+from . import openapi
 from .metrics import gauge
-from .service import Service, XrpcError
+from .routes import Route
+from .service import Service
+from .xrpc_errors import XrpcError
 
 log = logging.getLogger("atwhois.audit")
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
     return web.json_response(data, status=status, headers={"Cache-Control": "no-store"})
+
+
+_ADDED = openapi.object_of({"identifier": {"type": "string"}, "added": {"type": "boolean"}})
+_REMOVED = openapi.object_of({"identifier": {"type": "string"}, "removed": {"type": "boolean"}})
+
+
+def _list_of(schema: str) -> dict[str, Any]:
+    return {"type": "array", "items": {"$ref": f"#/components/schemas/{schema}"}}
+
+
+ROUTES = (
+    Route(
+        "GET",
+        "/v1/watch",
+        "watch_list",
+        {"summary": "The watch-list", "responses": openapi.responses(_list_of("Watched"), 503)},
+    ),
+    Route(
+        "POST",
+        "/v1/watch",
+        "watch_add",
+        {
+            "summary": "Watch an identity (bearer token)",
+            "security": openapi.BEARER,
+            "requestBody": openapi.body(
+                {"identifier": {"type": "string"}, "label": {"type": "string"}}, ["identifier"]
+            ),
+            "responses": {
+                **openapi.responses(_ADDED, 400, 401, 403, 413, 503),
+                "201": openapi.content(_ADDED, openapi.REASONS[201]),
+            },
+        },
+    ),
+    Route(
+        "DELETE",
+        "/v1/watch/{identifier}",
+        "watch_remove",
+        {
+            "summary": "Stop watching an identity (bearer token)",
+            "security": openapi.BEARER,
+            "parameters": [openapi.PATH_IDENTIFIER],
+            "responses": openapi.responses(_REMOVED, 400, 401, 403, 404, 503),
+        },
+    ),
+    Route(
+        "GET",
+        "/v1/audit/runs",
+        "runs",
+        {
+            "summary": "The latest audit runs",
+            "parameters": [openapi.optional_query("limit")],
+            "responses": openapi.responses(_list_of("Run"), 503),
+        },
+    ),
+    Route(
+        "GET",
+        "/v1/audit/findings",
+        "findings",
+        {
+            "summary": "Audit findings since a time (ISO 8601 or Unix seconds)",
+            "parameters": [openapi.optional_query("since")],
+            "responses": openapi.responses(_list_of("Finding"), 400, 503),
+        },
+    ),
+    Route(
+        "POST",
+        "/v1/audit/runs",
+        "run_now",
+        {
+            "summary": "Audit the watch-list now (bearer token)",
+            "security": openapi.BEARER,
+            "responses": openapi.responses(
+                {"$ref": "#/components/schemas/RunReport"}, 401, 403, 409, 503
+            ),
+        },
+    ),
+)
 
 
 class AuditApi:
@@ -35,12 +115,7 @@ class AuditApi:
         self._task: asyncio.Task[None] | None = None
 
     def attach(self, app: web.Application) -> None:
-        app.router.add_get("/v1/watch", self.watch_list)
-        app.router.add_post("/v1/watch", self.watch_add)
-        app.router.add_delete("/v1/watch/{identifier}", self.watch_remove)
-        app.router.add_get("/v1/audit/runs", self.runs)
-        app.router.add_get("/v1/audit/findings", self.findings)
-        app.router.add_post("/v1/audit/runs", self.run_now)
+        self.service.add_routes(app, self, ROUTES)
         self.service.metric_sources.append(self.metrics)
         if self.interval:
             app.on_startup.append(self._start)

@@ -1,6 +1,10 @@
 """The OpenAPI description of what `atwhois serve` answers (served at /openapi.json): every
 path, every status it may answer with, and the shape of every body, exact enough for a
-contract test (Schemathesis, `tests/test_contract.py`) to check each answer against it."""
+contract test (Schemathesis, `tests/test_contract.py`) to check each answer against it.
+
+Here: the shapes (the schemas, declarative) and the pieces an operation is written with;
+each route's operation is written beside its handler (`routes.Route`), and `document`
+puts the routes a daemon answers into one description."""
 
 from __future__ import annotations
 
@@ -8,10 +12,10 @@ from typing import Any
 
 from resolver import Outcome, Status
 
-_ERROR = {"$ref": "#/components/schemas/XrpcError"}
-_IDENTITY = {"$ref": "#/components/schemas/Identity"}
+ERROR = {"$ref": "#/components/schemas/XrpcError"}
+IDENTITY = {"$ref": "#/components/schemas/Identity"}
 
-_REASONS = {
+REASONS = {
     200: "OK",
     201: "added",
     400: "input outside the lexicon format, or a handle that names a DID without being"
@@ -25,21 +29,21 @@ _REASONS = {
     " and nothing usable is cached (Retry-After)",
     503: "NotEnoughResources: too many requests in flight (Retry-After)",
 }
-_RESOLVING = (400, 404, 502, 503)  # what every lookup may answer besides 200
+RESOLVING = (400, 404, 502, 503)  # what every lookup may answer besides 200
 
 
-def _nullable(kind: str) -> dict[str, Any]:
+def nullable(kind: str) -> dict[str, Any]:
     return {"type": [kind, "null"]}
 
 
-def _object(properties: dict[str, Any], *, required: bool = True) -> dict[str, Any]:
+def object_of(properties: dict[str, Any], *, required: bool = True) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         schema["required"] = sorted(properties)
     return schema
 
 
-def _nullable_time() -> dict[str, Any]:
+def nullable_time() -> dict[str, Any]:
     return {"type": ["string", "null"], "format": "date-time"}
 
 
@@ -47,24 +51,24 @@ _TIME = {"type": "string", "format": "date-time"}  # ISO 8601, UTC
 _COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
 
 
-def _strings() -> dict[str, Any]:
+def strings() -> dict[str, Any]:
     return {"type": "array", "items": {"type": "string"}}
 
 
-def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+def content(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def _responses(ok: dict[str, Any] | None, *codes: int, ok_code: int = 200) -> dict[str, Any]:
+def responses(ok: dict[str, Any] | None, *codes: int, ok_code: int = 200) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if ok is not None:
-        out[str(ok_code)] = _json(ok)
+        out[str(ok_code)] = content(ok)
     for code in codes:
-        out[str(code)] = _json(_ERROR, _REASONS[code])
+        out[str(code)] = content(ERROR, REASONS[code])
     return out
 
 
-def _query(name: str, description: str, pattern: str | None = None) -> dict[str, Any]:
+def query(name: str, description: str, pattern: str | None = None) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "string", "minLength": 1}
     if pattern:
         schema["pattern"] = pattern
@@ -77,71 +81,71 @@ def _query(name: str, description: str, pattern: str | None = None) -> dict[str,
     }
 
 
-def _body(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def body(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     schema = {"type": "object", "required": required, "properties": properties}
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
-_EVIDENCE = _object(
+_EVIDENCE = object_of(
     {
         "outcome": {"type": "string", "enum": [str(o) for o in Outcome]},
-        "dids": _strings(),
-        "error": _nullable("string"),
-        "error_kind": _nullable("string"),
-        "ms": _nullable("number"),
-        "source": _nullable("string"),
-        "via": _nullable("string"),
+        "dids": strings(),
+        "error": nullable("string"),
+        "error_kind": nullable("string"),
+        "ms": nullable("number"),
+        "source": nullable("string"),
+        "via": nullable("string"),
     }
 )
-_CACHE = _object(
+_CACHE = object_of(
     {
         "cached": {"type": "boolean"},
         "age_s": {"type": "number"},
         "state": {"type": "string", "enum": ["fresh", "stale", "miss"]},
-        "refresh_error": _nullable("string"),
+        "refresh_error": nullable("string"),
         "fresh_for_s": {"type": "number"},
         "servable_for_s": {"type": "number"},
     }
 )
 _IDENTITY_FIELDS = {
     "query": {"type": "string"},
-    "did": _nullable("string"),
+    "did": nullable("string"),
     "handle": {"type": "string"},
-    "declared_handle": _nullable("string"),
+    "declared_handle": nullable("string"),
     "status": {"type": "string", "enum": [str(s) for s in Status]},
     "verified": {"type": "boolean"},
-    "pds": _nullable("string"),
-    "signing_key": _nullable("string"),
-    "also_known_as": _strings(),
+    "pds": nullable("string"),
+    "signing_key": nullable("string"),
+    "also_known_as": strings(),
     "services": {
         "type": "array",
-        "items": _object({k: {"type": "string"} for k in ("id", "type", "endpoint")}),
+        "items": object_of({k: {"type": "string"} for k in ("id", "type", "endpoint")}),
     },
-    "rotation_keys": _strings(),
+    "rotation_keys": strings(),
     "evidence": {
         "type": "object",
         "required": ["handle", "dns", "https", "did_doc", "plc_log"],
         "properties": {
-            "handle": _nullable("string"),
+            "handle": nullable("string"),
             "dns": {"$ref": "#/components/schemas/Evidence"},
             "https": {"$ref": "#/components/schemas/Evidence"},
             "did_doc": {"$ref": "#/components/schemas/Evidence"},
             "plc_log": {
                 "allOf": [
                     {"$ref": "#/components/schemas/Evidence"},
-                    _object({"findings": _strings()}),
+                    object_of({"findings": strings()}),
                 ]
             },
-            "refresh": _object({"outcome": {"const": "failed"}, "error": {"type": "string"}}),
+            "refresh": object_of({"outcome": {"const": "failed"}, "error": {"type": "string"}}),
         },
     },
-    "warnings": _strings(),
-    "error": _nullable("string"),
+    "warnings": strings(),
+    "error": nullable("string"),
     "checked_at": {"type": "string"},
     "cache": {"oneOf": [{"type": "null"}, _CACHE]},
 }
 _SCHEMAS: dict[str, Any] = {
-    "XrpcError": _object({"error": {"type": "string"}, "message": {"type": "string"}}),
+    "XrpcError": object_of({"error": {"type": "string"}, "message": {"type": "string"}}),
     "Evidence": _EVIDENCE,
     "Identity": {
         "type": "object",
@@ -149,33 +153,33 @@ _SCHEMAS: dict[str, Any] = {
         # with ?document=1, the DID document as served (null when there is none)
         "properties": {**_IDENTITY_FIELDS, "did_document": {"type": ["object", "null"]}},
     },
-    "IdentityInfo": _object(
+    "IdentityInfo": object_of(
         {"did": {"type": "string"}, "handle": {"type": "string"}, "didDoc": {"type": "object"}}
     ),
-    "Watched": _object(
+    "Watched": object_of(
         {
             "identifier": {"type": "string"},
-            "label": _nullable("string"),
+            "label": nullable("string"),
             "added_at": _TIME,
         }
     ),
-    "Finding": _object(
+    "Finding": object_of(
         {
             "identifier": {"type": "string"},
             "kind": {"type": "string"},
             "severity": {"enum": ["critical", "warning", "info"]},
             "detail": {"type": "string"},
-            "old": _nullable("string"),
-            "new": _nullable("string"),
+            "old": nullable("string"),
+            "new": nullable("string"),
             "at": _TIME,
         }
     ),
-    "RunReport": _object(
+    "RunReport": object_of(
         {
             "run_id": {"type": "integer"},
             "source": {"type": "string"},
             "started_at": _TIME,
-            "finished_at": _nullable_time(),
+            "finished_at": nullable_time(),
             "status": {"enum": ["running", "finished", "failed"]},
             "total": {"type": "integer"},
             "by_status": _COUNTS,
@@ -185,12 +189,12 @@ _SCHEMAS: dict[str, Any] = {
             "webhook_delivered": {"type": ["boolean", "null"]},
         }
     ),
-    "Run": _object(
+    "Run": object_of(
         {
             "id": {"type": "integer"},
             "started_at": _TIME,
-            "finished_at": _nullable_time(),
-            "source": _nullable("string"),
+            "finished_at": nullable_time(),
+            "source": nullable("string"),
             "status": {"enum": ["running", "finished", "failed", "interrupted"]},
             "summary": {"type": ["object", "null"]},
         }
@@ -198,23 +202,28 @@ _SCHEMAS: dict[str, Any] = {
 }
 
 # The lexicon formats, as patterns a generator can aim at (the daemon checks them exactly).
-_HANDLE = (
+HANDLE = (
     r"^([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?\.)+[a-zA-Z]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$"
 )
-_DID = r"^did:[a-z]+:[a-zA-Z0-9._:%-]*[a-zA-Z0-9._-]$"
-_AT_IDENTIFIER = f"({_HANDLE})|({_DID})"
-_AUTH: list[dict[str, list[str]]] = [{"bearer": []}]
+DID = r"^did:[a-z]+:[a-zA-Z0-9._:%-]*[a-zA-Z0-9._-]$"
+AT_IDENTIFIER = f"({HANDLE})|({DID})"
+BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
+
+PATH_IDENTIFIER = {
+    "name": "identifier",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+}
 
 
-def openapi() -> dict[str, Any]:
-    xrpc = "/xrpc/com.atproto.identity."
-    mini = _object({k: _nullable("string") for k in ("did", "handle", "pds", "signing_key")})
-    identifier = {
-        "name": "identifier",
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string"},
-    }
+def optional_query(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A query parameter that may be left out."""
+    return {"name": name, "in": "query", "required": False, "schema": schema or {"type": "string"}}
+
+
+def document(paths: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The description of a daemon that answers `paths` (path -> verb -> operation)."""
     return {
         "openapi": "3.1.0",
         "info": {
@@ -222,208 +231,7 @@ def openapi() -> dict[str, Any]:
             "version": "0.1.0",
             "description": "Verified ATProto identity resolution, cached.",
         },
-        "paths": {
-            xrpc + "resolveHandle": {
-                "get": {
-                    "summary": "Handle to DID, verified both ways (stricter than the lexicon)",
-                    "parameters": [_query("handle", "a handle", _HANDLE)],
-                    "responses": _responses(_object({"did": {"type": "string"}}), *_RESOLVING),
-                }
-            },
-            xrpc + "resolveDid": {
-                "get": {
-                    "summary": "DID to its DID document",
-                    "parameters": [_query("did", "a DID", _DID)],
-                    "responses": _responses(_object({"didDoc": {"type": "object"}}), *_RESOLVING),
-                }
-            },
-            xrpc + "resolveIdentity": {
-                "get": {
-                    "summary": "Handle or DID to {did, handle (or handle.invalid), didDoc}",
-                    "parameters": [_query("identifier", "a handle or a DID", _AT_IDENTIFIER)],
-                    "responses": _responses(
-                        {"$ref": "#/components/schemas/IdentityInfo"}, *_RESOLVING
-                    ),
-                }
-            },
-            xrpc + "refreshIdentity": {
-                "post": {
-                    "summary": "Resolve again, every part afresh (bearer token)",
-                    "security": _AUTH,
-                    "requestBody": _body(
-                        {"identifier": {"type": "string", "pattern": _AT_IDENTIFIER}},
-                        ["identifier"],
-                    ),
-                    "responses": _responses(
-                        {"$ref": "#/components/schemas/IdentityInfo"},
-                        400,
-                        401,
-                        403,
-                        404,
-                        413,
-                        502,
-                        503,
-                    ),
-                }
-            },
-            "/xrpc/com.bad-example.identity.resolveMiniDoc": {
-                "get": {
-                    "summary": "Slingshot-compatible mini document",
-                    "parameters": [_query("identifier", "a handle or a DID", _AT_IDENTIFIER)],
-                    "responses": _responses(mini, *_RESOLVING),
-                }
-            },
-            "/v1/identity/{identifier}": {
-                "get": {
-                    "summary": "The full Identity report, with evidence and cache metadata",
-                    "parameters": [
-                        identifier,
-                        {
-                            "name": "document",
-                            "in": "query",
-                            "required": False,
-                            "schema": {"type": "string", "enum": ["1", "true"]},
-                        },
-                    ],
-                    "responses": {
-                        "200": _json(_IDENTITY, "the report (the status inside)"),
-                        "400": _json(_IDENTITY, "invalid input (the report says why)"),
-                        "502": _json(_IDENTITY, "transient failure (the report)"),
-                        "503": _json(_ERROR, _REASONS[503]),
-                    },
-                }
-            },
-            "/v1/watch": {
-                "get": {
-                    "summary": "The watch-list",
-                    "responses": _responses(
-                        {"type": "array", "items": {"$ref": "#/components/schemas/Watched"}},
-                        503,
-                    ),
-                },
-                "post": {
-                    "summary": "Watch an identity (bearer token)",
-                    "security": _AUTH,
-                    "requestBody": _body(
-                        {"identifier": {"type": "string"}, "label": {"type": "string"}},
-                        ["identifier"],
-                    ),
-                    "responses": {
-                        **_responses(
-                            _object(
-                                {"identifier": {"type": "string"}, "added": {"type": "boolean"}}
-                            ),
-                            400,
-                            401,
-                            403,
-                            413,
-                            503,
-                        ),
-                        "201": _json(
-                            _object(
-                                {"identifier": {"type": "string"}, "added": {"type": "boolean"}}
-                            ),
-                            _REASONS[201],
-                        ),
-                    },
-                },
-            },
-            "/v1/watch/{identifier}": {
-                "delete": {
-                    "summary": "Stop watching an identity (bearer token)",
-                    "security": _AUTH,
-                    "parameters": [identifier],
-                    "responses": _responses(
-                        _object({"identifier": {"type": "string"}, "removed": {"type": "boolean"}}),
-                        400,
-                        401,
-                        403,
-                        404,
-                        503,
-                    ),
-                }
-            },
-            "/v1/audit/runs": {
-                "get": {
-                    "summary": "The latest audit runs",
-                    "parameters": [
-                        {
-                            "name": "limit",
-                            "in": "query",
-                            "required": False,
-                            "schema": {"type": "string"},
-                        }
-                    ],
-                    "responses": _responses(
-                        {"type": "array", "items": {"$ref": "#/components/schemas/Run"}}, 503
-                    ),
-                },
-                "post": {
-                    "summary": "Audit the watch-list now (bearer token)",
-                    "security": _AUTH,
-                    "responses": _responses(
-                        {"$ref": "#/components/schemas/RunReport"}, 401, 403, 409, 503
-                    ),
-                },
-            },
-            "/v1/audit/findings": {
-                "get": {
-                    "summary": "Audit findings since a time (ISO 8601 or Unix seconds)",
-                    "parameters": [
-                        {
-                            "name": "since",
-                            "in": "query",
-                            "required": False,
-                            "schema": {"type": "string"},
-                        }
-                    ],
-                    "responses": _responses(
-                        {"type": "array", "items": {"$ref": "#/components/schemas/Finding"}},
-                        400,
-                        503,
-                    ),
-                }
-            },
-            "/_health": {
-                "get": {
-                    "summary": "Liveness, degradation and upstream recency",
-                    "responses": {
-                        "200": _json(
-                            _object(
-                                {
-                                    "ok": {"type": "boolean"},
-                                    "status": {"type": "string", "enum": ["ok", "degraded"]},
-                                    "reasons": _strings(),
-                                    "uptime_s": {"type": "number"},
-                                    "store": {"type": "string"},
-                                    "upstream_last_answer_s_ago": {
-                                        "type": "object",
-                                        "additionalProperties": {"type": "number"},
-                                    },
-                                }
-                            )
-                        )
-                    },
-                }
-            },
-            "/metrics": {
-                "get": {
-                    "summary": "Prometheus metrics",
-                    "responses": {
-                        "200": {
-                            "description": "text exposition",
-                            "content": {"text/plain": {"schema": {"type": "string"}}},
-                        }
-                    },
-                }
-            },
-            "/openapi.json": {
-                "get": {
-                    "summary": "This description",
-                    "responses": {"200": _json({"type": "object"})},
-                }
-            },
-        },
+        "paths": paths,
         "components": {
             "schemas": _SCHEMAS,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

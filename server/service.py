@@ -12,47 +12,42 @@ from __future__ import annotations
 import asyncio
 import hmac
 import itertools
-import json
 import logging
 import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO
-from urllib.parse import unquote
+from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client.core import CounterMetricFamily
 
 from cache import CachedResolver
-from cache.keys import identifier_of, resting_on
-from cache.packing import deflate, inflate
-from cache.stores import Tier, TieredStore
-from cache.stores.memory import Lru
+from cache.stores import TieredStore
 from resolver import Identity, Outcome, Status
-from resolver.syntax import (
-    INVALID_HANDLE,
-    is_valid_at_identifier,
-    is_valid_did,
-    is_valid_handle,
-)
+from resolver.syntax import is_valid_did
 from resolver.untrusted import parse_json
 
-from . import xrpc_errors
+from . import openapi
+from .answers import AnswerCache, cache_control
+from .bodies import compact, did_body, json_bytes, json_response, with_document
 from .metrics import CONTENT_TYPE, Exposition, Families, Metrics, gauge
-from .openapi import openapi
+from .request_log import RequestLog
+from .routes import (
+    BY_NSID,
+    FORMATS,
+    METHODS,
+    Format,
+    Handler,
+    Route,
+    XrpcMethod,
+    add_routes,
+    described,
+)
+from .xrpc_errors import Failure, XrpcError
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Failure = xrpc_errors.Failure
-Format = Literal["handle", "did", "at-identifier"]
-_FORMATS: dict[Format, Callable[[str], bool]] = {
-    "handle": is_valid_handle,
-    "did": is_valid_did,
-    "at-identifier": is_valid_at_identifier,
-}
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _CHANGES_BEFORE = web.RequestKey("changes_before", int)  # the answer cache's count at the start
 
@@ -69,23 +64,6 @@ class Settings:
     cors_origins: tuple[str, ...] = ()  # browser origins that may read the API ("*": any)
 
 
-class MalformedRequestLog(logging.Filter):
-    """aiohttp answers a request it cannot parse (a request line over 8 KiB, a bad header)
-    with 400 and logs it with a traceback: a stranger could fill the log with them. Such a
-    record becomes one JSON line, without the traceback; every other record passes as is."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, HttpProcessingError):
-            remote = record.args[0] if isinstance(record.args, tuple) and record.args else None
-            reason = " ".join(str(error.message).split())[:200]
-            line = {"event": "malformed_request", "remote": remote, "reason": reason}
-            record.msg, record.args = _compact(line).decode(), ()
-            record.exc_info, record.exc_text = None, None
-            record.levelno, record.levelname = logging.INFO, "INFO"
-        return True
-
-
 # Operations endpoints answer even when every request slot is taken: a health check that
 # queued behind the load would flap a container exactly when it is busiest.
 _UNGATED = frozenset({"/_health", "/metrics"})
@@ -97,256 +75,12 @@ _PREFLIGHT = {
 log = logging.getLogger("atwhois.serve")
 
 
-class XrpcError(Exception):
-    """An XRPC error body; `cache` is its Cache-Control (confirmed absence is cacheable)."""
-
-    def __init__(
-        self,
-        status: int,
-        error: str,
-        message: str,
-        *,
-        retry_after: int | None = None,
-        cache: str = "no-store",
-    ) -> None:
-        super().__init__(message)
-        self.status, self.error, self.retry_after, self.cache = status, error, retry_after, cache
-
-
 def _in_format(name: str, value: str, kind: Format) -> str:
     """The lexicon's string formats, strictly: no `@`, no at:// URI, no profile URL (those
     are UI conveniences, H-SYN-7); the CLI accepts them, the API does not."""
-    if not _FORMATS[kind](value):
+    if not FORMATS[kind](value):
         raise XrpcError(400, "InvalidRequest", f"{name} must be a {kind} (got {value[:80]!r})")
     return value
-
-
-def _compact(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":")).encode()
-
-
-def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(
-        body=_compact(data),
-        status=status,
-        content_type="application/json",
-        headers=headers,
-    )
-
-
-def _with_document(fields: dict[str, Any], document: bytes) -> bytes:
-    """`fields` and `didDoc` as one JSON object, the document spliced in as served (valid
-    UTF-8 JSON, checked when it was fetched): neither decoded nor encoded again."""
-    if not fields:  # resolveDid's: no encoder needed
-        return b'{"didDoc":' + document + b"}"
-    return _compact(fields)[:-1] + b',"didDoc":' + document + b"}"
-
-
-def _json_bytes(status: int, body: bytes, cache: str) -> web.Response:
-    # The headers as given, not content_type=: aiohttp would parse it again on every answer.
-    headers = {"Content-Type": "application/json", "Cache-Control": cache}
-    return web.Response(body=body, status=status, headers=headers)
-
-
-_quoted: Callable[[str], str] = json.encoder.encode_basestring_ascii
-
-
-class RequestLog:
-    """One JSON line per request, written in batches: a logging-module call per request
-    costs about what the whole cached answer does."""
-
-    def __init__(self, stream: TextIO, interval: float = 0.25) -> None:
-        self._stream, self._interval = stream, interval
-        self._lines: list[str] = []
-        self._task: asyncio.Task[None] | None = None
-
-    def write(
-        self,
-        request_id: str,
-        method: str,
-        path: str,
-        status: int,
-        seconds: float,
-        remote: str | None,
-    ) -> None:
-        # Formatted by hand, strings through the JSON encoder's own escaping (json.dumps
-        # costs several times more); the id is checked against _REQUEST_ID.
-        self._lines.append(
-            f'{{"ts": {time.time():.3f}, "request_id": "{request_id}", '
-            f'"method": {_quoted(method)}, "path": {_quoted(path)}, "status": {status}, '
-            f'"ms": {seconds * 1000:.2f}, "remote": {_quoted(remote) if remote else "null"}}}'
-        )
-
-    def flush(self) -> None:
-        if self._lines:
-            self._stream.write("\n".join(self._lines) + "\n")
-            self._stream.flush()
-            self._lines.clear()
-
-    async def start(self, _: web.Application) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            self.flush()
-
-    async def stop(self, _: web.Application) -> None:
-        if self._task is not None:
-            self._task.cancel()
-        self.flush()
-
-
-# What one identity's answers are rendered from: kept until, fresh until, servable until, its
-# DID, its declared handle (or None), whether that handle is verified, whether
-# resolveIdentity answers by its DID (not while its handle could not be checked), its
-# document deflated (None: resolveDid and resolveIdentity do not answer from here). One
-# record under its DID and its handle answers every method: each answer kept whole cost
-# 1.5 KB of objects per identity (two bodies, two request targets, an index of what they
-# rested on), the record about 560 B.
-_Record = tuple[float, float, float, str, str | None, bool, bool, bytes | None]
-
-_XRPC = "/xrpc/com.atproto.identity."
-
-
-def _record_size(key: str, record: _Record) -> int:
-    """Counted in full under the DID, as a key under the handle."""
-    return 300 + len(key) + len(record[7] or b"") if key == record[3] else 100 + len(key)
-
-
-def _did_body(did: str) -> bytes:
-    """resolveHandle's answer (a DID has nothing JSON escapes: what json.dumps would write)."""
-    return b'{"did":"' + did.encode() + b'"}'
-
-
-def _document_answer(method: str, name: str, key: str, record: _Record) -> bytes | None:
-    """resolveDid's or resolveIdentity's body asked with `name`=`key`, or None where the
-    record does not say (the method fails, or another parameter was asked for)."""
-    did, handle, verified, by_did_ok, packed = record[3:8]
-    if packed is None:
-        return None
-    by_handle = key != did
-    if method == "resolveDid":
-        return _with_document({}, inflate(packed)) if name == "did" and not by_handle else None
-    answers = verified if by_handle else by_did_ok  # by handle, only a verified one
-    if method == "resolveIdentity" and name == "identifier" and answers:
-        shown = handle if verified and handle else INVALID_HANDLE  # Identity.handle's rule
-        return _with_document({"did": did, "handle": shown}, inflate(packed))
-    return None
-
-
-class AnswerCache:
-    """What fresh cache hits answer, rendered from a record per identity (its DID, handle
-    verdict and deflated document), so that a hit is a dictionary lookup and a few joins. A
-    record is kept until its fresh window ends (never a stale one: that must reach the cache
-    to be revalidated), within a bound in bytes, and dropped as soon as the store says an
-    entry it rests on changed, here or in another process; while the store cannot follow
-    other processes' changes, for half a second at most. A record whose lookup overlapped
-    any change is not kept (it may be composed from an old entry)."""
-
-    UNFOLLOWED_SECONDS = 0.5
-
-    def __init__(
-        self,
-        store: Tier,
-        max_bytes: int = 32 * 1024 * 1024,
-        clock: Callable[[], float] = time.time,  # the cache's: answers age with its entries
-    ) -> None:
-        self._store, self._clock = store, clock
-        # under its DID and under its declared handle: the keys of the entries it rests on
-        # (`resting_on`) without their prefix, so a change finds it with no index of its own
-        self._records: Lru[_Record] = Lru(max_bytes, _record_size, evicted=self._unlink)
-        self.changes = 0  # changes the store announced, ever
-        store.listeners.append(self.changed)
-
-    def get(self, target: str) -> tuple[bytes, str] | None:
-        """The answer to a request for `target` (as sent) and its Cache-Control, counted
-        from now (it aged while kept), or None. Only one spelling of each question is
-        answered here, the one with a single parameter, the handle in lower case; the
-        others go the long way, to the same answer."""
-        if not target.startswith(_XRPC):
-            return None
-        method, _, query = target[len(_XRPC) :].partition("?")
-        name, _, key = query.partition("=")
-        if "%" in key:
-            key = unquote(key)
-        record = self._records.get(key)
-        if record is None:
-            return None
-        now = self._clock()
-        if record[0] < now:  # kept until
-            self._drop(key)
-            return None
-        if method == "resolveHandle":  # the hottest: by handle, verified
-            if name != "handle" or not record[5] or key == record[3]:
-                return None
-            body = _did_body(record[3])
-        elif (found := _document_answer(method, name, key, record)) is not None:
-            body = found
-        else:
-            return None
-        return body, _cache_control(record[1] - now, record[2] - now)
-
-    def put(self, identity: Identity, document: bytes | None, changes_before: int) -> None:
-        """Keep what `identity` answers (`document`: the document as served, None where it
-        is not), looked up when `changes` was `changes_before`. Only an identity asked for
-        by its DID or its own handle: another handle's lookup rests on that handle too."""
-        info, did, handle = identity.cache, identity.did, identity.declared_handle
-        if (
-            info is None
-            or info.state == "stale"
-            or info.fresh_for_s <= 0
-            or changes_before != self.changes
-            or did is None
-            or identity.handle_queried not in (None, handle)
-        ):
-            return
-        now, fresh = self._clock(), info.fresh_for_s
-        keep = fresh if self._store.following else min(fresh, self.UNFOLLOWED_SECONDS)
-        fresh_end = now + fresh
-        until = fresh_end if keep == fresh else now + keep  # one float fewer, most of the time
-        record: _Record = (
-            until,
-            fresh_end,
-            now + info.servable_for_s,
-            did,
-            handle,
-            identity.verified,
-            identity.status is not Status.UNAVAILABLE,
-            deflate(document) if document is not None else None,
-        )
-        for key in (did, handle) if handle else (did,):
-            self._drop(key)  # its old record, or another DID's that declared this handle
-            self._records.put(key, record)
-        # The record is what a hit needs of its entries: the memory tier need not hold
-        # them too while a shared store does (they are read back to compose a new record).
-        self._store.spare(resting_on(identity))
-
-    def changed(self, keys: Sequence[str] | None) -> None:
-        self.changes += 1
-        if keys is None:
-            self.clear()
-            return
-        for entry in keys:
-            self._drop(identifier_of(entry))
-
-    def _drop(self, key: str) -> None:
-        record = self._records.pop(key)
-        if record is not None:
-            self._unlink(key, record)
-
-    def _unlink(self, key: str, record: _Record) -> None:
-        """`record` left under `key`: it leaves its other key too."""
-        other = record[4] if key == record[3] else record[3]
-        if other is not None and self._records.peek(other) is record:
-            self._records.pop(other)
-
-    def clear(self) -> None:
-        self._records.clear()
-
-    @property
-    def used_bytes(self) -> int:
-        return self._records.bytes
 
 
 def _servable_document(identity: Identity) -> bytes | None:
@@ -361,20 +95,82 @@ def _servable_document(identity: Identity) -> bytes | None:
     return None
 
 
-def cache_control(identity: Identity) -> str:
-    """From the freshness policy: fresh for what is left of the fresh window; after that a
-    shared cache may serve it stale while revalidating, or on error, up to the maximum."""
-    info = identity.cache
-    return _cache_control(info.fresh_for_s, info.servable_for_s) if info else "no-store"
+_RESOLVE_HANDLE = BY_NSID["com.atproto.identity.resolveHandle"]
+_RESOLVE_DID = BY_NSID["com.atproto.identity.resolveDid"]
+_RESOLVE_IDENTITY = BY_NSID["com.atproto.identity.resolveIdentity"]
+_REFRESH_IDENTITY = BY_NSID["com.atproto.identity.refreshIdentity"]
+_MINI_DOC = BY_NSID["com.bad-example.identity.resolveMiniDoc"]
 
-
-def _cache_control(fresh_for: float, servable_for: float) -> str:
-    if servable_for <= 0:
-        return "no-store"
-    fresh = max(0, int(fresh_for))
-    extra = int(servable_for) - fresh
-    header = f"public, max-age={fresh}"
-    return header + (f", stale-while-revalidate={extra}, stale-if-error={extra}" if extra else "")
+# The service's own routes besides the XRPC methods, each with its description.
+_ROUTES = (
+    Route(
+        "GET",
+        "/v1/identity/{identifier}",
+        "identity_report",
+        {
+            "summary": "The full Identity report, with evidence and cache metadata",
+            "parameters": [
+                openapi.PATH_IDENTIFIER,
+                openapi.optional_query("document", {"type": "string", "enum": ["1", "true"]}),
+            ],
+            "responses": {
+                "200": openapi.content(openapi.IDENTITY, "the report (the status inside)"),
+                "400": openapi.content(openapi.IDENTITY, "invalid input (the report says why)"),
+                "502": openapi.content(openapi.IDENTITY, "transient failure (the report)"),
+                "503": openapi.content(openapi.ERROR, openapi.REASONS[503]),
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/_health",
+        "health",
+        {
+            "summary": "Liveness, degradation and upstream recency",
+            "responses": {
+                "200": openapi.content(
+                    openapi.object_of(
+                        {
+                            "ok": {"type": "boolean"},
+                            "status": {"type": "string", "enum": ["ok", "degraded"]},
+                            "reasons": openapi.strings(),
+                            "uptime_s": {"type": "number"},
+                            "store": {"type": "string"},
+                            "upstream_last_answer_s_ago": {
+                                "type": "object",
+                                "additionalProperties": {"type": "number"},
+                            },
+                        }
+                    )
+                )
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/metrics",
+        "prometheus",
+        {
+            "summary": "Prometheus metrics",
+            "responses": {
+                "200": {
+                    "description": "text exposition",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/openapi.json",
+        "openapi",
+        {
+            "summary": "This description",
+            "responses": {"200": openapi.content({"type": "object"})},
+        },
+    ),
+)
+ROUTES = (*(method.route() for method in METHODS), *_ROUTES)
 
 
 class Service:
@@ -389,6 +185,7 @@ class Service:
         self.metric_sources: list[Families] = []  # more families for /metrics (audits)
         self.health_sources: dict[str, Callable[[], Any]] = {}  # more for /_health (streams)
         self.exposition = Exposition()
+        self.routes: list[Route] = []  # what /openapi.json describes: the routes added
         # Request ids: a random prefix per process and a count (a random id per request
         # cost a system call each).
         self._id_prefix, self._ids = os.urandom(4).hex(), itertools.count()
@@ -397,24 +194,16 @@ class Service:
         app = web.Application(
             client_max_size=self.settings.max_body, middlewares=[self._middleware]
         )
-        xrpc = "/xrpc/com.atproto.identity."
-        app.router.add_get(xrpc + "resolveHandle", self.resolve_handle)
-        app.router.add_get(xrpc + "resolveDid", self.resolve_did)
-        app.router.add_get(xrpc + "resolveIdentity", self.resolve_identity)
-        app.router.add_post(xrpc + "refreshIdentity", self.refresh_identity)
-        for nsid in (
-            "com.bad-example.identity.resolveMiniDoc",
-            "blue.microcosm.identity.resolveMiniDoc",
-        ):
-            app.router.add_get(f"/xrpc/{nsid}", self.resolve_mini_doc)
-        app.router.add_get("/v1/identity/{identifier}", self.identity_report)
-        app.router.add_get("/_health", self.health)
-        app.router.add_get("/metrics", self.prometheus)
-        app.router.add_get("/openapi.json", self.openapi)
+        self.add_routes(app, self, ROUTES)
         app.on_startup.append(self.request_log.start)
         app.on_cleanup.append(self.request_log.stop)
         app.on_cleanup.append(self._close)
         return app
+
+    def add_routes(self, app: web.Application, face: object, routes: tuple[Route, ...]) -> None:
+        """`routes`, answered by `face`, on `app` and in its `/openapi.json`."""
+        add_routes(app, face, routes)
+        self.routes.extend(routes)
 
     async def _close(self, _: web.Application) -> None:
         await self.cached.aclose()
@@ -435,7 +224,7 @@ class Service:
         if answer is None:
             return None
         self.cached.counters["fresh"] += 1  # what the cached lookup would have counted
-        return _json_bytes(200, *answer)
+        return json_bytes(200, *answer)
 
     async def runner(self, app: web.Application, **settings: Any) -> web.AppRunner:
         """`app`'s runner (with `settings`), set up, its server answering kept answers
@@ -485,21 +274,21 @@ class Service:
         except XrpcError as err:
             headers = {"Retry-After": str(err.retry_after)} if err.retry_after else {}
             headers["Cache-Control"] = err.cache
-            response = _json({"error": err.error, "message": str(err)}, err.status, headers)
+            response = json_response({"error": err.error, "message": str(err)}, err.status, headers)
         except web.HTTPException as err:
             name = "PayloadTooLarge" if err.status == 413 else "InvalidRequest"
             if err.status == 404:
                 name = "NotFound"
             if err.status == 405:
                 name = "MethodNotAllowed"
-            response = _json({"error": name, "message": err.reason}, err.status)
+            response = json_response({"error": name, "message": err.reason}, err.status)
         except Exception:
             log.exception(
                 "request %s %s failed (request id %s)", request.method, request.path, request_id
             )
             message = f"unexpected error; the daemon logged it under request id {request_id}"
             body = {"error": "InternalServerError", "message": message}
-            response = _json(body, 500, {"Cache-Control": "no-store"})
+            response = json_response(body, 500, {"Cache-Control": "no-store"})
         self._finish(request, response, request_id, started, endpoint)
         return response
 
@@ -548,12 +337,13 @@ class Service:
 
     # --- lookups ----------------------------------------------------------------------
 
-    def _param(self, request: web.Request, name: str, kind: Format) -> str:
-        """A query parameter, which its lexicon requires, in its lexicon format."""
+    def _param(self, request: web.Request, method: XrpcMethod) -> str:
+        """The method's query parameter, which its lexicon requires, in its lexicon format."""
+        name = method.parameter
         value = request.query.get(name)
         if not value:
             raise XrpcError(400, "InvalidRequest", f"the {name} parameter is required")
-        return _in_format(name, value, kind)
+        return _in_format(name, value, method.format)
 
     async def _lookup(self, identifier: str, *, refresh: bool = False) -> Identity:
         look = self.cached.refresh if refresh else self.cached.lookup
@@ -585,11 +375,11 @@ class Service:
         return document
 
     async def resolve_handle(self, request: web.Request) -> web.Response:
-        identity = await self._lookup(self._param(request, "handle", "handle"))
+        identity = await self._lookup(self._param(request, _RESOLVE_HANDLE))
         if identity.status is not Status.VERIFIED:
-            raise self._failure(identity, xrpc_errors.RESOLVE_HANDLE)
+            raise self._failure(identity, _RESOLVE_HANDLE.errors)
         assert identity.did is not None  # verified
-        body = _did_body(identity.did)
+        body = did_body(identity.did)
         return self._answer(request, identity, body, _servable_document(identity))
 
     def _answer(
@@ -598,18 +388,22 @@ class Service:
         """`body`, and what `identity` answers kept for the next requests (`document`: its
         servable document, or None)."""
         self.answers.put(identity, document, request[_CHANGES_BEFORE])
-        return _json_bytes(200, body, cache_control(identity))
+        return json_bytes(200, body, cache_control(identity))
 
     async def resolve_did(self, request: web.Request) -> web.Response:
-        identity = await self._lookup(self._param(request, "did", "did"))
-        document = self._document(identity, xrpc_errors.RESOLVE_DID)
-        return self._answer(request, identity, _with_document({}, document), document)
+        identity = await self._lookup(self._param(request, _RESOLVE_DID))
+        document = self._document(identity, _RESOLVE_DID.errors)
+        return self._answer(request, identity, with_document({}, document), document)
 
-    def _identity_info(self, identity: Identity, identifier: str) -> tuple[dict[str, Any], bytes]:
+    def _identity_info(
+        self,
+        identity: Identity,
+        identifier: str,
+        table: dict[Status, Failure] = _RESOLVE_IDENTITY.errors,
+    ) -> tuple[dict[str, Any], bytes]:
         """DID and verified handle (or `handle.invalid`), and the document. A handle that
         could not be checked now is an upstream failure, never `handle.invalid`: that
         would say the binding fails when nobody knows."""
-        table = xrpc_errors.RESOLVE_IDENTITY
         by_handle = not is_valid_did(identifier)
         if identity.status is Status.UNAVAILABLE or (
             by_handle and identity.status is not Status.VERIFIED
@@ -619,10 +413,10 @@ class Service:
         return {"did": identity.did, "handle": identity.handle}, document
 
     async def resolve_identity(self, request: web.Request) -> web.Response:
-        identifier = self._param(request, "identifier", "at-identifier")
+        identifier = self._param(request, _RESOLVE_IDENTITY)
         identity = await self._lookup(identifier)
         fields, document = self._identity_info(identity, identifier)
-        return self._answer(request, identity, _with_document(fields, document), document)
+        return self._answer(request, identity, with_document(fields, document), document)
 
     def _cors_origin(self, request: web.BaseRequest) -> str | None:
         """What `Access-Control-Allow-Origin` says for this request: CORS is for the read
@@ -666,18 +460,19 @@ class Service:
     async def refresh_identity(self, request: web.Request) -> web.Response:
         self.authorize(request, "refreshIdentity")
         body = await self.json_body(request)
-        identifier = body.get("identifier")
+        name = _REFRESH_IDENTITY.parameter
+        identifier = body.get(name)
         if not isinstance(identifier, str) or not identifier:
-            raise XrpcError(400, "InvalidRequest", "identifier is required")
-        identifier = _in_format("identifier", identifier, "at-identifier")
+            raise XrpcError(400, "InvalidRequest", f"{name} is required")
+        identifier = _in_format(name, identifier, _REFRESH_IDENTITY.format)
         identity = await self._lookup(identifier, refresh=True)
-        fields, document = self._identity_info(identity, identifier)
-        return _json_bytes(200, _with_document(fields, document), "no-store")
+        fields, document = self._identity_info(identity, identifier, _REFRESH_IDENTITY.errors)
+        return json_bytes(200, with_document(fields, document), "no-store")
 
     async def resolve_mini_doc(self, request: web.Request) -> web.Response:
-        identifier = self._param(request, "identifier", "at-identifier")
+        identifier = self._param(request, _MINI_DOC)
         identity = await self._lookup(identifier)
-        fields, _ = self._identity_info(identity, identifier)
+        fields, _ = self._identity_info(identity, identifier, _MINI_DOC.errors)
         key = identity.signing_key.removeprefix("did:key:") if identity.signing_key else None
         mini = {
             **fields,
@@ -686,7 +481,7 @@ class Service:
         }
         # Not kept: a record holds no PDS or key, and keeping one would spare the memory
         # tier the entries this is composed from.
-        return _json_bytes(200, _compact(mini), cache_control(identity))
+        return json_bytes(200, compact(mini), cache_control(identity))
 
     async def identity_report(self, request: web.Request) -> web.Response:
         identity = await self.cached.lookup(
@@ -698,7 +493,7 @@ class Service:
         if status == 502:
             headers["Retry-After"] = str(self.settings.retry_after)
         document = request.query.get("document") in ("1", "true")
-        return _json(identity.to_json(include_document=document), status, headers)
+        return json_response(identity.to_json(include_document=document), status, headers)
 
     # --- operations -----------------------------------------------------------------
 
@@ -708,7 +503,7 @@ class Service:
         now = time.time()
         seen = {k: round(now - t, 1) for k, t in self.cached.upstream_seen.items()}
         reasons = await self.cached.store.health()
-        return _json(
+        return json_response(
             {
                 "ok": True,
                 "status": "degraded" if reasons else "ok",
@@ -755,4 +550,4 @@ class Service:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     async def openapi(self, _: web.Request) -> web.Response:
-        return _json(openapi())
+        return json_response(openapi.document(described(self.routes)))

@@ -20,8 +20,27 @@ its own error class or to the generic one, never to a name it cannot know:
 from __future__ import annotations
 
 from resolver import Status
+from resolver.errors import AtwhoisError
 
 Failure = tuple[int, str]  # HTTP status, XRPC error name
+
+
+class XrpcError(AtwhoisError):
+    """A request the daemon answers with an XRPC error body (status, error name, message);
+    `cache` is its Cache-Control (a confirmed absence is cacheable)."""
+
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        message: str,
+        *,
+        retry_after: int | None = None,
+        cache: str = "no-store",
+    ) -> None:
+        super().__init__(message)
+        self.status, self.error, self.retry_after, self.cache = status, error, retry_after, cache
+
 
 # XRPC's generic error names (the HTTP status table of the XRPC specification), which any
 # method may use, and the token errors of its authentication section.

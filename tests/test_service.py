@@ -26,7 +26,7 @@ from devnet.identities import verified
 from devnet.network import DevnetState
 from resolver import Config, Identity, Resolver, Status
 from server import Service, Settings, xrpc_errors
-from server.service import AnswerCache
+from server.answers import AnswerCache
 from tests.support import metrics
 from tests.support.cache_model import Clock, LoopThread, start_daemon, stop_daemons
 

@@ -1,0 +1,174 @@
+"""The daemon's routes as one table each face reads: the router adds them, `/openapi.json`
+describes them, and the kept answers find their method in `METHODS` by the request target.
+
+A `Route` is a path, its HTTP verb, the name of the face's handler and the OpenAPI
+operation that describes it, written beside each other so they cannot drift apart.
+`XrpcMethod` adds what an XRPC method is: its NSID, its one parameter and the lexicon
+format that parameter must have, and its table of errors (`xrpc_errors`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from aiohttp import web
+
+from resolver import Status
+from resolver.syntax import is_valid_at_identifier, is_valid_did, is_valid_handle
+
+from . import openapi, xrpc_errors
+from .xrpc_errors import Failure
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Format = Literal["handle", "did", "at-identifier"]
+FORMATS: dict[Format, Callable[[str], bool]] = {
+    "handle": is_valid_handle,
+    "did": is_valid_did,
+    "at-identifier": is_valid_at_identifier,
+}
+_PATTERNS: dict[Format, str] = {
+    "handle": openapi.HANDLE,
+    "did": openapi.DID,
+    "at-identifier": openapi.AT_IDENTIFIER,
+}
+_DESCRIPTIONS: dict[Format, str] = {
+    "handle": "a handle",
+    "did": "a DID",
+    "at-identifier": "a handle or a DID",
+}
+XRPC = "/xrpc/"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    verb: str  # GET, POST, DELETE
+    path: str
+    handler: str  # the face's method that answers
+    operation: dict[str, Any] | None  # its OpenAPI description (None: not described)
+
+
+@dataclass(frozen=True, slots=True)
+class XrpcMethod:
+    nsid: str
+    verb: str
+    handler: str
+    parameter: str  # the one parameter: in the query (GET) or the JSON body (POST)
+    format: Format
+    errors: dict[Status, Failure]
+    summary: str
+    answer: dict[str, Any]  # the schema of its 200 body
+    failures: tuple[int, ...] = openapi.RESOLVING  # what it may answer besides 200
+    bearer: bool = False  # needs the configured token
+    described: bool = True  # in /openapi.json (an alias of another method's NSID is not)
+
+    @property
+    def path(self) -> str:
+        return XRPC + self.nsid
+
+    def route(self) -> Route:
+        if not self.described:
+            return Route(self.verb, self.path, self.handler, None)
+        operation: dict[str, Any] = {"summary": self.summary}
+        pattern = _PATTERNS[self.format]
+        if self.verb == "GET":
+            description = _DESCRIPTIONS[self.format]
+            operation["parameters"] = [openapi.query(self.parameter, description, pattern)]
+        else:
+            operation["requestBody"] = openapi.body(
+                {self.parameter: {"type": "string", "pattern": pattern}}, [self.parameter]
+            )
+        if self.bearer:
+            operation["security"] = openapi.BEARER
+        operation["responses"] = openapi.responses(self.answer, *self.failures)
+        return Route(self.verb, self.path, self.handler, operation)
+
+
+_IDENTITY_INFO = {"$ref": "#/components/schemas/IdentityInfo"}
+_MINI_DOC = openapi.object_of(
+    {k: openapi.nullable("string") for k in ("did", "handle", "pds", "signing_key")}
+)
+_IDENTITY = "com.atproto.identity."
+_MINI_DOC_SUMMARY = "Slingshot-compatible mini document"
+
+METHODS = (
+    XrpcMethod(
+        _IDENTITY + "resolveHandle",
+        "GET",
+        "resolve_handle",
+        "handle",
+        "handle",
+        xrpc_errors.RESOLVE_HANDLE,
+        "Handle to DID, verified both ways (stricter than the lexicon)",
+        openapi.object_of({"did": {"type": "string"}}),
+    ),
+    XrpcMethod(
+        _IDENTITY + "resolveDid",
+        "GET",
+        "resolve_did",
+        "did",
+        "did",
+        xrpc_errors.RESOLVE_DID,
+        "DID to its DID document",
+        openapi.object_of({"didDoc": {"type": "object"}}),
+    ),
+    XrpcMethod(
+        _IDENTITY + "resolveIdentity",
+        "GET",
+        "resolve_identity",
+        "identifier",
+        "at-identifier",
+        xrpc_errors.RESOLVE_IDENTITY,
+        "Handle or DID to {did, handle (or handle.invalid), didDoc}",
+        _IDENTITY_INFO,
+    ),
+    XrpcMethod(
+        _IDENTITY + "refreshIdentity",
+        "POST",
+        "refresh_identity",
+        "identifier",
+        "at-identifier",
+        xrpc_errors.RESOLVE_IDENTITY,
+        "Resolve again, every part afresh (bearer token)",
+        _IDENTITY_INFO,
+        failures=(400, 401, 403, 404, 413, 502, 503),
+        bearer=True,
+    ),
+    XrpcMethod(
+        "com.bad-example.identity.resolveMiniDoc",
+        "GET",
+        "resolve_mini_doc",
+        "identifier",
+        "at-identifier",
+        xrpc_errors.RESOLVE_IDENTITY,
+        _MINI_DOC_SUMMARY,
+        _MINI_DOC,
+    ),
+    XrpcMethod(
+        "blue.microcosm.identity.resolveMiniDoc",
+        "GET",
+        "resolve_mini_doc",
+        "identifier",
+        "at-identifier",
+        xrpc_errors.RESOLVE_IDENTITY,
+        _MINI_DOC_SUMMARY,
+        _MINI_DOC,
+        described=False,
+    ),
+)
+BY_NSID = {method.nsid: method for method in METHODS}
+
+
+def add_routes(app: web.Application, face: object, routes: Iterable[Route]) -> None:
+    """`routes` answered by `face`'s handlers."""
+    for route in routes:
+        app.router.add_route(route.verb, route.path, getattr(face, route.handler))
+
+
+def described(routes: Iterable[Route]) -> dict[str, dict[str, Any]]:
+    """The OpenAPI paths of `routes`: path -> verb -> operation."""
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        if route.operation is not None:
+            paths.setdefault(route.path, {})[route.verb.lower()] = route.operation
+    return paths

@@ -29,10 +29,10 @@ import contextlib
 import dataclasses
 import datetime
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from resolver import Identity, Resolver, Status
 from resolver.errors import InvalidInput
@@ -42,12 +42,22 @@ from resolver.report import NO_DOCUMENT, DocumentResolution, HandleResolution, c
 from resolver.syntax import Query
 from resolver.verdict import Step
 
+from .accounts import AccountStates
 from .entry import DECODERS, Cached, Entry, Part
 from .keys import did_key, handle_key
 from .policy import Action, Answer, Held, Kind, Policy, replacement
 from .stores import Store, StoreUnavailable, in_memory
 
 P = TypeVar("P", HandleResolution, DocumentResolution)
+
+
+class Upstream(NamedTuple):
+    """One upstream step of a resolution: its kind (dns, https, plc, did_web), how long it
+    took, and when it answered (the cache's clock; None: it failed)."""
+
+    kind: str
+    seconds: float | None
+    answered_at: float | None
 
 
 class CachedResolver:
@@ -59,6 +69,7 @@ class CachedResolver:
         *,
         clock: Callable[[], float] = time.time,
         max_resolutions: int = 32,
+        accounts: AccountStates | None = None,
     ) -> None:
         self.resolver = resolver
         self.store = in_memory(store, clock=clock)
@@ -69,17 +80,12 @@ class CachedResolver:
         self.policy = policy or Policy()
         self.clock = clock
         self._decode = DECODERS[resolver.config.dev]
-        self.counters: Counter[str] = Counter()
+        self._counters: Counter[str] = Counter()
         self._inflight: dict[str, asyncio.Task[Identity]] = {}
         self._refreshing: dict[str, asyncio.Task[Identity]] = {}
-        self.upstream_seen: dict[str, float] = {}  # upstream kind -> when it last answered
-        # DIDs whose account is not active (deactivated, takendown, ...), as an event stream
-        # told (`stream.follower`): the document still resolves, the account does not serve.
-        self.inactive: dict[str, str] = {}
-        # (upstream kind, seconds) of resolutions not yet read by a metrics collector: the
-        # daemon reads them after every lookup; a caller that never does (an audit run)
-        # keeps the last few thousand (100,000 took 9 MiB of an audit's memory)
-        self.upstream_latency: deque[tuple[str, float]] = deque(maxlen=4096)
+        # shared with the daemon's other resolvers (`accounts`): what the event streams say
+        self.accounts = accounts or AccountStates()
+        self._observers: list[Callable[[Upstream], None]] = []  # told of each upstream step
 
     async def __aenter__(self) -> CachedResolver:
         return self
@@ -106,11 +112,11 @@ class CachedResolver:
         cached = await self._from_cache(query)
         if cached is not None:
             identity, stale, retry_at = cached
-            self.counters["stale" if stale else "fresh"] += 1
+            self._counters["stale" if stale else "fresh"] += 1
             if stale and retry_at <= self.clock():
                 self._refresh_in_background(query)
             return self._with_account(identity)
-        self.counters["miss"] += 1
+        self._counters["miss"] += 1
         return self._with_account(await self._shared(query, timeout, reuse=True))
 
     async def refresh(self, identifier: str, *, timeout: float | None = None) -> Identity:
@@ -122,11 +128,11 @@ class CachedResolver:
             query = self.resolver.parse(identifier)
         except InvalidInput as err:
             return invalid_input(identifier, err, now_iso())
-        self.counters["refreshes_requested"] += 1
+        self._counters["refreshes_requested"] += 1
         return self._with_account(await self._shared(query, timeout, reuse=False))
 
     def _with_account(self, identity: Identity) -> Identity:
-        status = self.inactive.get(identity.did) if self.inactive and identity.did else None
+        status = self.accounts.status(identity.did) if identity.did else None
         if status is None or identity.status in (Status.INVALID_INPUT, Status.UNAVAILABLE):
             return identity
         return dataclasses.replace(
@@ -134,6 +140,20 @@ class CachedResolver:
             status=Status.DID_DEACTIVATED,
             error=f"{identity.did}: the account is {status} (its PDS's event stream says so)",
         )
+
+    async def mark_account(self, did: str, status: str | None) -> bool:
+        """An event stream says `did`'s account is `status` (None: active again): every
+        answer about the DID says so from now on, here and in the daemon's other processes
+        (their kept answers are dropped), and after a restart. Whether it changed."""
+        if not self.accounts.mark(did, status):
+            return False
+        await self.accounts.save(self.store, time.time())
+        self.store.announce([did_key(did)])  # answers about it change
+        return True
+
+    async def restore_accounts(self) -> None:
+        """The account states an earlier run kept in the store."""
+        await self.accounts.load(self.store)
 
     async def purge(self, identifier: str) -> list[str]:
         """Forget an identity at both levels (a handle change must not hide behind a cached
@@ -157,8 +177,16 @@ class CachedResolver:
             declared = part.data.declared_handle if part.data else None
             keys += [handle_key(declared)] if declared else []
         await self.store.delete(keys)
-        self.counters["purged"] += len(keys)
+        self._counters["purged"] += len(keys)
         return keys
+
+    def counts(self) -> dict[str, int]:
+        """What the lookups found (fresh, stale, miss, coalesced), and what was resolved."""
+        return dict(self._counters)
+
+    def observe_upstreams(self, observer: Callable[[Upstream], None]) -> None:
+        """Tell `observer` of every upstream step from now on, as it completes."""
+        self._observers.append(observer)
 
     @property
     def inflight(self) -> int:
@@ -171,7 +199,7 @@ class CachedResolver:
             "entries": await self.store.count(),
             "inflight": len(self._inflight),
             "refreshing": len(self._refreshing),
-            **dict(self.counters),
+            **self._counters,
         }
 
     # --- reading --------------------------------------------------------------------
@@ -256,7 +284,7 @@ class CachedResolver:
         if task is None:
             task = self._start(self._inflight, key, self._resolve_and_store(query, reuse=reuse))
         else:
-            self.counters["coalesced"] += 1
+            self._counters["coalesced"] += 1
         try:
             async with asyncio.timeout(timeout):
                 return await asyncio.shield(task)
@@ -271,7 +299,7 @@ class CachedResolver:
     def _refresh_in_background(self, query: Query) -> None:
         key = self._key(query)
         if key not in self._refreshing:
-            self.counters["refreshes"] += 1
+            self._counters["refreshes"] += 1
             self._start(self._refreshing, key, self._resolve_and_store(query, reuse=False))
 
     def _start(
@@ -326,7 +354,7 @@ class CachedResolver:
         now = self.clock()
         for key, (new, answer, held) in run.resolved.items():
             if answer is not Answer.CONFIRMED:
-                self.counters["upstream_failures"] += 1
+                self._counters["upstream_failures"] += 1
             if key not in keys:
                 continue  # resolved on the way, not part of the answer: not worth keeping
             match replacement(_held(held), answer):
@@ -347,8 +375,10 @@ class CachedResolver:
         return [run.basis[key] for key in keys]
 
     def _note_upstreams(self, run: _Run) -> None:
-        """When each kind of upstream last answered, and how long it took (for /_health
-        and /metrics)."""
+        """Each upstream step of `run` to the observers (the daemon's /_health and /metrics:
+        when each kind of upstream last answered, and how long it took)."""
+        if not self._observers:
+            return
         now = self.clock()
         for new, _, _ in run.resolved.values():
             if isinstance(new, HandleResolution):
@@ -358,10 +388,10 @@ class CachedResolver:
             for kind, step in evidence.items():
                 if step.outcome is Outcome.SKIPPED:
                     continue
-                if step.outcome is not Outcome.FAILED:
-                    self.upstream_seen[kind] = now
-                if step.ms is not None:
-                    self.upstream_latency.append((kind, step.ms / 1000))
+                seconds = step.ms / 1000 if step.ms is not None else None
+                answered = now if step.outcome is not Outcome.FAILED else None
+                for observer in self._observers:
+                    observer(Upstream(kind, seconds, answered))
 
 
 @dataclass
@@ -387,7 +417,7 @@ class _Run:
         resolver = self.owner.resolver
 
         async def resolve() -> HandleResolution:
-            self.owner.counters["upstream_handles"] += 1
+            self.owner._counters["upstream_handles"] += 1
             if with_document:
                 found, _ = await resolver.resolve_handle_with_document(handle, self.document)
                 return found
@@ -401,7 +431,7 @@ class _Run:
         if did not in self.documents:
 
             async def resolve() -> DocumentResolution:
-                self.owner.counters["upstream_documents"] += 1
+                self.owner._counters["upstream_documents"] += 1
                 return await self.owner.resolver.resolve_document(did)
 
             key = did_key(did)

@@ -162,8 +162,8 @@ async def serve(
     audit_config = dataclasses.replace(config, verify_plc=True, per_host_limit=8)
     webhook = webhook_from(merged)
     audit_path = Path(merged.get("audit_db") or default_audit_path())
-    audit_cached = CachedResolver(resolver(audit_config), store, policy)
-    audit_cached.inactive = cached.inactive  # what the event streams say, audits hear too
+    # what the event streams say about accounts, audits hear too
+    audit_cached = CachedResolver(resolver(audit_config), store, policy, accounts=cached.accounts)
     auditor = Auditor(
         audit_cached,
         AuditStore(audit_path),

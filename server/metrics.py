@@ -63,7 +63,7 @@ class Metrics:
         self.request_seconds[endpoint].observe(seconds)
 
     def families(self, cache: dict[str, int]) -> Iterator[Metric]:
-        """These counts, and the cache's (`CachedResolver.counters`)."""
+        """These counts, and the cache's (`CachedResolver.counts`)."""
         requests = CounterMetricFamily(
             "atwhois_requests",
             "Requests answered, by endpoint and HTTP status.",

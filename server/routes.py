@@ -158,6 +158,79 @@ METHODS = (
 )
 BY_NSID = {method.nsid: method for method in METHODS}
 
+# The service's own routes besides the XRPC methods.
+_OWN = (
+    Route(
+        "GET",
+        "/v1/identity/{identifier}",
+        "identity_report",
+        {
+            "summary": "The full Identity report, with evidence and cache metadata",
+            "parameters": [
+                openapi.PATH_IDENTIFIER,
+                openapi.optional_query("document", {"type": "string", "enum": ["1", "true"]}),
+            ],
+            "responses": {
+                "200": openapi.content(openapi.IDENTITY, "the report (the status inside)"),
+                "400": openapi.content(openapi.IDENTITY, "invalid input (the report says why)"),
+                "502": openapi.content(openapi.IDENTITY, "transient failure (the report)"),
+                "503": openapi.content(openapi.ERROR, openapi.REASONS[503]),
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/_health",
+        "health",
+        {
+            "summary": "Liveness, degradation and upstream recency",
+            "responses": {
+                "200": openapi.content(
+                    openapi.object_of(
+                        {
+                            "ok": {"type": "boolean"},
+                            "status": {"type": "string", "enum": ["ok", "degraded"]},
+                            "reasons": openapi.strings(),
+                            "uptime_s": {"type": "number"},
+                            "store": {"type": "string"},
+                            "upstream_last_answer_s_ago": {
+                                "type": "object",
+                                "additionalProperties": {"type": "number"},
+                            },
+                        }
+                    )
+                )
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/metrics",
+        "prometheus",
+        {
+            "summary": "Prometheus metrics",
+            "responses": {
+                "200": {
+                    "description": "text exposition",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/openapi.json",
+        "openapi",
+        {
+            "summary": "This description",
+            "responses": {"200": openapi.content({"type": "object"})},
+        },
+    ),
+)
+
+# What `Service` answers (its handlers): the XRPC methods and its own routes.
+SERVICE = (*(method.route() for method in METHODS), *_OWN)
+
 
 def add_routes(app: web.Application, face: object, routes: Iterable[Route]) -> None:
     """`routes` answered by `face`'s handlers."""

@@ -25,6 +25,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily
 
 from cache import CachedResolver
+from cache.resolver import Upstream
 from cache.stores import TieredStore
 from resolver import Identity, Outcome, Status
 from resolver.syntax import is_valid_did
@@ -38,7 +39,7 @@ from .request_log import RequestLog
 from .routes import (
     BY_NSID,
     FORMATS,
-    METHODS,
+    SERVICE,
     Format,
     Handler,
     Route,
@@ -101,77 +102,6 @@ _RESOLVE_IDENTITY = BY_NSID["com.atproto.identity.resolveIdentity"]
 _REFRESH_IDENTITY = BY_NSID["com.atproto.identity.refreshIdentity"]
 _MINI_DOC = BY_NSID["com.bad-example.identity.resolveMiniDoc"]
 
-# The service's own routes besides the XRPC methods, each with its description.
-_ROUTES = (
-    Route(
-        "GET",
-        "/v1/identity/{identifier}",
-        "identity_report",
-        {
-            "summary": "The full Identity report, with evidence and cache metadata",
-            "parameters": [
-                openapi.PATH_IDENTIFIER,
-                openapi.optional_query("document", {"type": "string", "enum": ["1", "true"]}),
-            ],
-            "responses": {
-                "200": openapi.content(openapi.IDENTITY, "the report (the status inside)"),
-                "400": openapi.content(openapi.IDENTITY, "invalid input (the report says why)"),
-                "502": openapi.content(openapi.IDENTITY, "transient failure (the report)"),
-                "503": openapi.content(openapi.ERROR, openapi.REASONS[503]),
-            },
-        },
-    ),
-    Route(
-        "GET",
-        "/_health",
-        "health",
-        {
-            "summary": "Liveness, degradation and upstream recency",
-            "responses": {
-                "200": openapi.content(
-                    openapi.object_of(
-                        {
-                            "ok": {"type": "boolean"},
-                            "status": {"type": "string", "enum": ["ok", "degraded"]},
-                            "reasons": openapi.strings(),
-                            "uptime_s": {"type": "number"},
-                            "store": {"type": "string"},
-                            "upstream_last_answer_s_ago": {
-                                "type": "object",
-                                "additionalProperties": {"type": "number"},
-                            },
-                        }
-                    )
-                )
-            },
-        },
-    ),
-    Route(
-        "GET",
-        "/metrics",
-        "prometheus",
-        {
-            "summary": "Prometheus metrics",
-            "responses": {
-                "200": {
-                    "description": "text exposition",
-                    "content": {"text/plain": {"schema": {"type": "string"}}},
-                }
-            },
-        },
-    ),
-    Route(
-        "GET",
-        "/openapi.json",
-        "openapi",
-        {
-            "summary": "This description",
-            "responses": {"200": openapi.content({"type": "object"})},
-        },
-    ),
-)
-ROUTES = (*(method.route() for method in METHODS), *_ROUTES)
-
 
 class Service:
     def __init__(self, cached: CachedResolver, settings: Settings) -> None:
@@ -186,6 +116,9 @@ class Service:
         self.health_sources: dict[str, Callable[[], Any]] = {}  # more for /_health (streams)
         self.exposition = Exposition()
         self.routes: list[Route] = []  # what /openapi.json describes: the routes added
+        self._kept_hits = 0
+        self.upstream_seen: dict[str, float] = {}  # upstream kind -> when it last answered
+        cached.observe_upstreams(self._upstream)
         # Request ids: a random prefix per process and a count (a random id per request
         # cost a system call each).
         self._id_prefix, self._ids = os.urandom(4).hex(), itertools.count()
@@ -194,7 +127,7 @@ class Service:
         app = web.Application(
             client_max_size=self.settings.max_body, middlewares=[self._middleware]
         )
-        self.add_routes(app, self, ROUTES)
+        self.add_routes(app, self, SERVICE)
         app.on_startup.append(self.request_log.start)
         app.on_cleanup.append(self.request_log.stop)
         app.on_cleanup.append(self._close)
@@ -223,7 +156,7 @@ class Service:
         answer = self.answers.get(request.raw_path) if request.method == "GET" else None
         if answer is None:
             return None
-        self.cached.counters["fresh"] += 1  # what the cached lookup would have counted
+        self._kept_hits += 1  # fresh hits the cached lookup never saw
         return json_bytes(200, *answer)
 
     async def runner(self, app: web.Application, **settings: Any) -> web.AppRunner:
@@ -348,16 +281,15 @@ class Service:
     async def _lookup(self, identifier: str, *, refresh: bool = False) -> Identity:
         look = self.cached.refresh if refresh else self.cached.lookup
         identity = await look(identifier, timeout=self.settings.request_timeout)
-        self._note_upstream_latency()
         if identity.status is Status.INVALID_INPUT:
             raise XrpcError(400, "InvalidRequest", identity.error or "invalid identifier")
         return identity
 
-    def _note_upstream_latency(self) -> None:
-        latencies = self.cached.upstream_latency
-        while latencies:
-            kind, seconds = latencies.popleft()
-            self.metrics.upstream_seconds[kind].observe(seconds)
+    def _upstream(self, step: Upstream) -> None:
+        if step.answered_at is not None:
+            self.upstream_seen[step.kind] = step.answered_at
+        if step.seconds is not None:
+            self.metrics.upstream_seconds[step.kind].observe(step.seconds)
 
     def _failure(self, identity: Identity, table: dict[Status, Failure]) -> XrpcError:
         """The method's error for a lookup that did not give what it asks for."""
@@ -487,7 +419,6 @@ class Service:
         identity = await self.cached.lookup(
             request.match_info["identifier"], timeout=self.settings.request_timeout
         )
-        self._note_upstream_latency()
         status = {Status.INVALID_INPUT: 400, Status.UNAVAILABLE: 502}.get(identity.status, 200)
         headers = {"Cache-Control": cache_control(identity) if status == 200 else "no-store"}
         if status == 502:
@@ -501,7 +432,7 @@ class Service:
         """200 while the daemon answers; `status` says `degraded`, and why, while it
         answers with less than it should (a store away: memory and upstreams only)."""
         now = time.time()
-        seen = {k: round(now - t, 1) for k, t in self.cached.upstream_seen.items()}
+        seen = {k: round(now - t, 1) for k, t in self.upstream_seen.items()}
         reasons = await self.cached.store.health()
         return json_response(
             {
@@ -518,11 +449,12 @@ class Service:
         )
 
     async def prometheus(self, _: web.Request) -> web.Response:
-        self._note_upstream_latency()
         store = self.cached.store
         degraded = bool(await store.health())
+        counts = self.cached.counts()
+        counts["fresh"] = counts.get("fresh", 0) + self._kept_hits
         families = [
-            *self.metrics.families(dict(self.cached.counters)),
+            *self.metrics.families(counts),
             gauge(
                 "atwhois_inflight_resolutions",
                 "Upstream resolutions in flight.",

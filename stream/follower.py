@@ -3,8 +3,8 @@ URL, cursors in the cache store, and on each `#identity` event a re-verification
 and of its handles in the background, so that the next reader finds a fresh verified answer
 (or a fresh refusal) instead of an hour-old one, and never a miss made on purpose. An
 `#account` event that says an account is not active (deactivated, takendown, suspended,
-deleted) makes every answer about its DID say so at once (`CachedResolver.inactive`, kept in
-the store across restarts); `active` again lifts it. Watchers (the audits) hear of both.
+deleted) makes every answer about its DID say so at once (`CachedResolver.mark_account`, kept
+in the store across restarts); `active` again lifts it. Watchers (the audits) hear of both.
 
 A refresh replaces cached parts by the policy's table (a transient failure keeps what was
 there); refreshes of one DID are coalesced: an event during a refresh of the same DID runs
@@ -13,25 +13,20 @@ one more afterwards, not one per event."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cache import CachedResolver
-from cache.keys import did_key
 
 from .frames import AccountEvent, IdentityEvent
 from .subscriber import StoreCursor, Subscriber
 
 log = logging.getLogger("atwhois.stream")
 Watcher = Callable[[set[str]], Awaitable[None]]  # told the DID and handles that changed
-INACTIVE_KEY = "stream-inactive-accounts"  # the store entry: {did: status}
-KEEP = 365 * 24 * 3600.0
 
 
 class Follower:
@@ -55,10 +50,7 @@ class Follower:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        stored = await self.cached.store.get(INACTIVE_KEY)
-        if stored is not None:
-            with contextlib.suppress(ValueError, TypeError):
-                self.cached.inactive.update(json.loads(stored.value))
+        await self.cached.restore_accounts()
         for subscriber in self.subscribers:
             self._spawn(subscriber.run())
 
@@ -83,16 +75,8 @@ class Follower:
         self._spawn(self._revalidate(event.did, event.handle))
 
     async def _account(self, event: AccountEvent) -> None:
-        inactive = self.cached.inactive
-        before = inactive.get(event.did)
-        if event.active:
-            inactive.pop(event.did, None)
-        else:
-            inactive[event.did] = event.status or "inactive"
-        if inactive.get(event.did) != before:
-            value = json.dumps(inactive).encode()
-            await self.cached.store.put(INACTIVE_KEY, value, time.time() + KEEP)
-            self.cached.store.announce([did_key(event.did)])  # answers about it change
+        status = None if event.active else event.status or "inactive"
+        if await self.cached.mark_account(event.did, status):
             self._tell({event.did})
 
     def _tell(self, changed: set[str]) -> None:

@@ -36,10 +36,9 @@ from . import settings
 
 if TYPE_CHECKING:
     from resolver import Identity, Resolver
+    from resolver.directory import Directory
     from resolver.plc.export import ExportSummary
     from resolver.syntax import Query
-
-    from .sources import Source
 
 T = TypeVar("T")
 VERSION = "atwhois 0.1.0"
@@ -490,18 +489,28 @@ async def _cached(given: dict[str, Any], config: Config, work: Callable[[Any], A
         return await work(cached)
 
 
-def _source(args: argparse.Namespace, given: dict[str, Any], config: Config) -> Source:
-    from .sources import LocalSource, ServerSource
-
+def _directory(args: argparse.Namespace, given: dict[str, Any], config: Config) -> Directory:
+    """Where the answers come from: a running daemon (`--server`), or a resolver here, in
+    front of a cache when one is configured."""
     if args.server:
-        return ServerSource(args.server)
+        from resolver.remote import RemoteDirectory
+
+        return RemoteDirectory(args.server)
     from cache import CachedResolver, open_store
     from resolver import Resolver
 
     url = given.get("cache")
     if url is None:
-        return LocalSource(Resolver(config))
-    return LocalSource(CachedResolver(Resolver(config), open_store(url)), refresh=args.refresh)
+        return Resolver(config)
+    return CachedResolver(Resolver(config), open_store(url))
+
+
+async def _look(directory: Directory, identifier: str, args: argparse.Namespace) -> Identity:
+    """`--refresh` resolves every part of a local cache afresh; `--server` asks the
+    daemon's cache as it is."""
+    if args.refresh and not args.server:
+        return await directory.refresh(identifier)
+    return await directory.lookup(identifier)
 
 
 def identifier_lines(text: str) -> list[str]:
@@ -519,7 +528,7 @@ def lookup(args: argparse.Namespace) -> int:
             where = args.file or "standard input"
             print(f"atwhois: cannot read identifiers from {where}: {err}", file=sys.stderr)
             return 2
-        return _run(_batch(_source(args, given, config), identifier_lines(text), args))
+        return _run(_batch(_directory(args, given, config), identifier_lines(text), args))
     if not args.identifier:
         raise UsageError(args.prog, "give an identifier, - for standard input, or --file FILE")
     identifier = args.identifier.strip()
@@ -531,14 +540,14 @@ def lookup(args: argparse.Namespace) -> int:
             parse_lookup(identifier, dev=config.dev)
         except InvalidInput as err:
             return _show(invalid_input(identifier, err, now_iso()), args)
-    return _run(_single(_source(args, given, config), identifier, args))
+    return _run(_single(_directory(args, given, config), identifier, args))
 
 
-async def _single(source: Source, identifier: str, args: argparse.Namespace) -> int:
+async def _single(directory: Directory, identifier: str, args: argparse.Namespace) -> int:
     try:
-        return _show(await source.lookup(identifier), args)
+        return _show(await _look(directory, identifier, args), args)
     finally:
-        await source.aclose()
+        await directory.aclose()
 
 
 def _show(identity: Identity, args: argparse.Namespace) -> int:
@@ -553,7 +562,7 @@ def _show(identity: Identity, args: argparse.Namespace) -> int:
     return int(identity.status.exit_code)
 
 
-async def _batch(source: Source, identifiers: list[str], args: argparse.Namespace) -> int:
+async def _batch(directory: Directory, identifiers: list[str], args: argparse.Namespace) -> int:
     """Many lookups, at most --concurrency at once; one line each as they finish; a count by
     status at the end; the worst exit code."""
     import asyncio
@@ -567,7 +576,7 @@ async def _batch(source: Source, identifiers: list[str], args: argparse.Namespac
 
     async def one(identifier: str) -> Identity:
         async with gate:
-            return await source.lookup(identifier)
+            return await _look(directory, identifier, args)
 
     def counter(text: str) -> None:
         """The progress line on a terminal's stderr: redrawn in place, and erased before a
@@ -587,7 +596,7 @@ async def _batch(source: Source, identifiers: list[str], args: argparse.Namespac
             counter(f"  {done}/{len(identifiers)}")
     finally:
         counter("")
-        await source.aclose()
+        await directory.aclose()
     summary = ", ".join(f"{status} {n}" for status, n in statuses.most_common())
     print(
         f"summary: {len(identifiers)} identifiers: {summary or 'none'}",

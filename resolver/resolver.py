@@ -85,6 +85,14 @@ class Resolver:
             handle = await self.resolve_declared_handle(document)
         return compose(query, checked_at, handle, document)
 
+    async def refresh(self, identifier: str) -> Identity:
+        """A lookup: a resolver keeps nothing, so every part is resolved afresh anyway."""
+        return await self.lookup(identifier)
+
+    async def purge(self, identifier: str) -> list[str]:
+        """Nothing to forget: a resolver keeps nothing."""
+        return []
+
     def parse(self, identifier: str) -> Query:
         """Syntax only: invalid input never reaches the network. Raises `InvalidInput`."""
         return parse_lookup(identifier, dev=self.config.dev)

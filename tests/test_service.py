@@ -710,3 +710,39 @@ def test_a_strangers_target_is_answered_from_a_record_or_not_at_all(
     found = answers.get(XRPC + question + sent + tail)
     if found is not None:
         assert tail == "" and value in ("a.test", "did:plc:a")
+
+
+async def test_a_running_daemon_is_a_directory(daemon: Daemon, devnet: DevnetState) -> None:
+    """`RemoteDirectory` (`lookup --server`): the daemon's report; a refresh through
+    refreshIdentity with the token (refused without it, as transient: nobody knows more);
+    no purge, said as such."""
+    from resolver.remote import PurgeNotOffered, RemoteDirectory
+
+    remote = RemoteDirectory(daemon.url, token=TOKEN)
+    try:
+        found = await remote.lookup("alice.test")
+        assert found.status is Status.VERIFIED and found.did == devnet.dids["alice"]
+        before = _refreshes_requested(daemon)
+        refreshed = await remote.refresh("alice.test")
+        assert refreshed.verified and refreshed.cache is not None
+        assert refreshed.cache.age_s < 5  # resolved afresh, then reported from the cache
+        assert _refreshes_requested(daemon) == before + 1
+        with pytest.raises(PurgeNotOffered, match="atwhois cache purge"):
+            await remote.purge("alice.test")
+    finally:
+        await remote.aclose()
+    for token in (None, "wrong"):
+        refused = RemoteDirectory(daemon.url, token=token)
+        try:
+            answer = await refused.refresh("alice.test")
+        finally:
+            await refused.aclose()
+        assert answer.status is Status.UNAVAILABLE and daemon.url in (answer.error or "")
+    assert _refreshes_requested(daemon) == before + 1  # neither reached a resolution
+
+
+async def test_a_resolver_is_a_directory_that_keeps_nothing(devnet_config: Config) -> None:
+    async with Resolver(devnet_config) as resolver:
+        refreshed = await resolver.refresh("alice.test")
+        assert refreshed.status is Status.VERIFIED and refreshed.cache is None
+        assert await resolver.purge("alice.test") == []

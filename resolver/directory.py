@@ -1,0 +1,27 @@
+"""`Directory`: what answers identity lookups, whoever does the work. Implemented by
+`Resolver` (resolves now, keeps nothing), `cache.CachedResolver` (answers from a cache of
+verified bindings) and `RemoteDirectory` (asks a running `atwhois serve`), as Bluesky's Go
+identity package has `Directory` for its base, cached and API directories."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .identity import Identity
+
+
+class Directory(Protocol):
+    async def lookup(self, identifier: str) -> Identity:
+        """A handle, DID or at:// URI, resolved and verified both ways (or the cached
+        answer that says so)."""
+        ...
+
+    async def refresh(self, identifier: str) -> Identity:
+        """As `lookup`, every part resolved afresh (and what is kept updated)."""
+        ...
+
+    async def purge(self, identifier: str) -> list[str]:
+        """Forget what is kept about `identifier`; the keys forgotten."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -27,7 +27,8 @@ from resolver import Config, Resolver
 from resolver.errors import InvalidInput
 from resolver.syntax import parse_lookup
 
-from .main import configure, identifier_lines
+from .lookup import identifier_lines
+from .running import configure
 
 Progress = Callable[[int, int], None]
 

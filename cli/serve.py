@@ -20,7 +20,6 @@ import signal
 import socket
 import sys
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +28,8 @@ from aiohttp import web
 
 from audit import Auditor, AuditStore, default_audit_path
 from cache import CachedResolver, Lifetime, Policy, open_store
-from cache.stores import default_sqlite_path
 from mirror import Follower as MirrorFollower
-from mirror import MirrorApi, MirrorFetcher, default_mirror_path
+from mirror import MirrorApi, MirrorFetcher
 from resolver import Config, Resolver
 from server.audits_api import AuditApi
 from server.audits_pages import AuditPages
@@ -43,9 +41,9 @@ from stream.follower import Follower
 
 from . import settings
 from .audit import webhook_from
-from .main import configure
-from .mirror import follower_from as mirror_follower_from
-from .mirror import open_from as mirror_store_from
+from .config import effective_settings
+from .plc import mirror_follower_from, mirror_store_from
+from .running import configure
 
 DEFAULT_PORT = 2584
 
@@ -75,46 +73,6 @@ def _policy(merged: dict[str, Any]) -> Policy:
         unverified=pick("unverified", default.unverified),
         absent=pick("absent", default.absent),
     )
-
-
-# Where the daemon keeps what it keeps when not told: shown as such, not as "no value".
-_DEFAULT_PLACES: dict[str, Callable[[], str]] = {
-    "cache": lambda: f"sqlite://{default_sqlite_path()}",
-    "audit_db": lambda: str(default_audit_path()),
-    "plc_db": lambda: str(default_mirror_path()),
-}
-
-
-def effective_settings(args: argparse.Namespace, config: Config) -> list[dict[str, Any]]:
-    """Every setting, the value the daemon uses and where it came from: the resolution
-    settings as the resolver holds them, the stores' default places, secrets only as set.
-    `config show` prints it; the daemon logs it when it starts."""
-    loaded = settings.load(args, args.settings)
-    rows = []
-    for name, setting in settings.SETTINGS.items():
-        value, origin = loaded.get(name, (None, "default"))
-        if name in settings.FROM_CONFIG:
-            value = settings.FROM_CONFIG[name](config)
-        elif value is None and name in _DEFAULT_PLACES:
-            value = _DEFAULT_PLACES[name]()
-        if setting.secret and value is not None:
-            value = "(set)"
-        if isinstance(value, Path):
-            value = str(value)
-        rows.append({"setting": name, "value": value, "from": origin})
-    return rows
-
-
-def config_show(args: argparse.Namespace) -> int:
-    """`atwhois config show`: `effective_settings`, as text or JSON."""
-    rows = effective_settings(args, configure(args)[1])
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    for row in rows:
-        shown = "(built-in default)" if row["value"] is None else json.dumps(row["value"])
-        print(f"{row['setting']:18} {shown:42} {row['from']}")
-    return 0
 
 
 async def serve(

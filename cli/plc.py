@@ -1,9 +1,8 @@
-"""`atwhois plc mirror`: a verifying mirror of the PLC directory named by --plc-url.
-
-It backfills from the stored cursor with progress on the terminal, then serves the
-directory's read API on --listen and keeps following (or, with --once, stops when caught
-up). `--report` prints what the upstream served that the rules refuse, and stops.
-"""
+"""`atwhois history` and the `plc` commands: a did:plc's log replayed, a directory export
+verified, and a verifying mirror of the directory (`plc mirror`: it backfills from the
+stored cursor with progress on the terminal, then serves the directory's read API on
+--listen and keeps following, or with --once stops when caught up; `--report` prints what
+the upstream served that the rules refuse)."""
 
 from __future__ import annotations
 
@@ -14,24 +13,140 @@ import logging
 import signal
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
 from mirror.store import SqlMirrorStore, default_mirror_path, open_mirror_store
 from resolver.config import DEFAULT_PLC_URL
+from resolver.errors import InvalidInput
 from server.metrics import CONTENT_TYPE, Exposition
 
 from .export_workers import default_workers
-from .main import configure
+from .running import configure, say, with_resolver
+
+if TYPE_CHECKING:
+    from resolver import Resolver
+    from resolver.plc.export import ExportSummary
+    from resolver.syntax import Query
 
 
-def open_from(merged: dict[str, Any]) -> SqlMirrorStore:
+def history(args: argparse.Namespace) -> int:
+    """The operation log of a did:plc, given as such or through a handle (or any identifier
+    a lookup takes): the lookup says which DID the log belongs to and how far the binding
+    was verified."""
+    from resolver.syntax import parse_lookup
+
+    _, config = configure(args)
+    try:
+        query = parse_lookup(args.identifier.strip(), dev=config.dev)
+    except InvalidInput as err:
+        print(f"{args.prog}: {err}", file=sys.stderr)
+        return 2
+    if query.kind == "did" and not query.value.startswith("did:plc:"):
+        print(f"{args.prog}: {query.value}: only a did:plc has an operation log", file=sys.stderr)
+        return 2
+    return int(with_resolver(config, lambda r: _history(r, query, args)))
+
+
+async def _history(resolver: Resolver, query: Query, args: argparse.Namespace) -> int:
+    from resolver.errors import ResolutionError
+
+    from .render import render_history
+
+    found, identifier = None, query.text
+    if query.kind == "did":
+        did = query.value
+    else:
+        found = await resolver.lookup(identifier)
+        if found.did is None:
+            print(f"{args.prog}: {identifier}: {found.error}", file=sys.stderr)
+            return int(found.status.exit_code)
+        did = found.did
+        if not did.startswith("did:plc:"):
+            print(
+                f"{args.prog}: {identifier} is {did}: only a did:plc has an operation log",
+                file=sys.stderr,
+            )
+            return 1
+    try:
+        audit = await resolver.audit_log(did)
+    except ResolutionError as err:
+        print(f"{args.prog}: {err}", file=sys.stderr)
+        return 1 if err.outcome.value in ("not_found", "invalid") else 3
+    report = audit.to_json()
+    if found is not None:  # which identity's log this is, and whether the handle holds
+        report["lookup"] = {"query": identifier, "did": did, "status": str(found.status)}
+    if args.json:
+        say(json.dumps(report, indent=2))
+    else:
+        if found is not None:
+            say(f"{identifier} -> {did} [{found.status}]")
+        say(render_history(audit))
+    return 0 if audit.valid else 1
+
+
+def _known_bad(paths: list[str]) -> frozenset[str]:
+    items: set[str] = set()
+    for path in paths:
+        items.update(str(x) for x in json.loads(Path(path).read_text()))
+    return frozenset(items)
+
+
+def verify_export(args: argparse.Namespace) -> int:
+    from resolver.plc.export import verify_export
+
+    from .export_workers import default_workers, freezing, verify_export_in_workers
+
+    try:
+        known_bad = _known_bad(args.known_bad)
+    except (OSError, ValueError, TypeError) as err:
+        print(f"atwhois plc verify-export: bad --known-bad file: {err}", file=sys.stderr)
+        return 2
+
+    def progress(summary: ExportSummary) -> None:
+        print(
+            f"  {summary.ops:,} ops, {summary.dids:,} DIDs, {summary.invalid_ops:,} invalid",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        source = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    except OSError as err:
+        print(f"atwhois plc verify-export: {err}", file=sys.stderr)
+        return 2
+    workers = default_workers() if args.workers is None else max(args.workers, 0)
+    with source:
+        if workers:
+            summary = verify_export_in_workers(
+                source, workers, known_bad=known_bad, progress=progress
+            )
+        else:
+            summary = verify_export(freezing(source), known_bad=known_bad, progress=progress)
+    if args.json:
+        say(json.dumps(summary.to_json(), indent=2))
+    else:
+        rules = ", ".join(f"{rule} {n}" for rule, n in summary.by_rule.most_common()) or "none"
+        lines = [
+            f"{'export verifies' if summary.valid else 'export does NOT verify'}: "
+            f"{summary.dids:,} DIDs, {summary.ops:,} ops",
+            f"  invalid ops {summary.invalid_ops:,}, allow-listed {summary.allowed_ops:,}, "
+            f"unreadable lines {summary.bad_lines:,}",
+            f"  findings by rule: {rules}",
+            *(f"  {example}" for example in summary.examples),
+        ]
+        say("\n".join(lines))
+    return 0 if summary.valid else 1
+
+
+def mirror_store_from(merged: dict[str, Any]) -> SqlMirrorStore:
     return open_mirror_store(merged.get("plc_db") or default_mirror_path())
 
 
-def follower_from(
+def mirror_follower_from(
     merged: dict[str, Any], store: SqlMirrorStore, *, progress: Any = None
 ) -> Follower:
     """The follower the settings describe (`stop()` it: it may have worker processes)."""
@@ -67,10 +182,10 @@ class Progress:
         )
 
 
-def run(args: argparse.Namespace) -> int:
+def mirror(args: argparse.Namespace) -> int:
     merged, _ = configure(args)
     try:
-        store = open_from(merged)
+        store = mirror_store_from(merged)
     except (OSError, ValueError) as err:
         print(f"{args.prog}: cannot open the mirror's database: {err}", file=sys.stderr)
         return 2
@@ -83,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.prog}: another mirror process is writing {store.location}", file=sys.stderr)
         store.close()
         return 2
-    follower = follower_from(merged, store, progress=Progress())
+    follower = mirror_follower_from(merged, store, progress=Progress())
     try:
         if args.once:
             started = time.monotonic()

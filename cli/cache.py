@@ -1,0 +1,44 @@
+"""`atwhois cache`: what the cache of verified bindings holds, and forgetting one identity."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from resolver.errors import InvalidInput
+
+from .running import configure, run, say, with_cache
+
+
+def stats(args: argparse.Namespace) -> int:
+    given, config = configure(args)
+    stats = run(with_cache(given, config, lambda c: c.stats()))
+    say(
+        json.dumps(stats, indent=2)
+        if args.json
+        else "\n".join(f"{name:12} {value}" for name, value in stats.items())
+    )
+    return 0
+
+
+def purge(args: argparse.Namespace) -> int:
+    from cache.stores import StoreUnavailable
+    from resolver.syntax import parse_lookup
+
+    given, config = configure(args)
+    try:
+        parse_lookup(args.identifier, dev=config.dev)
+    except InvalidInput as err:
+        print(f"{args.prog}: {err}", file=sys.stderr)
+        return 2
+    try:
+        purged = run(with_cache(given, config, lambda c: c.purge(args.identifier)))
+    except StoreUnavailable as err:
+        print(f"{args.prog}: the cache store did not take it: {err}", file=sys.stderr)
+        return 3
+    if args.json:
+        say(json.dumps({"purged": purged}))
+    else:
+        say(f"purged {', '.join(purged)}" if purged else f"{args.identifier} was not cached")
+    return 0 if purged else 1

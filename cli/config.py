@@ -1,0 +1,56 @@
+"""`atwhois config show`: every setting, the value in effect and where it came from."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from audit import default_audit_path
+from cache.stores import default_sqlite_path
+from mirror import default_mirror_path
+from resolver.config import Config
+
+from . import settings
+from .running import configure
+
+# Where the daemon keeps what it keeps when not told: shown as such, not as "no value".
+_DEFAULT_PLACES: dict[str, Callable[[], str]] = {
+    "cache": lambda: f"sqlite://{default_sqlite_path()}",
+    "audit_db": lambda: str(default_audit_path()),
+    "plc_db": lambda: str(default_mirror_path()),
+}
+
+
+def effective_settings(args: argparse.Namespace, config: Config) -> list[dict[str, Any]]:
+    """Every setting, the value the daemon uses and where it came from: the resolution
+    settings as the resolver holds them, the stores' default places, secrets only as set.
+    `config show` prints it; the daemon logs it when it starts."""
+    loaded = settings.load(args, args.settings)
+    rows = []
+    for name, setting in settings.SETTINGS.items():
+        value, origin = loaded.get(name, (None, "default"))
+        if name in settings.FROM_CONFIG:
+            value = settings.FROM_CONFIG[name](config)
+        elif value is None and name in _DEFAULT_PLACES:
+            value = _DEFAULT_PLACES[name]()
+        if setting.secret and value is not None:
+            value = "(set)"
+        if isinstance(value, Path):
+            value = str(value)
+        rows.append({"setting": name, "value": value, "from": origin})
+    return rows
+
+
+def show(args: argparse.Namespace) -> int:
+    """`atwhois config show`: `effective_settings`, as text or JSON."""
+    rows = effective_settings(args, configure(args)[1])
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        shown = "(built-in default)" if row["value"] is None else json.dumps(row["value"])
+        print(f"{row['setting']:18} {shown:42} {row['from']}")
+    return 0

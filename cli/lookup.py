@@ -1,0 +1,135 @@
+"""`atwhois lookup` (the default command): one identifier, or many (`-`, `--file`), from a
+resolver here, a cache, or a running daemon (`--server`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from resolver.config import Config
+from resolver.errors import InvalidInput
+
+from .running import UsageError, configure, run, say
+
+if TYPE_CHECKING:
+    from resolver import Identity
+    from resolver.directory import Directory
+
+
+def identifier_lines(text: str) -> list[str]:
+    """A file of identifiers: one a line, blank lines and `#` comments skipped."""
+    lines = (line.strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def lookup(args: argparse.Namespace) -> int:
+    given, config = configure(args)
+    if args.file is not None or args.identifier == "-":
+        try:
+            text = args.file.read_text() if args.file is not None else sys.stdin.read()
+        except (OSError, UnicodeDecodeError) as err:
+            where = args.file or "standard input"
+            print(f"atwhois: cannot read identifiers from {where}: {err}", file=sys.stderr)
+            return 2
+        return run(_batch(_directory(args, given, config), identifier_lines(text), args))
+    if not args.identifier:
+        raise UsageError(args.prog, "give an identifier, - for standard input, or --file FILE")
+    identifier = args.identifier.strip()
+    if not args.server:  # invalid input is answered before the network stack is loaded
+        from resolver.identity import invalid_input, now_iso
+        from resolver.syntax import parse_lookup
+
+        try:
+            parse_lookup(identifier, dev=config.dev)
+        except InvalidInput as err:
+            return _show(invalid_input(identifier, err, now_iso()), args)
+    return run(_single(_directory(args, given, config), identifier, args))
+
+
+def _directory(args: argparse.Namespace, given: dict[str, Any], config: Config) -> Directory:
+    """Where the answers come from: a running daemon (`--server`), or a resolver here, in
+    front of a cache when one is configured."""
+    if args.server:
+        from resolver.remote import RemoteDirectory
+
+        return RemoteDirectory(args.server)
+    from cache import CachedResolver, open_store
+    from resolver import Resolver
+
+    url = given.get("cache")
+    if url is None:
+        return Resolver(config)
+    return CachedResolver(Resolver(config), open_store(url))
+
+
+async def _look(directory: Directory, identifier: str, args: argparse.Namespace) -> Identity:
+    """`--refresh` resolves every part of a local cache afresh; `--server` asks the
+    daemon's cache as it is."""
+    if args.refresh and not args.server:
+        return await directory.refresh(identifier)
+    return await directory.lookup(identifier)
+
+
+async def _single(directory: Directory, identifier: str, args: argparse.Namespace) -> int:
+    try:
+        return _show(await _look(directory, identifier, args), args)
+    finally:
+        await directory.aclose()
+
+
+def _show(identity: Identity, args: argparse.Namespace) -> int:
+    """One report, as JSON or as text (a view of the same JSON); its exit code."""
+    report = identity.to_json(include_document=args.document)
+    if args.json:
+        say(json.dumps(report, indent=2))
+    else:
+        from .render import Style, render_text, wants_color
+
+        say(render_text(report, style=Style(wants_color(sys.stdout)), server=args.server))
+    return int(identity.status.exit_code)
+
+
+async def _batch(directory: Directory, identifiers: list[str], args: argparse.Namespace) -> int:
+    """Many lookups, at most --concurrency at once; one line each as they finish; a count by
+    status at the end; the worst exit code."""
+    import asyncio
+
+    from .render import Style, verdict_line, wants_color
+
+    gate = asyncio.Semaphore(max(1, args.concurrency))
+    style = Style(wants_color(sys.stdout))
+    progress = sys.stderr.isatty()
+    statuses: Counter[str] = Counter()
+
+    async def one(identifier: str) -> Identity:
+        async with gate:
+            return await _look(directory, identifier, args)
+
+    def counter(text: str) -> None:
+        """The progress line on a terminal's stderr: redrawn in place, and erased before a
+        result is printed, so the two never share a line."""
+        if progress:
+            print(f"\r\x1b[K{text}", end="", file=sys.stderr, flush=True)
+
+    worst = 0
+    try:
+        for done, finished in enumerate(asyncio.as_completed([one(i) for i in identifiers]), 1):
+            identity = await finished
+            statuses[str(identity.status)] += 1
+            worst = max(worst, identity.status.exit_code)
+            counter("")
+            report = identity.to_json(include_document=args.document)
+            say(json.dumps(report) if args.json else verdict_line(report, style))
+            counter(f"  {done}/{len(identifiers)}")
+    finally:
+        counter("")
+        await directory.aclose()
+    summary = ", ".join(f"{status} {n}" for status, n in statuses.most_common())
+    print(
+        f"summary: {len(identifiers)} identifiers: {summary or 'none'}",
+        file=sys.stderr if args.json else sys.stdout,
+    )
+    return worst

@@ -1,0 +1,70 @@
+"""What every command's handler uses: its settings resolved (`configure`), an event loop
+(`run`), a resolver or a cache to work with, and printing that notices a reader who left."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from resolver.config import Config
+from resolver.errors import AtwhoisError, InvalidInput
+
+from . import settings
+
+if TYPE_CHECKING:
+    from resolver import Resolver
+
+T = TypeVar("T")
+
+
+class UsageError(AtwhoisError):
+    """A command line that cannot be run: exit 2, with the command's name."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+def configure(args: argparse.Namespace) -> tuple[dict[str, Any], Config]:
+    """The command's settings (flags, variables, file) and the resolver configuration they
+    make; a setting that cannot be used is a `SettingError`."""
+    given = settings.values(settings.load(args, args.settings))
+    try:
+        return given, settings.resolver_config(given)
+    except InvalidInput as err:
+        raise settings.SettingError(str(err)) from None
+
+
+def run(work: Coroutine[Any, Any, T]) -> T:
+    # here, not at the top: `--help` and bad input never need an event loop
+    import asyncio
+
+    import uvloop
+
+    # uvloop, as `serve` and `audit` resolve: its TLS and sockets cost less CPU per lookup
+    # than asyncio's (python -m bench cold)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(work)
+
+
+def with_resolver(config: Config, work: Callable[[Resolver], Any]) -> Any:
+    from resolver import Resolver
+
+    async def work_now() -> Any:
+        async with Resolver(config) as resolver:
+            return await work(resolver)
+
+    return run(work_now())
+
+
+async def with_cache(given: dict[str, Any], config: Config, work: Callable[[Any], Any]) -> Any:
+    from cache import CachedResolver, open_store
+    from resolver import Resolver
+
+    async with CachedResolver(Resolver(config), open_store(given.get("cache"))) as cached:
+        return await work(cached)
+
+
+def say(text: str) -> None:
+    print(text, flush=True)  # flushed now: a reader that left is noticed inside `main`

@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 
 from cache import CachedResolver
+from foundation import defaults
 
 from .checks import Check
 from .findings import Finding, compare
@@ -29,7 +30,7 @@ class Auditor:
         store: AuditStore,
         *,
         concurrency: int = 32,
-        unreachable_after: int = 3,
+        unreachable_after: int = defaults.UNREACHABLE_AFTER,
         webhook: Webhook | None = None,
         check: Callable[[Watched], Awaitable[Check]] | None = None,
     ) -> None:

@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from foundation import defaults
+
 from .findings import Finding
 from .report import RunReport
 from .store import AuditStore
@@ -34,7 +36,7 @@ class Webhook:
         url: str,
         *,
         secret: str | None = None,
-        format: str = "json",
+        format: str = defaults.WEBHOOK_FORMAT,
         attempts: int = 4,
         backoff: float = 0.5,
         timeout: float = 5.0,

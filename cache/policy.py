@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
+from foundation import defaults
+
 
 class Lifetime(NamedTuple):
     fresh: float  # seconds during which the entry is served as fresh
@@ -31,9 +33,9 @@ class Kind(StrEnum):
     ABSENT = "absent"
 
 
-VERIFIED = Lifetime(3600.0, 86400.0)
-UNVERIFIED = Lifetime(300.0, 3600.0)
-ABSENT = Lifetime(120.0, 600.0)
+VERIFIED = Lifetime(*defaults.TTL_VERIFIED)
+UNVERIFIED = Lifetime(*defaults.TTL_UNVERIFIED)
+ABSENT = Lifetime(*defaults.TTL_ABSENT)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
+from foundation import defaults
 from resolver import Identity, Resolver, Status
 from resolver.errors import InvalidInput
 from resolver.identity import CacheInfo, Evidence, invalid_input, now_iso
@@ -68,7 +69,7 @@ class CachedResolver:
         policy: Policy | None = None,
         *,
         clock: Callable[[], float] = time.time,
-        max_resolutions: int = 32,
+        max_resolutions: int = defaults.MAX_RESOLUTIONS,
         accounts: AccountStates | None = None,
     ) -> None:
         self.resolver = resolver

@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from aiohttp import web
 
+from foundation import defaults
 from resolver.errors import InvalidDid, ResponseTooLarge
 from resolver.fetch import MIRROR_HEADER, Response
 from resolver.plc.audit import parse_time
@@ -69,7 +70,11 @@ def _entry(op: StoredOp) -> dict[str, Any]:
 
 class MirrorApi:
     def __init__(
-        self, store: SqlMirrorStore, state: MirrorState, *, profile: str = "directory"
+        self,
+        store: SqlMirrorStore,
+        state: MirrorState,
+        *,
+        profile: str = defaults.PLC_MIRROR_PROFILE,
     ) -> None:
         if profile not in PROFILES:
             raise ValueError(f"PLC mirror profile must be one of {', '.join(PROFILES)}")

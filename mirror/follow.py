@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from foundation import Backoff
+from foundation import Backoff, defaults
 from resolver.errors import ResponseTooLarge, UpstreamFailure
 from resolver.plc.audit import parse_time
 from resolver.plc.document import compare_state, state_from_data
@@ -213,7 +213,7 @@ class Follower:
         replica: Replica,
         upstream: Upstream,
         *,
-        interval: float = 5.0,
+        interval: float = defaults.PLC_MIRROR_INTERVAL,
         page_size: int = PAGE_SIZE,
         progress: Callable[[MirrorState], None] | None = None,
         check_documents: int = DOCUMENT_CHECKS,

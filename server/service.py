@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily
 from cache import CachedResolver
 from cache.resolver import Upstream
 from cache.stores import TieredStore
+from foundation import defaults
 from resolver import Identity, Outcome, Status
 from resolver.syntax import is_valid_did
 from resolver.untrusted import parse_json
@@ -56,11 +57,11 @@ _CHANGES_BEFORE = web.RequestKey("changes_before", int)  # the answer cache's co
 @dataclass(frozen=True, slots=True)
 class Settings:
     refresh_token: str | None = None  # refreshIdentity is refused without one
-    max_concurrency: int = 256  # requests handled at once; the rest wait briefly, then 503
-    request_timeout: float = 10.0  # per request; the shared resolution goes on
+    max_concurrency: int = defaults.MAX_CONCURRENCY  # the rest wait briefly, then 503
+    request_timeout: float = defaults.REQUEST_TIMEOUT  # the shared resolution goes on
     max_body: int = 16 * 1024
     retry_after: int = 30  # seconds, on 502 and 503
-    request_log: bool = True  # one JSON line per request on stderr
+    request_log: bool = defaults.REQUEST_LOG  # one JSON line per request on stderr
     answer_cache_bytes: int = 32 * 1024 * 1024  # rendered answers of fresh hits
     cors_origins: tuple[str, ...] = ()  # browser origins that may read the API ("*": any)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from foundation import cache_path
+from foundation import cache_path, defaults
 
 from .base import SharedStore, Store, Stored
 from .memory import MemoryStore
@@ -26,7 +26,7 @@ __all__ = [
     "open_store",
 ]
 
-DEFAULT_MEMORY_BYTES = 64 * 1024 * 1024
+DEFAULT_MEMORY_BYTES = int(defaults.MEMORY_CACHE_MB * defaults.MIB)
 
 
 def default_sqlite_path() -> Path:

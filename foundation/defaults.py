@@ -1,0 +1,33 @@
+"""The one copy of each default that a setting and a part share: the part's own default
+(`CachedResolver`'s resolutions at once, the policy's lifetimes, the daemon's limits) and
+the setting's (`cli.settings`, shown by `--help` and `config show`) both read it here, so
+that they cannot drift apart. The resolver's own (the PLC directory, the deadlines) are
+`resolver.config.Config`'s; the reasons for each value are with the part that uses it."""
+
+from __future__ import annotations
+
+MIB = 1024 * 1024
+
+# The daemon (`server`, `atwhois serve`)
+HOST = "127.0.0.1"
+PORT = 2584
+MAX_CONCURRENCY = 256  # requests handled at once
+REQUEST_TIMEOUT = 10.0  # seconds, per request
+REQUEST_LOG = True  # a JSON line per request
+WORKERS = 1  # processes serving the port
+
+# The cache (`cache`)
+MEMORY_CACHE_MB = 64.0  # the memory tier and the rendered answers of one process
+MAX_RESOLUTIONS = 32  # upstream resolutions at once
+# (fresh, at most) seconds of each kind of answer (`cache.policy` says why)
+TTL_VERIFIED = (3600.0, 86400.0)
+TTL_UNVERIFIED = (300.0, 3600.0)
+TTL_ABSENT = (120.0, 600.0)
+
+# Audits (`audit`)
+UNREACHABLE_AFTER = 3  # transient failures in a row before an `unreachable` finding
+WEBHOOK_FORMAT = "json"
+
+# The PLC mirror (`mirror`)
+PLC_MIRROR_INTERVAL = 5.0  # seconds between polls once caught up
+PLC_MIRROR_PROFILE = "directory"  # answer as plc.directory does

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import uvloop
 
@@ -29,12 +28,13 @@ from resolver.syntax import parse_lookup
 
 from .lookup import identifier_lines
 from .running import configure
+from .settings import Values
 
 Progress = Callable[[int, int], None]
 
 
-def _open(given: dict[str, Any]) -> AuditStore:
-    return AuditStore(Path(given.get("audit_db") or default_audit_path()))
+def _open(values: Values) -> AuditStore:
+    return AuditStore(values.audit_db or default_audit_path())
 
 
 def _normalize(identifiers: list[str], config: Config, prog: str) -> list[str] | None:
@@ -47,11 +47,12 @@ def _normalize(identifiers: list[str], config: Config, prog: str) -> list[str] |
 
 def _edit_watch_list(args: argparse.Namespace, edit: Callable[[AuditStore, str], str]) -> int:
     """Each identifier normalized first (one bad one changes nothing), then edited."""
-    given, config = configure(args)
+    resolved = configure(args)
+    values, config = resolved.values, resolved.config
     names = _normalize(args.identifiers, config, args.prog)
     if names is None:
         return 2
-    store = _open(given)
+    store = _open(values)
     try:
         for name in names:
             print(f"{edit(store, name)} {name}")
@@ -73,7 +74,7 @@ def watch_remove(args: argparse.Namespace) -> int:
 
 
 def _watch_list(args: argparse.Namespace) -> list[Watched]:
-    store = _open(configure(args)[0])
+    store = _open(configure(args).values)
     try:
         return store.watch_list()
     finally:
@@ -91,7 +92,8 @@ def watch_list(args: argparse.Namespace) -> int:
 
 
 def watch_import(args: argparse.Namespace) -> int:
-    given, config = configure(args)
+    resolved = configure(args)
+    values, config = resolved.values, resolved.config
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
     except (OSError, UnicodeDecodeError) as err:
@@ -113,7 +115,7 @@ def watch_import(args: argparse.Namespace) -> int:
     if bad:
         print(f"{args.prog}: nothing imported:", *bad, sep="\n  ", file=sys.stderr)
         return 2
-    store = _open(given)
+    store = _open(values)
     try:
         new = store.watch_import(entries)
     finally:
@@ -133,7 +135,8 @@ def watch_export(args: argparse.Namespace) -> int:
 def audit_run(args: argparse.Namespace) -> int:
     """Exit 0: nothing at the `--fail-on` level or worse; 1: something is; 3: the run could
     not complete (it failed, or its webhook delivery is still owed)."""
-    given, config = configure(args)
+    resolved = configure(args)
+    values, config = resolved.values, resolved.config
     if args.workers < 1 or args.per_host < args.workers:
         print(
             f"{args.prog}: --workers must be at least 1 and at most --per-host "
@@ -154,13 +157,13 @@ def audit_run(args: argparse.Namespace) -> int:
         if names is None:
             return 2
         targets = [Watched(name) for name in names]
-    store = _open(given)
+    store = _open(values)
     try:
         try:
             # uvloop: the same rate as asyncio's loop here, 15 MiB less at 2,000 identities
             # (its TLS transport's buffers are smaller)
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                run = runner.run(_run(config, given, store, targets, args))
+                run = runner.run(_run(config, values, store, targets, args))
         except Exception as err:  # the run is stored as failed; say why, exit 3
             print(f"{args.prog}: the run could not complete: {err!r}", file=sys.stderr)
             return 3
@@ -178,26 +181,26 @@ FAIL_ON = {"critical": Severity.CRITICAL, "warning": Severity.WARNING, "any": Se
 
 async def _run(
     config: Config,
-    given: dict[str, Any],
+    values: Values,
     store: AuditStore,
     targets: list[Watched] | None,
     args: argparse.Namespace,
 ) -> RunReport:
-    webhook = webhook_from(given)
-    cached = CachedResolver(Resolver(config), open_cache(given.get("cache")))
+    webhook = webhook_from(values)
+    cached = CachedResolver(Resolver(config), open_cache(values.cache))
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(cached.aclose)
         if webhook is not None:
             stack.push_async_callback(webhook.aclose)
         pool = None
         if args.workers > 1:
-            pool = CheckerPool(args.workers, config, given.get("cache"), args.concurrency)
+            pool = CheckerPool(args.workers, config, values.cache, args.concurrency)
             await stack.enter_async_context(pool)
         auditor = Auditor(
             cached,
             store,
             concurrency=args.concurrency,
-            unreachable_after=given.get("unreachable_after", 3),
+            unreachable_after=values.unreachable_after,
             webhook=webhook,
             check=pool.check if pool else None,
         )
@@ -208,15 +211,11 @@ async def _run(
         )
 
 
-def webhook_from(given: dict[str, Any]) -> Webhook | None:
+def webhook_from(values: Values) -> Webhook | None:
     """The webhook the settings name (`webhook`, `webhook_secret`, `webhook_format`)."""
-    if not given.get("webhook"):
+    if not values.webhook:
         return None
-    return Webhook(
-        given["webhook"],
-        secret=given.get("webhook_secret"),
-        format=given.get("webhook_format", "json"),
-    )
+    return Webhook(values.webhook, secret=values.webhook_secret, format=values.webhook_format)
 
 
 def progress_line(clock: Callable[[], float] = time.monotonic) -> Progress:
@@ -238,11 +237,12 @@ def progress_line(clock: Callable[[], float] = time.monotonic) -> Progress:
 
 
 def audit_history(args: argparse.Namespace) -> int:
-    given, config = configure(args)
+    resolved = configure(args)
+    values, config = resolved.values, resolved.config
     names = _normalize([args.identifier], config, args.prog)
     if names is None:
         return 2
-    store = _open(given)
+    store = _open(values)
     try:
         checks = store.history(names[0])
     finally:

@@ -12,8 +12,7 @@ from .running import configure, run, say, with_cache
 
 
 def stats(args: argparse.Namespace) -> int:
-    given, config = configure(args)
-    stats = run(with_cache(given, config, lambda c: c.stats()))
+    stats = run(with_cache(configure(args), lambda c: c.stats()))
     say(
         json.dumps(stats, indent=2)
         if args.json
@@ -26,14 +25,14 @@ def purge(args: argparse.Namespace) -> int:
     from cache.stores import StoreUnavailable
     from resolver.syntax import parse_lookup
 
-    given, config = configure(args)
+    resolved = configure(args)
     try:
-        parse_lookup(args.identifier, dev=config.dev)
+        parse_lookup(args.identifier, dev=resolved.config.dev)
     except InvalidInput as err:
         print(f"{args.prog}: {err}", file=sys.stderr)
         return 2
     try:
-        purged = run(with_cache(given, config, lambda c: c.purge(args.identifier)))
+        purged = run(with_cache(resolved, lambda c: c.purge(args.identifier)))
     except StoreUnavailable as err:
         print(f"{args.prog}: the cache store did not take it: {err}", file=sys.stderr)
         return 3

@@ -11,9 +11,9 @@ from typing import Any
 from audit import default_audit_path
 from cache.stores import default_sqlite_path
 from mirror import default_mirror_path
-from resolver.config import Config
 
 from . import settings
+from .configuration import FROM_CONFIG, Resolved
 from .running import configure
 
 # Where the daemon keeps what it keeps when not told: shown as such, not as "no value".
@@ -24,16 +24,17 @@ _DEFAULT_PLACES: dict[str, Callable[[], str]] = {
 }
 
 
-def effective_settings(args: argparse.Namespace, config: Config) -> list[dict[str, Any]]:
+def effective_settings(resolved: Resolved) -> list[dict[str, Any]]:
     """Every setting, the value the daemon uses and where it came from: the resolution
     settings as the resolver holds them, the stores' default places, secrets only as set.
     `config show` prints it; the daemon logs it when it starts."""
-    loaded = settings.load(args, args.settings)
     rows = []
     for name, setting in settings.SETTINGS.items():
-        value, origin = loaded.get(name, (None, "default"))
-        if name in settings.FROM_CONFIG:
-            value = settings.FROM_CONFIG[name](config)
+        given = resolved.given(name)
+        value = getattr(resolved.values, name) if given else None
+        origin = resolved.origins.get(name, "default")
+        if name in FROM_CONFIG:
+            value = FROM_CONFIG[name](resolved.config)
         elif value is None and name in _DEFAULT_PLACES:
             value = _DEFAULT_PLACES[name]()
         if setting.secret and value is not None:
@@ -46,7 +47,7 @@ def effective_settings(args: argparse.Namespace, config: Config) -> list[dict[st
 
 def show(args: argparse.Namespace) -> int:
     """`atwhois config show`: `effective_settings`, as text or JSON."""
-    rows = effective_settings(args, configure(args)[1])
+    rows = effective_settings(configure(args))
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -7,11 +7,11 @@ import argparse
 import json
 import sys
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from resolver.config import Config
 from resolver.errors import InvalidInput
 
+from .configuration import Resolved
 from .running import UsageError, configure, run, say
 
 if TYPE_CHECKING:
@@ -26,7 +26,8 @@ def identifier_lines(text: str) -> list[str]:
 
 
 def lookup(args: argparse.Namespace) -> int:
-    given, config = configure(args)
+    resolved = configure(args)
+    config = resolved.config
     if args.file is not None or args.identifier == "-":
         try:
             text = args.file.read_text() if args.file is not None else sys.stdin.read()
@@ -34,7 +35,7 @@ def lookup(args: argparse.Namespace) -> int:
             where = args.file or "standard input"
             print(f"atwhois: cannot read identifiers from {where}: {err}", file=sys.stderr)
             return 2
-        return run(_batch(_directory(args, given, config), identifier_lines(text), args))
+        return run(_batch(_directory(args, resolved), identifier_lines(text), args))
     if not args.identifier:
         raise UsageError(args.prog, "give an identifier, - for standard input, or --file FILE")
     identifier = args.identifier.strip()
@@ -46,10 +47,10 @@ def lookup(args: argparse.Namespace) -> int:
             parse_lookup(identifier, dev=config.dev)
         except InvalidInput as err:
             return _show(invalid_input(identifier, err, now_iso()), args)
-    return run(_single(_directory(args, given, config), identifier, args))
+    return run(_single(_directory(args, resolved), identifier, args))
 
 
-def _directory(args: argparse.Namespace, given: dict[str, Any], config: Config) -> Directory:
+def _directory(args: argparse.Namespace, resolved: Resolved) -> Directory:
     """Where the answers come from: a running daemon (`--server`), or a resolver here, in
     front of a cache when one is configured."""
     if args.server:
@@ -59,10 +60,10 @@ def _directory(args: argparse.Namespace, given: dict[str, Any], config: Config) 
     from cache import CachedResolver, open_store
     from resolver import Resolver
 
-    url = given.get("cache")
+    url = resolved.values.cache
     if url is None:
-        return Resolver(config)
-    return CachedResolver(Resolver(config), open_store(url))
+        return Resolver(resolved.config)
+    return CachedResolver(Resolver(resolved.config), open_store(url))
 
 
 async def _look(directory: Directory, identifier: str, args: argparse.Namespace) -> Identity:

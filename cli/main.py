@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from . import settings
+from . import configuration, settings
 from .commands import COMMANDS, DEFAULT_SUBCOMMAND, EXAMPLES, GROUPS, TREE
 from .running import UsageError
 
@@ -85,7 +85,7 @@ def build_parser(running: Sequence[str] | None = None) -> Parser:
         )
         if running is None or tuple(running) == command.path:
             if command.settings:
-                settings.add_flags(parser, command.settings)
+                configuration.add_flags(parser, command.settings)
             if command.arguments is not None:
                 command.arguments(parser)
     return top
@@ -179,6 +179,6 @@ def _dispatch(argv: list[str]) -> int:
     except UsageError as err:
         print(f"{err.prog}: error: {err}", file=sys.stderr)
         return 2
-    except settings.SettingError as err:
+    except configuration.SettingError as err:
         print(f"atwhois: bad configuration: {err}", file=sys.stderr)
         return 2

@@ -20,12 +20,12 @@ from aiohttp import web
 
 from mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
 from mirror.store import SqlMirrorStore, default_mirror_path, open_mirror_store
-from resolver.config import DEFAULT_PLC_URL
 from resolver.errors import InvalidInput
 from server.metrics import CONTENT_TYPE, Exposition
 
 from .export_workers import default_workers
 from .running import configure, say, with_resolver
+from .settings import Values
 
 if TYPE_CHECKING:
     from resolver import Resolver
@@ -39,7 +39,7 @@ def history(args: argparse.Namespace) -> int:
     was verified."""
     from resolver.syntax import parse_lookup
 
-    _, config = configure(args)
+    config = configure(args).config
     try:
         query = parse_lookup(args.identifier.strip(), dev=config.dev)
     except InvalidInput as err:
@@ -142,20 +142,20 @@ def verify_export(args: argparse.Namespace) -> int:
     return 0 if summary.valid else 1
 
 
-def mirror_store_from(merged: dict[str, Any]) -> SqlMirrorStore:
-    return open_mirror_store(merged.get("plc_db") or default_mirror_path())
+def mirror_store_from(values: Values) -> SqlMirrorStore:
+    return open_mirror_store(values.plc_db or default_mirror_path())
 
 
 def mirror_follower_from(
-    merged: dict[str, Any], store: SqlMirrorStore, *, progress: Any = None
+    values: Values, store: SqlMirrorStore, *, progress: Any = None
 ) -> Follower:
     """The follower the settings describe (`stop()` it: it may have worker processes)."""
-    workers = merged.get("plc_mirror_workers")
-    workers = default_workers() if workers is None else int(workers)
+    workers = values.plc_mirror_workers
+    workers = default_workers() if workers is None else workers
     return Follower(
         Replica(store, workers=workers if store.writable else 0),
-        Upstream(merged.get("plc_url") or DEFAULT_PLC_URL),
-        interval=float(merged.get("plc_mirror_interval") or 5.0),
+        Upstream(values.plc_url),
+        interval=values.plc_mirror_interval,
         progress=progress,
     )
 
@@ -183,14 +183,14 @@ class Progress:
 
 
 def mirror(args: argparse.Namespace) -> int:
-    merged, _ = configure(args)
+    values = configure(args).values
     try:
-        store = mirror_store_from(merged)
+        store = mirror_store_from(values)
     except (OSError, ValueError) as err:
         print(f"{args.prog}: cannot open the mirror's database: {err}", file=sys.stderr)
         return 2
     if args.report:
-        state = MirrorState.of(merged.get("plc_url") or DEFAULT_PLC_URL, store)
+        state = MirrorState.of(values.plc_url, store)
         _print_report(report(store, state, 1000), args.json)
         store.close()
         return 0
@@ -198,7 +198,7 @@ def mirror(args: argparse.Namespace) -> int:
         print(f"{args.prog}: another mirror process is writing {store.location}", file=sys.stderr)
         store.close()
         return 2
-    follower = mirror_follower_from(merged, store, progress=Progress())
+    follower = mirror_follower_from(values, store, progress=Progress())
     try:
         if args.once:
             started = time.monotonic()
@@ -219,7 +219,7 @@ def mirror(args: argparse.Namespace) -> int:
                     f"{sum(state.rejected.values()):,} refused; cursor {state.cursor_time}"
                 )
             return 1 if state.rejected else 0
-        return _serve(args, merged, store, follower)
+        return _serve(args, values, store, follower)
     finally:
         follower.stop()
         store.close()
@@ -242,10 +242,10 @@ def _print_report(data: dict[str, Any], as_json: bool) -> None:
 
 
 def _serve(
-    args: argparse.Namespace, merged: dict[str, Any], store: SqlMirrorStore, follower: Follower
+    args: argparse.Namespace, values: Values, store: SqlMirrorStore, follower: Follower
 ) -> int:
     host, _, port = args.listen.rpartition(":")
-    api = MirrorApi(store, follower.state, profile=merged.get("plc_mirror_profile") or "directory")
+    api = MirrorApi(store, follower.state, profile=values.plc_mirror_profile)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per poll says nothing
 

@@ -8,9 +8,9 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from resolver.config import Config
-from resolver.errors import AtwhoisError, InvalidInput
+from resolver.errors import AtwhoisError
 
-from . import settings
+from .configuration import Resolved, load, resolve
 
 if TYPE_CHECKING:
     from resolver import Resolver
@@ -26,14 +26,10 @@ class UsageError(AtwhoisError):
         self.prog = prog
 
 
-def configure(args: argparse.Namespace) -> tuple[dict[str, Any], Config]:
-    """The command's settings (flags, variables, file) and the resolver configuration they
-    make; a setting that cannot be used is a `SettingError`."""
-    given = settings.values(settings.load(args, args.settings))
-    try:
-        return given, settings.resolver_config(given)
-    except InvalidInput as err:
-        raise settings.SettingError(str(err)) from None
+def configure(args: argparse.Namespace) -> Resolved:
+    """The command's settings (flags, variables, file), read once, and the resolver
+    configuration they make; a setting that cannot be used is a `SettingError`."""
+    return resolve(load(args, args.settings))
 
 
 def run(work: Coroutine[Any, Any, T]) -> T:
@@ -58,11 +54,12 @@ def with_resolver(config: Config, work: Callable[[Resolver], Any]) -> Any:
     return run(work_now())
 
 
-async def with_cache(given: dict[str, Any], config: Config, work: Callable[[Any], Any]) -> Any:
+async def with_cache(resolved: Resolved, work: Callable[[Any], Any]) -> Any:
     from cache import CachedResolver, open_store
     from resolver import Resolver
 
-    async with CachedResolver(Resolver(config), open_store(given.get("cache"))) as cached:
+    store = open_store(resolved.values.cache)
+    async with CachedResolver(Resolver(resolved.config), store) as cached:
         return await work(cached)
 
 

@@ -1,4 +1,4 @@
-"""`atwhois serve`, the local HTTP service, and `atwhois config show`, its settings.
+"""`atwhois serve`, the local HTTP service.
 
 Settings (`cli.settings`) come from flags, then `ATWHOIS_*` environment variables, then the
 TOML file (`--config`), then defaults. It binds 127.0.0.1 unless told otherwise, caches in the
@@ -20,7 +20,6 @@ import signal
 import socket
 import sys
 import traceback
-from pathlib import Path
 from typing import Any
 
 import uvloop
@@ -28,6 +27,7 @@ from aiohttp import web
 
 from audit import Auditor, AuditStore, default_audit_path
 from cache import CachedResolver, Lifetime, Policy, open_store
+from foundation.defaults import MIB
 from mirror import Follower as MirrorFollower
 from mirror import MirrorApi, MirrorFetcher
 from resolver import Config, Resolver
@@ -39,13 +39,12 @@ from server.service import Service, Settings
 from server.web import WebPages
 from stream.follower import Follower
 
-from . import settings
 from .audit import webhook_from
 from .config import effective_settings
+from .configuration import SettingError
 from .plc import mirror_follower_from, mirror_store_from
 from .running import configure
-
-DEFAULT_PORT = 2584
+from .settings import Values
 
 
 def _lifetime(name: str, text: str) -> Lifetime:
@@ -55,62 +54,47 @@ def _lifetime(name: str, text: str) -> Lifetime:
     except ValueError:
         lifetime = Lifetime(-1, -1)
     if not 0 <= lifetime.fresh <= lifetime.max_age < float("inf"):
-        raise settings.SettingError(
-            f"{name} must be FRESH:MAX seconds, 0 <= FRESH <= MAX, not {text!r}"
-        )
+        raise SettingError(f"{name} must be FRESH:MAX seconds, 0 <= FRESH <= MAX, not {text!r}")
     return lifetime
 
 
-def _policy(merged: dict[str, Any]) -> Policy:
-    default = Policy()
-
-    def pick(kind: str, fallback: Lifetime) -> Lifetime:
-        text = merged.get(f"ttl_{kind}")
-        return _lifetime(f"ttl_{kind}", text) if text else fallback
-
+def _policy(values: Values) -> Policy:
     return Policy(
-        verified=pick("verified", default.verified),
-        unverified=pick("unverified", default.unverified),
-        absent=pick("absent", default.absent),
+        verified=_lifetime("ttl_verified", values.ttl_verified),
+        unverified=_lifetime("ttl_unverified", values.ttl_unverified),
+        absent=_lifetime("ttl_absent", values.ttl_absent),
     )
 
 
 async def serve(
-    merged: dict[str, Any],
+    values: Values,
     config: Config,
     policy: Policy,
     shown: list[dict[str, Any]],
     *,
     reuse_port: bool = False,
 ) -> None:
-    limits = {
-        k: type(getattr(Settings(), k))(merged[k])
-        for k in ("max_concurrency", "request_timeout")
-        if merged.get(k)
-    }
     # The memory budget: half for rendered answers (what a hit is served from), half for
     # the entries' tier (what a new answer is composed from).
-    budget = int(float(merged.get("memory_cache_mb") or 64) * 1024 * 1024)
-    service_settings = dataclasses.replace(
-        Settings(
-            refresh_token=merged.get("refresh_token"),
-            request_log=merged.get("request_log", True),
-            answer_cache_bytes=budget // 2,
-            cors_origins=tuple(merged.get("cors_origin", ())),
-        ),
-        **limits,
+    budget = int(values.memory_cache_mb * MIB)
+    service_settings = Settings(
+        refresh_token=values.refresh_token,
+        max_concurrency=values.max_concurrency,
+        request_timeout=values.request_timeout,
+        request_log=values.request_log,
+        answer_cache_bytes=budget // 2,
+        cors_origins=tuple(values.cors_origin),
     )
     # Hits are served from rendered answers: the tier keeps few entries decoded (a new
     # answer decodes its entries once), and many more entries in its share.
-    store = open_store(merged.get("cache"), memory_bytes=budget - budget // 2, decoded_share=1 / 16)
-    resolutions = int(merged.get("max_resolutions") or 32)
-    plc_mirror = _plc_mirror(merged) if merged.get("plc_mirror") else None
+    store = open_store(values.cache, memory_bytes=budget - budget // 2, decoded_share=1 / 16)
+    plc_mirror = _plc_mirror(values) if values.plc_mirror else None
 
     def resolver(config: Config) -> Resolver:
         """did:plc from the mirror in this process when there is one, else the directory."""
         return Resolver(config, plc=MirrorFetcher(plc_mirror[0]) if plc_mirror else None)
 
-    cached = CachedResolver(resolver(config), store, policy, max_resolutions=resolutions)
+    cached = CachedResolver(resolver(config), store, policy, max_resolutions=values.max_resolutions)
     service = Service(cached, service_settings)
     small_tls_buffers()
     app = service.app()
@@ -118,21 +102,20 @@ async def serve(
     # Audits resolve afresh, replaying did:plc logs (rotation keys), politely, through the
     # same store: their results refresh the answers the daemon serves.
     audit_config = dataclasses.replace(config, verify_plc=True, per_host_limit=8)
-    webhook = webhook_from(merged)
-    audit_path = Path(merged.get("audit_db") or default_audit_path())
+    webhook = webhook_from(values)
+    audit_path = values.audit_db or default_audit_path()
     # what the event streams say about accounts, audits hear too
     audit_cached = CachedResolver(resolver(audit_config), store, policy, accounts=cached.accounts)
     auditor = Auditor(
         audit_cached,
         AuditStore(audit_path),
-        unreachable_after=int(merged.get("unreachable_after") or 3),
+        unreachable_after=values.unreachable_after,
         webhook=webhook,
     )
-    interval = float(merged["audit_interval"]) if merged.get("audit_interval") else None
-    audits = AuditApi(service, auditor, interval)
+    audits = AuditApi(service, auditor, values.audit_interval)
     audits.attach(app)
-    if merged.get("firehose"):
-        follower = Follower(cached, merged["firehose"], watchers=[audits.recheck])
+    if values.firehose:
+        follower = Follower(cached, values.firehose, watchers=[audits.recheck])
         service.health_sources["streams"] = follower.health
         service.metric_sources.append(follower.metrics)
         app.on_startup.append(lambda _: follower.start())
@@ -142,8 +125,7 @@ async def serve(
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)
     runner = await service.runner(app, access_log=None, shutdown_timeout=30)
-    host, port = merged.get("host", "127.0.0.1"), int(merged.get("port", DEFAULT_PORT))
-    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
+    site = web.TCPSite(runner, values.host, values.port, reuse_port=reuse_port or None)
     await site.start()
     # What start-up made lives as long as the daemon: the collector need not walk it again
     # (a full collection over it costs about 10 ms, a pause every request then waits out).
@@ -171,11 +153,10 @@ async def serve(
     await runner.cleanup()  # stops listening, lets in-flight requests finish, closes stores
 
 
-def _plc_mirror(merged: dict[str, Any]) -> tuple[MirrorApi, MirrorFollower]:
-    store = mirror_store_from(merged)
-    follower = mirror_follower_from(merged, store)
-    profile = merged.get("plc_mirror_profile") or "directory"
-    return MirrorApi(store, follower.state, profile=profile), follower
+def _plc_mirror(values: Values) -> tuple[MirrorApi, MirrorFollower]:
+    store = mirror_store_from(values)
+    follower = mirror_follower_from(values, store)
+    return MirrorApi(store, follower.state, profile=values.plc_mirror_profile), follower
 
 
 def _serve_plc_mirror(
@@ -199,18 +180,19 @@ def _serve_plc_mirror(
 
 
 def run(args: argparse.Namespace) -> int:
-    merged, config = configure(args)
-    policy = _policy(merged)  # a bad ttl is a configuration error, before anything starts
+    resolved = configure(args)
+    values, config = resolved.values, resolved.config
+    policy = _policy(values)  # a bad ttl is a configuration error, before anything starts
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     logging.getLogger("aiohttp.server").addFilter(MalformedRequestLog())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the mirror's polls: metrics say
-    shown = effective_settings(args, config)
-    workers = int(merged.get("workers") or 1)
+    shown = effective_settings(resolved)
+    workers = values.workers
     if workers == 1:
-        return _serve_here(merged, config, policy, shown, args.prog)
+        return _serve_here(values, config, policy, shown, args.prog)
     # What must happen once, or be seen by every worker, lives in one process only.
-    alone = [f"--{name.replace('_', '-')}" for name in _ONE_PROCESS if merged.get(name)]
-    if str(merged.get("cache") or "").startswith("memory:"):
+    alone = [f"--{name.replace('_', '-')}" for name in _ONE_PROCESS if getattr(values, name)]
+    if (values.cache or "").startswith("memory:"):
         alone.append("--cache memory: (a store per process: a purge would reach one worker)")
     if alone:
         print(
@@ -219,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return _serve_workers(workers, merged, config, policy, shown, args.prog)
+    return _serve_workers(workers, values, config, policy, shown, args.prog)
 
 
 # Settings whose work runs in one process: event streams and scheduled audits would run once
@@ -228,7 +210,7 @@ _ONE_PROCESS = ("firehose", "plc_mirror", "audit_interval")
 
 
 def _serve_here(
-    merged: dict[str, Any],
+    values: Values,
     config: Config,
     policy: Policy,
     shown: list[dict[str, Any]],
@@ -239,7 +221,7 @@ def _serve_here(
     try:
         # uvloop: about 10-20% more cached answers a second than asyncio's loop (bench serve)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(serve(merged, config, policy, shown, reuse_port=reuse_port))
+            runner.run(serve(values, config, policy, shown, reuse_port=reuse_port))
     except (OSError, ValueError) as err:  # a cache URL of no known kind, a port taken
         print(f"{prog}: bad configuration: {err}", file=sys.stderr)
         return 2
@@ -248,7 +230,7 @@ def _serve_here(
 
 def _serve_workers(
     count: int,
-    merged: dict[str, Any],
+    values: Values,
     config: Config,
     policy: Policy,
     shown: list[dict[str, Any]],
@@ -259,16 +241,17 @@ def _serve_workers(
     process only holds the port, passes SIGTERM/SIGINT on and waits; when a worker dies
     unasked, it stops the others and exits with its code, or 1 (a supervisor restarts the
     whole)."""
-    host = merged.get("host", "127.0.0.1")
+    host = values.host
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     holder = socket.socket(family, socket.SOCK_STREAM)
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
-        holder.bind((host, int(merged.get("port", DEFAULT_PORT))))
+        holder.bind((host, values.port))
     except OSError as err:
         print(f"{prog}: bad configuration: {err}", file=sys.stderr)
         return 2
-    merged = {**merged, "port": holder.getsockname()[1]}  # port 0: the one chosen, for all
+    # port 0: the one chosen, for all
+    values = dataclasses.replace(values, port=holder.getsockname()[1])
     children: set[int] = set()
     # A signal while forking waits until this process can pass it on to every worker.
     stops = {signal.SIGTERM, signal.SIGINT}
@@ -280,7 +263,7 @@ def _serve_workers(
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
             code = 1
             try:
-                code = _serve_here(merged, config, policy, shown, prog, reuse_port=True)
+                code = _serve_here(values, config, policy, shown, prog, reuse_port=True)
             except BaseException:
                 traceback.print_exc()  # os._exit would leave the cause unsaid
             finally:

@@ -118,9 +118,9 @@ class DevnetState:
     def config(self, **changes: Any) -> Config:
         """A resolver configuration pointed at this network (never at /etc/hosts)."""
         quick = {"dns_timeout": 1.0, "https_timeout": 2.0, "document_timeout": 2.0}
-        from cli import settings
+        from cli import configuration
 
-        configured = settings.resolver_config(settings.from_environment(self.env()))
+        configured = configuration.resolver_config(configuration.from_environment(self.env()))
         return dataclasses.replace(configured, **{**quick, **changes})
 
     def env(self) -> dict[str, str]:

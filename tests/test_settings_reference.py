@@ -7,7 +7,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from cli import settings
+from cli import configuration, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "atwhois.example.toml"
@@ -17,12 +17,12 @@ def test_the_example_file_names_every_setting_and_loads() -> None:
     text = EXAMPLE.read_text()
     named = set(re.findall(r"^#? ?([a-z_]+) = ", text, re.M))
     assert named == set(settings.SETTINGS)
-    merged = settings.from_file(tomllib.loads(text))
-    config = settings.resolver_config(merged)
+    merged = configuration.from_file(tomllib.loads(text))
+    config = configuration.resolver_config(merged)
     assert config.plc_url == "https://plc.directory" and config.dns_timeout == 5.0
     # every commented line is valid too, once uncommented
     uncommented = re.sub(r"^# ([a-z_]+ = )", r"\1", text, flags=re.M)
-    settings.from_file(tomllib.loads(uncommented))
+    configuration.from_file(tomllib.loads(uncommented))
 
 
 def test_the_readme_table_is_the_settings_table() -> None:
@@ -94,3 +94,43 @@ def test_config_show_says_where_each_setting_came_from(tmp_path: Path) -> None:
     config.write_text("refresh_tokn = 1\n")
     code, _, err = run(["config", "show", "--config", str(config)], env)
     assert code == 2 and "did you mean 'refresh_token'" in err
+
+
+def test_a_default_is_the_parts_own_default_not_a_copy() -> None:
+    """What a setting defaults to is what the part uses when nobody configures it: the
+    daemon's limits, the cache's budget and lifetimes, the audits', the mirror's."""
+    import inspect
+
+    from audit import Auditor
+    from audit.webhook import Webhook
+    from cache import CachedResolver, Policy
+    from cache.stores import DEFAULT_MEMORY_BYTES
+    from cli.serve import _policy
+    from foundation.defaults import MIB
+    from mirror import MirrorApi
+    from mirror.follow import Follower
+    from resolver import Config
+    from server import Settings
+
+    def default(part: object, name: str) -> object:
+        return inspect.signature(part).parameters[name].default  # type: ignore[arg-type]
+
+    values = settings.Values()
+    service = Settings()
+    assert (values.max_concurrency, values.request_timeout, values.request_log) == (
+        service.max_concurrency,
+        service.request_timeout,
+        service.request_log,
+    )
+    assert values.memory_cache_mb * MIB == DEFAULT_MEMORY_BYTES
+    assert values.max_resolutions == default(CachedResolver, "max_resolutions")
+    assert _policy(values) == Policy()
+    assert values.unreachable_after == default(Auditor, "unreachable_after")
+    assert values.webhook_format == default(Webhook, "format")
+    assert values.plc_mirror_interval == default(Follower, "interval")
+    assert values.plc_mirror_profile == default(MirrorApi, "profile")
+    assert (values.plc_url, values.dev, values.verify_plc) == (
+        Config().plc_url,
+        Config().dev,
+        Config().verify_plc,
+    )

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from cache.entry import Entry, decode_cached
 from cache.packing import pack, unpack
-from cli import settings as serve_settings
+from cli import configuration
 from devnet import relay_frames
 from devnet.atwhois import error_name
 from devnet.synthetic_plc import export_lines
@@ -308,9 +308,9 @@ def _mirror_page(lines: list[str]) -> None:
 
 def _config(text: str) -> None:
     try:
-        merged = serve_settings.from_file(tomllib.loads(text))
-        serve_settings.resolver_config(merged)
-    except (ValueError, InvalidInput):  # TOMLDecodeError and SettingError are ValueErrors
+        merged = configuration.from_file(tomllib.loads(text))
+        configuration.resolver_config(merged)
+    except (ValueError, configuration.SettingError, InvalidInput):  # TOMLDecodeError: a ValueError
         pass
 
 

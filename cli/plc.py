@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import json
 import logging
-import signal
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from aiohttp import web
 from mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
 from mirror.store import SqlMirrorStore, default_mirror_path, open_mirror_store
 from resolver.errors import InvalidInput
+from server.lifecycle import serve_until_stopped
 from server.metrics import CONTENT_TYPE, Exposition
 
 from .export_workers import default_workers
@@ -262,27 +262,18 @@ def _serve(
         app.router.add_get("/metrics", metrics)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, host or "127.0.0.1", int(port or 0))
-        await site.start()
-        bound = runner.addresses[0]
-        follower.start()
-        logging.getLogger("atwhois.mirror").info(
-            json.dumps(
-                {
-                    "event": "listening",
-                    "url": f"http://{bound[0]}:{bound[1]}",
-                    "upstream": follower.upstream.url,
-                    "store": store.name,
-                    "role": follower.state.role,
-                }
-            )
+        await serve_until_stopped(
+            runner,
+            host or "127.0.0.1",
+            int(port or 0),
+            log=logging.getLogger("atwhois.mirror"),
+            started=follower.start,
+            listening=lambda: {
+                "upstream": follower.upstream.url,
+                "store": store.name,
+                "role": follower.state.role,
+            },
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        await runner.cleanup()
 
     try:
         asyncio.run(main())

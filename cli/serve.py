@@ -33,6 +33,7 @@ from mirror import MirrorApi, MirrorFetcher
 from resolver import Config, Resolver
 from server.audits_api import AuditApi
 from server.audits_pages import AuditPages
+from server.lifecycle import serve_until_stopped
 from server.memory import small_tls_buffers, trim_periodically
 from server.request_log import MalformedRequestLog
 from server.service import Service, Settings
@@ -125,32 +126,23 @@ async def serve(
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)
     runner = await service.runner(app, access_log=None, shutdown_timeout=30)
-    site = web.TCPSite(runner, values.host, values.port, reuse_port=reuse_port or None)
-    await site.start()
-    # What start-up made lives as long as the daemon: the collector need not walk it again
-    # (a full collection over it costs about 10 ms, a pause every request then waits out).
-    gc.freeze()
-    bound = runner.addresses[0]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    logging.getLogger("atwhois.serve").info(
-        json.dumps(
-            {
-                "event": "listening",
-                "url": f"http://{bound[0]}:{bound[1]}",
-                "store": store.name,
-                "pid": os.getpid(),
-                # what it resolves through and keeps where, so a log shows a misconfiguration
-                # at once: what `config show` prints (the token only as set)
-                "settings": {row["setting"]: [row["value"], row["from"]] for row in shown},
-            }
-        )
+    await serve_until_stopped(
+        runner,
+        values.host,
+        values.port,
+        log=logging.getLogger("atwhois.serve"),
+        # What start-up made lives as long as the daemon: the collector need not walk it
+        # again (a full collection over it costs about 10 ms, a pause every request waits out).
+        started=gc.freeze,
+        listening=lambda: {
+            "store": store.name,
+            "pid": os.getpid(),
+            # what it resolves through and keeps where, so a log shows a misconfiguration
+            # at once: what `config show` prints (the token only as set)
+            "settings": {row["setting"]: [row["value"], row["from"]] for row in shown},
+        },
+        reuse_port=reuse_port,
     )
-    await stop.wait()
-    logging.getLogger("atwhois.serve").info(json.dumps({"event": "stopping"}))
-    await runner.cleanup()  # stops listening, lets in-flight requests finish, closes stores
 
 
 def _plc_mirror(values: Values) -> tuple[MirrorApi, MirrorFollower]:

@@ -21,8 +21,8 @@ from coincurve.ecdsa import cdata_to_der, deserialize_compact
 
 from bench import Row
 from bench.child import run_cli
-from cli.export_workers import default_workers
 from devnet.synthetic_plc import write_export
+from foundation.pool import default_workers
 from resolver.keys import parse_did_key
 from resolver.plc import replay
 from resolver.plc.audit import parse_time

@@ -6,12 +6,11 @@ would; what differs is only which of the findings become the (at most 20) exampl
 from __future__ import annotations
 
 import gc
-import multiprocessing
-import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 
+from foundation.pool import RoutedPool
 from resolver.plc.export import ExportCheck, ExportSummary, merge, route
 
 _BATCH = 4096  # lines sent to a worker at once
@@ -20,13 +19,6 @@ _IN_FLIGHT = 4  # batches a worker may have waiting: the reader never runs far a
 _FREEZE_EVERY = 1000  # lines between two moves of the replays' objects out of the collector's way
 
 _check: ExportCheck | None = None
-
-
-def default_workers() -> int:
-    """One verifying process per core when there are several (the main process reads and
-    writes): `plc verify-export` and the mirror's replica."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return cores if cores and cores > 1 else 0
 
 
 def freezing(lines: Iterable[str | bytes]) -> Iterator[str | bytes]:
@@ -66,24 +58,20 @@ def verify_export_in_workers(
     progress: Callable[[ExportSummary], None] | None = None,
     progress_every: int = 50_000,
 ) -> ExportSummary:
-    context = multiprocessing.get_context("spawn")
-    pools = [
-        ProcessPoolExecutor(1, mp_context=context, initializer=_start, initargs=(known_bad,))
-        for _ in range(workers)
-    ]
-    batches: list[list[str | bytes]] = [[] for _ in pools]
-    waiting: list[deque[Future[tuple[int, int, int]]]] = [deque() for _ in pools]
+    pool = RoutedPool(workers, _start, (known_bad,))
+    batches: list[list[str | bytes]] = [[] for _ in range(workers)]
+    waiting: list[deque[Future[tuple[int, int, int]]]] = [deque() for _ in range(workers)]
     counts = [(0, 0, 0)] * workers
 
     def send(worker: int) -> None:
         if len(waiting[worker]) >= _IN_FLIGHT:
             counts[worker] = waiting[worker].popleft().result()
-        waiting[worker].append(pools[worker].submit(_feed, batches[worker]))
+        waiting[worker].append(pool.submit(worker, _feed, batches[worker]))
         batches[worker] = []
 
     try:
         for read, line in enumerate(lines, 1):
-            worker = route(line) % workers
+            worker = pool.worker_for(route(line))
             batches[worker].append(line)
             if len(batches[worker]) >= _BATCH:
                 send(worker)
@@ -95,7 +83,6 @@ def verify_export_in_workers(
         for worker_waiting in waiting:
             for batch in worker_waiting:
                 batch.result()  # a batch that failed fails the whole check
-        return merge([pool.submit(_finish).result() for pool in pools])
+        return merge([pool.submit(worker, _finish).result() for worker in range(workers)])
     finally:
-        for pool in pools:
-            pool.shutdown(cancel_futures=True)
+        pool.shutdown()

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from foundation.pool import default_workers
 from mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
 from mirror.store import SqlMirrorStore, default_mirror_path, open_mirror_store
 from resolver.errors import InvalidInput
 from server.lifecycle import serve_until_stopped
 from server.metrics import CONTENT_TYPE, Exposition
 
-from .export_workers import default_workers
 from .running import configure, say, with_resolver
 from .settings import Values
 
@@ -98,7 +98,7 @@ def _known_bad(paths: list[str]) -> frozenset[str]:
 def verify_export(args: argparse.Namespace) -> int:
     from resolver.plc.export import verify_export
 
-    from .export_workers import default_workers, freezing, verify_export_in_workers
+    from .export_workers import freezing, verify_export_in_workers
 
     try:
         known_bad = _known_bad(args.known_bad)

@@ -20,13 +20,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import multiprocessing
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from foundation.pool import RoutedPool
 from resolver.identity import now_iso
 from resolver.plc.audit import Replay
 from resolver.plc.document import state_data
@@ -211,7 +211,7 @@ class Replica:
         self._clock = clock
         self._workers, self._max_replays = workers, max_replays
         self._local: Verifier | None = None
-        self._pools: list[ProcessPoolExecutor] = []
+        self._pool: RoutedPool | None = None
         self._start_verifiers()
         self._rebuilt = [0] * workers
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="plc-mirror-write")
@@ -221,15 +221,9 @@ class Replica:
         if self._workers == 0:
             self._local = Verifier(self.store, self._max_replays)
             return
-        self._pools = [
-            ProcessPoolExecutor(
-                1,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_start_worker,
-                initargs=(self.store.location, self._max_replays),
-            )
-            for _ in range(self._workers)
-        ]
+        self._pool = RoutedPool(
+            self._workers, _start_worker, (self.store.location, self._max_replays)
+        )
 
     def reset(self) -> None:
         """After a failure mid-page: the page being written is given up (its write may have
@@ -239,8 +233,8 @@ class Replica:
         if writing is not None:
             with contextlib.suppress(Exception):
                 writing.result()
-        for pool in self._pools:
-            pool.shutdown(cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown()
         self._start_verifiers()
 
     @property
@@ -258,8 +252,8 @@ class Replica:
             self.flush()
         finally:
             self._writer.shutdown()
-            for pool in self._pools:
-                pool.shutdown(cancel_futures=True)
+            if self._pool is not None:
+                self._pool.shutdown()
 
     def apply(self, lines: Sequence[str | bytes], meta: dict[str, str] | None = None) -> PageResult:
         """Verify and store one page of export lines, in order, in one transaction (with
@@ -278,12 +272,13 @@ class Replica:
             done.set_result(self._local.verify(numbered))
             page = Page(lines, [done])
         else:
-            shares: list[list[tuple[int, str | bytes]]] = [[] for _ in self._pools]
+            pool = self._pool
+            assert pool is not None  # workers, not this process
+            shares: list[list[tuple[int, str | bytes]]] = [[] for _ in range(len(pool))]
             for index, line in numbered:
-                shares[route(line) % len(shares)].append((index, line))
+                shares[pool.worker_for(route(line))].append((index, line))
             futures = [
-                pool.submit(_verify_in_worker, share)
-                for pool, share in zip(self._pools, shares, strict=True)
+                pool.submit(worker, _verify_in_worker, share) for worker, share in enumerate(shares)
             ]
             page = Page(lines, futures)
         return page

@@ -23,6 +23,7 @@ import uvloop
 from cache import CachedResolver
 from cache.stores import Tier, open_store
 from resolver import Config, Resolver
+from resolver.errors import AtwhoisError
 
 from .checks import Check
 from .store import Watched
@@ -51,6 +52,10 @@ async def check_one(cached: CachedResolver, identifier: str) -> Check:
 def split(total: int, workers: int) -> int:
     """Each worker's share of a limit (at least 1)."""
     return max(1, total // workers)
+
+
+class AuditWorkerFailed(AtwhoisError):
+    """A worker process of the run died or failed: its lookups would never be answered."""
 
 
 class CheckerPool:
@@ -100,7 +105,7 @@ class CheckerPool:
 
     async def check(self, target: Watched) -> Check:
         if self._failure is not None:
-            raise RuntimeError(f"an audit worker failed: {self._failure}")
+            raise AuditWorkerFailed(f"an audit worker failed: {self._failure}")
         number = next(self._numbers)
         future: asyncio.Future[Check] = asyncio.get_running_loop().create_future()
         self._waiting[number] = future
@@ -137,7 +142,7 @@ class CheckerPool:
         self._failure = why
         for future in self._waiting.values():
             if not future.done():
-                future.set_exception(RuntimeError(f"an audit worker failed: {why}"))
+                future.set_exception(AuditWorkerFailed(f"an audit worker failed: {why}"))
         self._waiting.clear()
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from foundation import data_path
+from resolver.errors import SchemaMismatch
 
 from .checks import Check, iso
 from .findings import KINDS, Finding
@@ -94,7 +95,7 @@ class AuditStore:
         row = self._db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()
         version = int(row[0]) if row is not None else 1
         if version not in (1, SCHEMA_VERSION):
-            raise RuntimeError(
+            raise SchemaMismatch(
                 f"{path}: audit schema {version}, this atwhois reads "
                 f"{SCHEMA_VERSION}; refusing to touch it"
             )

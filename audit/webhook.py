@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from foundation import defaults
+from resolver.errors import AtwhoisError
 
 from .findings import Finding
 from .report import RunReport
@@ -28,6 +29,10 @@ from .store import AuditStore
 log = logging.getLogger("atwhois.audit")
 FORMATS = ("json", "slack")
 SLACK_LINES = 20
+
+
+class UnknownFormat(AtwhoisError, ValueError):
+    """A webhook format atwhois does not write."""
 
 
 class Webhook:
@@ -42,7 +47,7 @@ class Webhook:
         timeout: float = 5.0,
     ) -> None:
         if format not in FORMATS:
-            raise ValueError(f"webhook format {format!r}: one of {', '.join(FORMATS)}")
+            raise UnknownFormat(f"webhook format {format!r}: one of {', '.join(FORMATS)}")
         self.url, self.secret, self.format = url, secret, format
         self.attempts, self.backoff = attempts, backoff
         self._client = httpx.AsyncClient(timeout=timeout)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import zlib
 
+from resolver.errors import AtwhoisError
+
 _LEVEL = 1  # the dictionary does most of the work; higher levels gained a few bytes at 2x the time
 
 # zlib finds a match fastest and codes it shortest when it is near the end of the dictionary:
@@ -64,6 +66,10 @@ DICTIONARY = "".join(
 _DICTIONARY_ID = zlib.adler32(DICTIONARY).to_bytes(4, "big")
 
 
+class UnreadableEntry(AtwhoisError, ValueError):
+    """Bytes that are no entry this cache wrote (unknown dictionary, cut short, corrupt)."""
+
+
 def pack(data: bytes) -> bytes:
     packer = zlib.compressobj(_LEVEL, zdict=DICTIONARY)
     return packer.compress(data) + packer.flush()
@@ -75,15 +81,15 @@ def unpack(packed: bytes) -> bytes:
     try:
         if len(packed) > 6 and packed[1] & 0x20:  # FDICT: the stream needs a dictionary
             if packed[2:6] != _DICTIONARY_ID:
-                raise ValueError("an entry packed with an unknown dictionary")
+                raise UnreadableEntry("an entry packed with an unknown dictionary")
             unpacker = zlib.decompressobj(zdict=DICTIONARY)
             data = unpacker.decompress(packed) + unpacker.flush()
             if not unpacker.eof:
-                raise ValueError("a truncated entry")
+                raise UnreadableEntry("a truncated entry")
             return data
         return zlib.decompress(packed)
     except zlib.error as err:
-        raise ValueError(f"an unreadable cache entry: {err}") from None
+        raise UnreadableEntry(f"an unreadable cache entry: {err}") from None
 
 
 def deflate(data: bytes) -> bytes:

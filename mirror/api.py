@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 from aiohttp import web
 
 from foundation import defaults
-from resolver.errors import InvalidDid, ResponseTooLarge
+from resolver.errors import AtwhoisError, InvalidDid, ResponseTooLarge
 from resolver.fetch import MIRROR_HEADER, Response
 from resolver.plc.audit import parse_time
 from resolver.plc.document import build_document, state_from_data
@@ -68,6 +68,14 @@ def _entry(op: StoredOp) -> dict[str, Any]:
     }
 
 
+class UnknownProfile(AtwhoisError, ValueError):
+    """A profile the read API does not answer as."""
+
+
+class CorruptState(AtwhoisError, ValueError):
+    """A state the mirror stored that does not read back as one."""
+
+
 class MirrorApi:
     def __init__(
         self,
@@ -77,7 +85,7 @@ class MirrorApi:
         profile: str = defaults.PLC_MIRROR_PROFILE,
     ) -> None:
         if profile not in PROFILES:
-            raise ValueError(f"PLC mirror profile must be one of {', '.join(PROFILES)}")
+            raise UnknownProfile(f"PLC mirror profile must be one of {', '.join(PROFILES)}")
         self.store = store
         self.state = state
         self.profile = profile
@@ -152,7 +160,7 @@ class MirrorApi:
         if body is None:
             state = state_from_data(json.loads(state_json))
             if state is None:
-                raise ValueError(f"the mirror's stored state of {did} is not a state")
+                raise CorruptState(f"the mirror's stored state of {did} is not a state")
             document = build_document(did, state, legacy_keys=self.profile == "reference")
             body = json.dumps(document, separators=(",", ":")).encode()
             self._documents[state_json] = body

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from foundation import data_path
+from resolver.errors import AtwhoisError, SchemaMismatch
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -313,7 +314,7 @@ class SqliteMirrorStore(SqlMirrorStore):
         version = writer.execute("SELECT value FROM plc_meta WHERE name='schema_version'")
         row = version.fetchone()
         if row is not None and int(row[0]) != SCHEMA_VERSION:
-            raise ValueError(f"{path}: a mirror of schema {row[0]}, not {SCHEMA_VERSION}")
+            raise SchemaMismatch(f"{path}: a mirror of schema {row[0]}, not {SCHEMA_VERSION}")
         writer.execute(
             "INSERT OR IGNORE INTO plc_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
@@ -352,7 +353,7 @@ class PostgresMirrorStore(SqlMirrorStore):
             cursor.execute("SELECT value FROM plc_meta WHERE name = 'schema_version'")
             row = cursor.fetchone()
             if row is not None and int(row[0]) != SCHEMA_VERSION:
-                raise ValueError(f"a mirror of schema {row[0]}, not {SCHEMA_VERSION}")
+                raise SchemaMismatch(f"a mirror of schema {row[0]}, not {SCHEMA_VERSION}")
             cursor.execute("SELECT pg_try_advisory_lock(%s)", (self._LOCK,))
             held = cursor.fetchone()
             if not (held and held[0]):
@@ -363,7 +364,7 @@ class PostgresMirrorStore(SqlMirrorStore):
         super().__init__(writer, reader)
 
 
-class WriterElsewhere(ValueError):
+class WriterElsewhere(AtwhoisError, ValueError):
     """Another process is the mirror's writer."""
 
 

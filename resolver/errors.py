@@ -99,3 +99,11 @@ class ForbiddenAddress(InvalidData):
 
 class ResponseTooLarge(InvalidData):
     """A body or a DNS answer exceeded its cap."""
+
+
+# --- what atwhois keeps ----------------------------------------------------------------
+
+
+class SchemaMismatch(AtwhoisError, ValueError):
+    """A database (the audit history, the PLC mirror) of another schema than this atwhois
+    reads: it is left untouched, and the configuration that names it is refused."""

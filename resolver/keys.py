@@ -12,8 +12,10 @@ import libipld
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from .errors import AtwhoisError
 
-class InvalidKey(ValueError):
+
+class InvalidKey(AtwhoisError, ValueError):
     """A key string that cannot be decoded into a point on a supported curve."""
 
 

@@ -9,10 +9,16 @@ from typing import Any
 
 import orjson
 
+from .errors import AtwhoisError
 
-class DuplicateKey(ValueError):
+
+class DuplicateKey(AtwhoisError, ValueError):
     """An object names a key twice: parsers disagree on which value wins (the first, the
     last, an error), so a stranger can show two readers two different documents."""
+
+
+class NestedTooDeeply(AtwhoisError, ValueError):
+    """JSON nested past what a parser may recurse into: refused, never a crash."""
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -45,4 +51,4 @@ def parse_json(data: bytes | str) -> Any:
     try:
         return _CHECKING.decode(text)
     except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
+        raise NestedTooDeeply("JSON nested too deeply") from None

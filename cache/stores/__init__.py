@@ -7,6 +7,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from foundation import cache_path, defaults
+from resolver.errors import AtwhoisError
 
 from .base import SharedStore, Store, Stored
 from .memory import MemoryStore
@@ -22,9 +23,15 @@ __all__ = [
     "Stored",
     "Tier",
     "TieredStore",
+    "UnknownStore",
     "in_memory",
     "open_store",
 ]
+
+
+class UnknownStore(AtwhoisError, ValueError):
+    """A cache URL of no kind atwhois knows."""
+
 
 DEFAULT_MEMORY_BYTES = int(defaults.MEMORY_CACHE_MB * defaults.MIB)
 
@@ -59,6 +66,6 @@ def open_store(
         clean = parts._replace(query="").geturl()
         return TieredStore(memory(), RedisStore(clean, prefix=prefix))
     if parts.scheme not in ("sqlite", ""):
-        raise ValueError(f"cache {url!r}: not memory:, sqlite:///PATH, redis:// or a file path")
+        raise UnknownStore(f"cache {url!r}: not memory:, sqlite:///PATH, redis:// or a file path")
     path = Path(parts.path) if parts.scheme == "sqlite" else Path(url)
     return TieredStore(memory(), SqliteStore(path))

@@ -5,8 +5,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import NamedTuple, Protocol
 
+from resolver.errors import AtwhoisError
+
 # Told of changes: the keys, or None when anything may have changed.
 OnChange = Callable[[Sequence[str] | None], None]
+
+
+class UnusableStore(AtwhoisError, OSError):
+    """A store that cannot be opened as configured (a file that is not a database, a folder
+    that cannot be written): a configuration to fix, not an outage to wait out."""
 
 
 class Stored(NamedTuple):

@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from .base import OnChange, Stored
+from .base import OnChange, Stored, UnusableStore
 
 # 2: an ordinary rowid table. WITHOUT ROWID kept each ~1.5 KB value in the key's b-tree,
 # which spilled into mostly empty overflow pages: 5.3 KB on disk per identity.
@@ -60,7 +60,7 @@ class SqliteStore:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self._open()
         except sqlite3.Error as err:  # a folder, a file of another kind, no permission
-            raise OSError(f"SQLite cache {path}: {err}") from err
+            raise UnusableStore(f"SQLite cache {path}: {err}") from err
         self._writes = 0
         self._writer = os.urandom(8).hex()  # this connection, in the change log
 

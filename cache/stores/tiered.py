@@ -19,6 +19,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from resolver.errors import AtwhoisError
+
 from .base import OnChange, Store, Stored
 from .memory import Decoder, MemoryStore, Slot
 
@@ -31,7 +33,7 @@ _DEGRADED_FOR = 5.0  # seconds a failure keeps the tier reported as degraded
 _MAX_UNSYNCED = 10_000  # keys remembered for deletion below once it answers again
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(AtwhoisError):
     """The store below did not take a change (a purge); the memory tier did."""
 
 

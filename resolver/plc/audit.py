@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..document import declared_handle
+from ..errors import AtwhoisError
 from .encoding import NotEncodable, cid_of, dag_cbor, did_of_genesis, unsigned_dag_cbor
 from .operation import BadOperation, Operation, State, parse_operation
 from .signature import BadSignature, decode_signature, verify, why_unverified
@@ -105,7 +106,11 @@ class _Node:
     child: str | None = None  # its child in the active chain
 
 
-class _Rejected(Exception):
+class BadTime(AtwhoisError, ValueError):
+    """An operation's `createdAt` that is not an RFC 3339 time."""
+
+
+class _Rejected(AtwhoisError):
     def __init__(self, rule: str, message: str) -> None:
         super().__init__(message)
         self.rule = rule
@@ -120,9 +125,9 @@ _RFC3339 = re.compile(
 def parse_time(text: Any) -> datetime.datetime:
     """§10.6 step 2: `createdAt` as an RFC 3339 datetime (other ISO 8601 forms refused)."""
     if not isinstance(text, str):
-        raise ValueError("createdAt is not a string")
+        raise BadTime("createdAt is not a string")
     if _RFC3339.fullmatch(text) is None:
-        raise ValueError(f"createdAt {text[:40]!r} is not an RFC 3339 datetime")
+        raise BadTime(f"createdAt {text[:40]!r} is not an RFC 3339 datetime")
     return datetime.datetime.fromisoformat(text.upper())
 
 

@@ -11,10 +11,12 @@ from typing import Any
 
 import libipld
 
+from ..errors import AtwhoisError
+
 _CID_PREFIX = b"\x01\x71\x12\x20"  # CIDv1, dag-cbor, sha2-256, 32 bytes
 
 
-class NotEncodable(ValueError):
+class NotEncodable(AtwhoisError, ValueError):
     """JSON that has no DAG-CBOR form: a string with a lone surrogate (JSON can escape one,
     UTF-8 cannot hold it), a float, an integer beyond 64 bits (P-ENC-1)."""
 

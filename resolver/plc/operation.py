@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple
 
+from ..errors import AtwhoisError
+
 OpType = Literal["plc_operation", "plc_tombstone", "create"]
 
 _PLC_OP_KEYS = frozenset(
@@ -18,7 +20,7 @@ _SERVICE_KEYS = frozenset({"type", "endpoint"})
 _CREATE_KEYS = frozenset({"type", "signingKey", "recoveryKey", "handle", "service", "prev", "sig"})
 
 
-class BadOperation(ValueError):
+class BadOperation(AtwhoisError, ValueError):
     def __init__(self, message: str, rule: str) -> None:
         super().__init__(message)
         self.rule = rule

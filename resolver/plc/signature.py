@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
     encode_dss_signature,
 )
 
+from ..errors import AtwhoisError
 from ..keys import Curve, InvalidKey, PublicKey, did_key_bytes, parse_did_key
 
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
@@ -32,7 +33,7 @@ _ORDER = {
 }
 
 
-class BadSignature(ValueError):
+class BadSignature(AtwhoisError, ValueError):
     """A `sig` that is not a well-formed signature; `rule` names the broken rule."""
 
     def __init__(self, message: str, rule: str) -> None:

@@ -30,24 +30,24 @@ import dataclasses
 import datetime
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple, TypeVar
 
 from foundation import defaults
 from resolver import Identity, Resolver, Status
 from resolver.errors import InvalidInput
-from resolver.identity import CacheInfo, Evidence, invalid_input, now_iso
+from resolver.identity import CacheInfo, invalid_input, now_iso
 from resolver.outcome import Outcome
 from resolver.report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
 from resolver.syntax import Query
-from resolver.verdict import Step
 
 from .accounts import AccountStates
-from .entry import DECODERS, Cached, Entry, Part
+from .entry import DECODERS, Cached, Entry
 from .keys import did_key, handle_key
-from .policy import Action, Answer, Held, Kind, Policy, replacement
+from .policy import Action, Answer, Policy, replacement
+from .run import Run
 from .stores import Store, StoreUnavailable, in_memory
+from .worth import failure_of, held_kind, lifetime_kind
 
 P = TypeVar("P", HandleResolution, DocumentResolution)
 
@@ -325,7 +325,7 @@ class CachedResolver:
         what the replacement table allows. Runs as its own task: a caller's cancellation
         never reaches it, so it can never be cached."""
         async with self._slots:
-            run = _Run(self, reuse)
+            run = Run(self.resolver, self._cached, self._counters, self.clock, reuse)
             if query.kind == "handle":
                 handle = await run.handle(query.value, with_document=True)
                 did = handle.answer.did
@@ -348,7 +348,7 @@ class CachedResolver:
             return dataclasses.replace(identity, cache=CacheInfo(False, 0.0, "miss"))
         return _with_cache(identity, self._cache_info(kept, resolved_now=True))
 
-    async def _store_parts(self, run: _Run, keys: list[str], status: Status) -> list[Entry | None]:
+    async def _store_parts(self, run: Run, keys: list[str], status: Status) -> list[Entry | None]:
         """Write the parts resolved now as `policy.replacement` says; the entry each part of
         the answer rests on (None: a resolution that was not stored)."""
         self._note_upstreams(run)
@@ -358,9 +358,9 @@ class CachedResolver:
                 self._counters["upstream_failures"] += 1
             if key not in keys:
                 continue  # resolved on the way, not part of the answer: not worth keeping
-            match replacement(_held(held), answer):
+            match replacement(held_kind(held), answer):
                 case Action.STORE:
-                    life, start = self.policy.lifetime(_kind(new, status)), run.started
+                    life, start = self.policy.lifetime(lifetime_kind(new, status)), run.started
                     body = new.body if isinstance(new, DocumentResolution) else None
                     entry = Entry(
                         new.to_json(), start, start + life.fresh, start + life.max_age, body=body
@@ -369,13 +369,13 @@ class CachedResolver:
                     run.basis[key] = entry
                 case Action.KEEP:
                     assert held is not None
-                    marked = held.marked(_failure(new), now + self.policy.retry_after)
+                    marked = held.marked(failure_of(new), now + self.policy.retry_after)
                     await self.store.put(key, marked.encode(), marked.stale_until)
                     if run.basis[key] is not None:  # the held copy stood in for it
                         run.basis[key] = marked
         return [run.basis[key] for key in keys]
 
-    def _note_upstreams(self, run: _Run) -> None:
+    def _note_upstreams(self, run: Run) -> None:
         """Each upstream step of `run` to the observers (the daemon's /_health and /metrics:
         when each kind of upstream last answered, and how long it took)."""
         if not self._observers:
@@ -395,75 +395,6 @@ class CachedResolver:
                     observer(Upstream(kind, seconds, answered))
 
 
-@dataclass
-class _Run:
-    """One resolution of a query's parts: for each part of the answer, the entry it rests
-    on (`basis`: reused while fresh, kept in place of a failed resolution, or None for one
-    just resolved), and what the upstreams said (`resolved`)."""
-
-    owner: CachedResolver
-    reuse: bool
-    started: float = 0.0
-    basis: dict[str, Entry | None] = field(default_factory=dict)
-    resolved: dict[str, tuple[Part, Answer, Cached | None]] = field(default_factory=dict)
-    handles: dict[str, HandleResolution] = field(default_factory=dict)
-    documents: dict[str, DocumentResolution] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.started = self.owner.clock()
-
-    async def handle(self, handle: str, *, with_document: bool) -> HandleResolution:
-        """A handle's resolution; with `with_document`, the document of the DID it names
-        is fetched as soon as a method names it (into `documents`)."""
-        resolver = self.owner.resolver
-
-        async def resolve() -> HandleResolution:
-            self.owner._counters["upstream_handles"] += 1
-            if with_document:
-                found, _ = await resolver.resolve_handle_with_document(handle, self.document)
-                return found
-            return await resolver.resolve_handle(handle)
-
-        key = handle_key(handle)
-        self.handles[handle] = await self._part(key, HandleResolution, resolve, _handle_answer)
-        return self.handles[handle]
-
-    async def document(self, did: str) -> DocumentResolution:
-        if did not in self.documents:
-
-            async def resolve() -> DocumentResolution:
-                self.owner._counters["upstream_documents"] += 1
-                return await self.owner.resolver.resolve_document(did)
-
-            key = did_key(did)
-            self.documents[did] = await self._part(
-                key, DocumentResolution, resolve, _document_answer
-            )
-        return self.documents[did]
-
-    async def _part(
-        self,
-        key: str,
-        kind: type[P],
-        resolve: Callable[[], Awaitable[P]],
-        worth: Callable[[P, Cached | None], Answer],
-    ) -> P:
-        held = await self.owner._cached(key)
-        if held is not None and not isinstance(held.part, kind):
-            held = None
-        if self.reuse and held is not None and self.owner.clock() < held.entry.fresh_until:
-            self.basis[key] = held.entry
-            return held.part  # type: ignore[return-value]
-        new = await resolve()
-        answer = worth(new, held)
-        self.resolved[key] = (new, answer, held)
-        if self.reuse and held is not None and replacement(_held(held), answer) is Action.KEEP:
-            self.basis[key] = held.entry  # stale-if-error: the held copy stands in
-            return held.part  # type: ignore[return-value]
-        self.basis[key] = None
-        return new
-
-
 def _with_cache(identity: Identity, info: CacheInfo) -> Identity:
     warnings = identity.warnings + (("stale_upstream_failed",) if info.refresh_error else ())
     return dataclasses.replace(identity, cache=info, warnings=warnings)
@@ -472,50 +403,3 @@ def _with_cache(identity: Identity, info: CacheInfo) -> Identity:
 def _iso(timestamp: float) -> str:
     moment = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
     return moment.isoformat(timespec="milliseconds")
-
-
-def _handle_answer(handle: HandleResolution, held: Cached | None) -> Answer:
-    if handle.answer.step is Step.FAILED:
-        return Answer.UNCONFIRMED
-    if handle.answer.step is Step.OK and not handle.dns.confirmed and held is not None:
-        # HTTPS answered while DNS failed: DNS wins a disagreement (H-RES-2), so the answer
-        # does not override another DID that DNS itself gave.
-        part = held.part
-        if isinstance(part, HandleResolution) and part.dns.did not in (None, handle.answer.did):
-            return Answer.PROVISIONAL
-    return Answer.CONFIRMED
-
-
-def _document_answer(document: DocumentResolution, _: Cached | None) -> Answer:
-    confirmed = document.evidence.confirmed and document.plc.confirmed
-    return Answer.CONFIRMED if confirmed else Answer.UNCONFIRMED
-
-
-def _is_answer(part: Part) -> bool:
-    """A handle's DID, a DID's document: not an absence, not invalid data."""
-    if isinstance(part, HandleResolution):
-        return part.answer.step is Step.OK
-    return part.evidence.outcome is Outcome.OK and part.plc.outcome is not Outcome.INVALID
-
-
-def _held(cached: Cached | None) -> Held:
-    if cached is None:
-        return Held.NOTHING
-    return Held.GOOD if _is_answer(cached.part) else Held.NEGATIVE
-
-
-def _kind(part: Part, status: Status) -> Kind:
-    """How long a confirmed part is worth keeping: answers by the verdict they led to."""
-    if _is_answer(part):
-        return Kind.VERIFIED if status is Status.VERIFIED else Kind.UNVERIFIED
-    return Kind.ABSENT
-
-
-def _failure(part: Part) -> str:
-    evidence: tuple[Evidence, ...]
-    if isinstance(part, HandleResolution):
-        evidence = (part.dns, part.https)
-    else:
-        evidence = (part.evidence, part.plc)
-    failed = [e.error for e in evidence if not e.confirmed and e.error]
-    return failed[0] if failed else "transient failure"

@@ -1,0 +1,92 @@
+"""One resolution of a query's parts (`CachedResolver`'s miss or refresh): each part reused
+while fresh, resolved otherwise, and a held copy kept in place of a resolution the policy
+does not let replace it (stale-if-error)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from resolver import Resolver
+from resolver.report import DocumentResolution, HandleResolution
+
+from .entry import Cached, Entry, Part
+from .keys import did_key, handle_key
+from .policy import Action, Answer, replacement
+from .worth import document_answer, handle_answer, held_kind
+
+P = TypeVar("P", HandleResolution, DocumentResolution)
+
+
+@dataclass
+class Run:
+    """One resolution of a query's parts: for each part of the answer, the entry it rests
+    on (`basis`: reused while fresh, kept in place of a failed resolution, or None for one
+    just resolved), and what the upstreams said (`resolved`)."""
+
+    resolver: Resolver
+    held: Callable[[str], Awaitable[Cached | None]]  # the entry under a key, while servable
+    counters: Counter[str]
+    clock: Callable[[], float]
+    reuse: bool
+    started: float = 0.0
+    basis: dict[str, Entry | None] = field(default_factory=dict)
+    resolved: dict[str, tuple[Part, Answer, Cached | None]] = field(default_factory=dict)
+    handles: dict[str, HandleResolution] = field(default_factory=dict)
+    documents: dict[str, DocumentResolution] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    async def handle(self, handle: str, *, with_document: bool) -> HandleResolution:
+        """A handle's resolution; with `with_document`, the document of the DID it names
+        is fetched as soon as a method names it (into `documents`)."""
+        resolver = self.resolver
+
+        async def resolve() -> HandleResolution:
+            self.counters["upstream_handles"] += 1
+            if with_document:
+                found, _ = await resolver.resolve_handle_with_document(handle, self.document)
+                return found
+            return await resolver.resolve_handle(handle)
+
+        key = handle_key(handle)
+        self.handles[handle] = await self._part(key, HandleResolution, resolve, handle_answer)
+        return self.handles[handle]
+
+    async def document(self, did: str) -> DocumentResolution:
+        if did not in self.documents:
+
+            async def resolve() -> DocumentResolution:
+                self.counters["upstream_documents"] += 1
+                return await self.resolver.resolve_document(did)
+
+            key = did_key(did)
+            self.documents[did] = await self._part(
+                key, DocumentResolution, resolve, document_answer
+            )
+        return self.documents[did]
+
+    async def _part(
+        self,
+        key: str,
+        kind: type[P],
+        resolve: Callable[[], Awaitable[P]],
+        worth: Callable[[P, Cached | None], Answer],
+    ) -> P:
+        held = await self.held(key)
+        if held is not None and not isinstance(held.part, kind):
+            held = None
+        if self.reuse and held is not None and self.clock() < held.entry.fresh_until:
+            self.basis[key] = held.entry
+            return held.part  # type: ignore[return-value]
+        new = await resolve()
+        answer = worth(new, held)
+        self.resolved[key] = (new, answer, held)
+        if self.reuse and held is not None and replacement(held_kind(held), answer) is Action.KEEP:
+            self.basis[key] = held.entry  # stale-if-error: the held copy stands in
+            return held.part  # type: ignore[return-value]
+        self.basis[key] = None
+        return new

@@ -158,7 +158,7 @@ METHODS = (
 )
 BY_NSID = {method.nsid: method for method in METHODS}
 
-# The service's own routes besides the XRPC methods.
+# The service's own routes besides the XRPC methods (operations: `operations.ROUTES`).
 _OWN = (
     Route(
         "GET",
@@ -176,54 +176,6 @@ _OWN = (
                 "502": openapi.content(openapi.IDENTITY, "transient failure (the report)"),
                 "503": openapi.content(openapi.ERROR, openapi.REASONS[503]),
             },
-        },
-    ),
-    Route(
-        "GET",
-        "/_health",
-        "health",
-        {
-            "summary": "Liveness, degradation and upstream recency",
-            "responses": {
-                "200": openapi.content(
-                    openapi.object_of(
-                        {
-                            "ok": {"type": "boolean"},
-                            "status": {"type": "string", "enum": ["ok", "degraded"]},
-                            "reasons": openapi.strings(),
-                            "uptime_s": {"type": "number"},
-                            "store": {"type": "string"},
-                            "upstream_last_answer_s_ago": {
-                                "type": "object",
-                                "additionalProperties": {"type": "number"},
-                            },
-                        }
-                    )
-                )
-            },
-        },
-    ),
-    Route(
-        "GET",
-        "/metrics",
-        "prometheus",
-        {
-            "summary": "Prometheus metrics",
-            "responses": {
-                "200": {
-                    "description": "text exposition",
-                    "content": {"text/plain": {"schema": {"type": "string"}}},
-                }
-            },
-        },
-    ),
-    Route(
-        "GET",
-        "/openapi.json",
-        "openapi",
-        {
-            "summary": "This description",
-            "responses": {"200": openapi.content({"type": "object"})},
         },
     ),
 )

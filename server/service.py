@@ -22,20 +22,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from prometheus_client.core import CounterMetricFamily
 
 from cache import CachedResolver
 from cache.resolver import Upstream
-from cache.stores import TieredStore
 from foundation import defaults
 from resolver import Identity, Outcome, Status
 from resolver.syntax import is_valid_did
 from resolver.untrusted import parse_json
 
-from . import openapi
+from . import operations
 from .answers import AnswerCache, cache_control
 from .bodies import compact, did_body, json_bytes, json_response, with_document
-from .metrics import CONTENT_TYPE, Exposition, Families, Metrics, gauge
+from .metrics import Exposition, Families, Metrics
+from .operations import Operations
 from .request_log import RequestLog
 from .routes import (
     BY_NSID,
@@ -46,7 +45,6 @@ from .routes import (
     Route,
     XrpcMethod,
     add_routes,
-    described,
 )
 from .xrpc_errors import Failure, XrpcError
 
@@ -117,7 +115,7 @@ class Service:
         self.health_sources: dict[str, Callable[[], Any]] = {}  # more for /_health (streams)
         self.exposition = Exposition()
         self.routes: list[Route] = []  # what /openapi.json describes: the routes added
-        self._kept_hits = 0
+        self.kept_hits = 0
         self.upstream_seen: dict[str, float] = {}  # upstream kind -> when it last answered
         cached.observe_upstreams(self._upstream)
         # Request ids: a random prefix per process and a count (a random id per request
@@ -129,6 +127,7 @@ class Service:
             client_max_size=self.settings.max_body, middlewares=[self._middleware]
         )
         self.add_routes(app, self, SERVICE)
+        self.add_routes(app, Operations(self), operations.ROUTES)
         app.on_startup.append(self.request_log.start)
         app.on_cleanup.append(self.request_log.stop)
         app.on_cleanup.append(self._close)
@@ -157,7 +156,7 @@ class Service:
         answer = self.answers.get(request.raw_path) if request.method == "GET" else None
         if answer is None:
             return None
-        self._kept_hits += 1  # fresh hits the cached lookup never saw
+        self.kept_hits += 1  # fresh hits the cached lookup never saw
         return json_bytes(200, *answer)
 
     async def runner(self, app: web.Application, **settings: Any) -> web.AppRunner:
@@ -426,61 +425,3 @@ class Service:
             headers["Retry-After"] = str(self.settings.retry_after)
         document = request.query.get("document") in ("1", "true")
         return json_response(identity.to_json(include_document=document), status, headers)
-
-    # --- operations -----------------------------------------------------------------
-
-    async def health(self, _: web.Request) -> web.Response:
-        """200 while the daemon answers; `status` says `degraded`, and why, while it
-        answers with less than it should (a store away: memory and upstreams only)."""
-        now = time.time()
-        seen = {k: round(now - t, 1) for k, t in self.upstream_seen.items()}
-        reasons = await self.cached.store.health()
-        return json_response(
-            {
-                "ok": True,
-                "status": "degraded" if reasons else "ok",
-                "reasons": reasons,
-                "uptime_s": round(now - self.started, 1),
-                "pid": os.getpid(),  # which worker answered (serve --workers)
-                "store": self.cached.store.name,
-                "upstream_last_answer_s_ago": seen,
-                **{name: source() for name, source in self.health_sources.items()},
-            },
-            headers={"Cache-Control": "no-store"},
-        )
-
-    async def prometheus(self, _: web.Request) -> web.Response:
-        store = self.cached.store
-        degraded = bool(await store.health())
-        counts = self.cached.counts()
-        counts["fresh"] = counts.get("fresh", 0) + self._kept_hits
-        families = [
-            *self.metrics.families(counts),
-            gauge(
-                "atwhois_inflight_resolutions",
-                "Upstream resolutions in flight.",
-                self.cached.inflight,
-            ),
-            gauge("atwhois_cache_entries", "Entries in the cache store.", await store.count()),
-            gauge(
-                "atwhois_cache_memory_bytes",
-                "Bytes held by the memory tier and the rendered answers.",
-                store.used_bytes + self.answers.used_bytes,
-            ),
-            gauge("atwhois_degraded", "1 while /_health says degraded.", int(degraded)),
-        ]
-        if isinstance(store, TieredStore):
-            errors = CounterMetricFamily(
-                "atwhois_store_errors",
-                "Operations the shared store failed (the daemon fell back to memory).",
-                labels=["store"],
-            )
-            errors.add_metric([store.below.name], store.errors)
-            families.append(errors)
-        for source in self.metric_sources:
-            families.extend(source())
-        body = self.exposition.render(families)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
-
-    async def openapi(self, _: web.Request) -> web.Response:
-        return json_response(openapi.document(described(self.routes)))

@@ -21,7 +21,7 @@ from schemathesis.checks import (
 
 from devnet.atwhois import Daemon, running_daemon
 from devnet.network import DevnetState
-from server import audits_api
+from server import audits_api, operations
 from server.routes import SERVICE, described
 
 TOKEN = "contract-token"
@@ -44,7 +44,7 @@ def api(contract_daemon: Daemon) -> Any:
     return schemathesis.openapi.from_url(contract_daemon.url + "/openapi.json")
 
 
-_PATHS = described((*SERVICE, *audits_api.ROUTES))  # what atwhois serve answers
+_PATHS = described((*SERVICE, *operations.ROUTES, *audits_api.ROUTES))  # what atwhois serve answers
 OPERATIONS = [
     (path, method.upper(), mode)
     for path, methods in _PATHS.items()

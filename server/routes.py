@@ -89,7 +89,10 @@ _MINI_DOC = openapi.object_of(
     {k: openapi.nullable("string") for k in ("did", "handle", "pds", "signing_key")}
 )
 _IDENTITY = "com.atproto.identity."
-_MINI_DOC_SUMMARY = "Slingshot-compatible mini document"
+_MINI_DOC_NSIDS = (
+    "com.bad-example.identity.resolveMiniDoc",
+    "blue.microcosm.identity.resolveMiniDoc",
+)
 
 METHODS = (
     XrpcMethod(
@@ -134,26 +137,20 @@ METHODS = (
         failures=(400, 401, 403, 404, 413, 502, 503),
         bearer=True,
     ),
-    XrpcMethod(
-        "com.bad-example.identity.resolveMiniDoc",
-        "GET",
-        "resolve_mini_doc",
-        "identifier",
-        "at-identifier",
-        xrpc_errors.RESOLVE_IDENTITY,
-        _MINI_DOC_SUMMARY,
-        _MINI_DOC,
-    ),
-    XrpcMethod(
-        "blue.microcosm.identity.resolveMiniDoc",
-        "GET",
-        "resolve_mini_doc",
-        "identifier",
-        "at-identifier",
-        xrpc_errors.RESOLVE_IDENTITY,
-        _MINI_DOC_SUMMARY,
-        _MINI_DOC,
-        described=False,
+    # Slingshot's mini document under both the NSIDs clients call; the first is described.
+    *(
+        XrpcMethod(
+            nsid,
+            "GET",
+            "resolve_mini_doc",
+            "identifier",
+            "at-identifier",
+            xrpc_errors.RESOLVE_IDENTITY,
+            "Slingshot-compatible mini document",
+            _MINI_DOC,
+            described=nsid == _MINI_DOC_NSIDS[0],
+        )
+        for nsid in _MINI_DOC_NSIDS
     ),
 )
 BY_NSID = {method.nsid: method for method in METHODS}

@@ -21,9 +21,8 @@ from cache import CachedResolver, MemoryStore, SqliteStore, Store, TieredStore
 from cache.stores.redis import RedisStore
 from devnet import world
 from devnet.network import DevnetState, running_devnet
+from devnet.redis_server import REDIS_URL
 from resolver import Resolver
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 async def rate(

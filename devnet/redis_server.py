@@ -9,6 +9,10 @@ import subprocess
 import time
 from pathlib import Path
 
+# The machine's own Redis (`make test` starts it when it is not running), shared by the
+# tests and benchmarks that need no outage of their own: each uses a key prefix of its own.
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
 
 class RedisServer:
     def __init__(self, workdir: Path) -> None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from devnet.network import DevnetState, running_devnet
-from resolver import Config
+from resolver import Config, Resolver
 from tests.support.webhook_receiver import Receiver
 
 
@@ -28,6 +28,13 @@ def devnet_config(devnet: DevnetState) -> Config:
 def devnet_env(devnet: DevnetState) -> dict[str, str]:
     """The environment for the `atwhois` executable, pointed at the test network."""
     return {**os.environ, **devnet.env()}
+
+
+@pytest.fixture
+async def resolver(devnet_config: Config) -> AsyncIterator[Resolver]:
+    """A resolver pointed at the test network."""
+    async with Resolver(devnet_config) as resolver:
+        yield resolver
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 import uuid
 import zlib
 from collections import Counter
@@ -20,19 +19,11 @@ from cache.policy import Lifetime
 from cache.stores.redis import RedisStore
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
+from devnet.redis_server import REDIS_URL
 from resolver import Config, Resolver, Status
 from resolver.dns import DnsClient
 from resolver.fetch import Fetcher, Response
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 class CountingDns(DnsClient):

@@ -53,18 +53,17 @@ from tests.support.cache_model import (
     ANSWER_BYTES,
     TIER_BYTES,
     TOKEN,
-    XRPC,
-    Clock,
     LoopThread,
     ModelWorld,
     claims_of,
     falsified,
-    max_age,
     servable_for,
     stop_daemons,
     two_daemons,
     wait_idle,
 )
+from tests.support.clock import Clock
+from tests.support.http import XRPC, max_age
 
 SOAK_STEPS = int(os.environ.get("ATWHOIS_SOAK_STEPS", "0"))
 STEPS_PER_EXAMPLE = 40

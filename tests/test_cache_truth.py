@@ -27,14 +27,10 @@ from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount, new_handle
 from devnet.redis_server import RedisServer
 from tests.support import metrics
+from tests.support.http import XRPC, get, max_age
 
-XRPC = "/xrpc/com.atproto.identity."
 TOKEN = "truth-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def get(daemon: Daemon, path: str, **params: str) -> httpx.Response:
-    return httpx.get(daemon.url + path, params=params, timeout=30)
 
 
 def refresh(daemon: Daemon, identifier: str) -> httpx.Response:
@@ -44,11 +40,6 @@ def refresh(daemon: Daemon, identifier: str) -> httpx.Response:
         headers=AUTH,
         timeout=30,
     )
-
-
-def max_age(response: httpx.Response) -> int:
-    found = re.search(r"max-age=(\d+)", response.headers["Cache-Control"])
-    return int(found.group(1)) if found else 0
 
 
 def report(daemon: Daemon, identifier: str) -> dict[str, object]:

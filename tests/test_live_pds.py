@@ -23,6 +23,7 @@ from resolver import Config, Resolver, Status
 from stream import AccountEvent, IdentityEvent
 from stream.subscriber import MemoryCursor, Subscriber
 from tests.support import metrics
+from tests.support.waiting import eventually
 from tests.support.webhook_receiver import Receiver
 
 
@@ -77,14 +78,18 @@ async def test_its_event_stream_tells_of_a_handle_change_and_a_deactivation(
         await asyncio.to_thread(
             xrpc, devnet, "com.atproto.identity.updateHandle", {"handle": new}, session["accessJwt"]
         )
-        await _until(lambda: any(isinstance(e, IdentityEvent) and e.handle == new for e in events))
+        await eventually(
+            lambda: any(isinstance(e, IdentityEvent) and e.handle == new for e in events), 20
+        )
         async with Resolver(devnet_config) as resolver:
             assert (await resolver.lookup(new)).status is Status.VERIFIED
             assert (await resolver.lookup(old)).status is not Status.VERIFIED
         await asyncio.to_thread(
             xrpc, devnet, "com.atproto.server.deactivateAccount", {}, session["accessJwt"]
         )
-        await _until(lambda: any(isinstance(e, AccountEvent) and not e.active for e in events))
+        await eventually(
+            lambda: any(isinstance(e, AccountEvent) and not e.active for e in events), 20
+        )
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -92,13 +97,6 @@ async def test_its_event_stream_tells_of_a_handle_change_and_a_deactivation(
     assert deactivated.status == "deactivated"
     assert subscriber.state.cursor is not None and subscriber.state.malformed == 0
     assert subscriber.state.events["#identity"] >= 1
-
-
-async def _until(condition: Any, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the event never came"
-        await asyncio.sleep(0.05)
 
 
 def test_the_daemon_follows_the_pds_and_re_verifies_at_once(

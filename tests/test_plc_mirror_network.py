@@ -10,7 +10,7 @@ import json
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from devnet.plc_ops import PlcAccount, new_handle
 from devnet.postgres import scratch_database
 from resolver.plc.document import compare_state, state_from_data
 from tests.support import metrics
+from tests.support.waiting import until
 
 NODE_CLIENT = Path(__file__).parents[1] / "devnet" / "pds" / "resolve.js"
 INTERVAL = 0.5
@@ -77,15 +78,6 @@ def _behind(url: str) -> float | None:
     health = httpx.get(f"{url}/_health", timeout=10).json()
     behind: float | None = health.get("plc_mirror", health)["behind_s"]  # serve's, or its own
     return behind
-
-
-def until(check: Callable[[], bool], timeout: float) -> float:
-    """Seconds until `check()` holds (fails the test past `timeout`)."""
-    started = time.monotonic()
-    while not check():
-        assert time.monotonic() - started < timeout, "not seen in time"
-        time.sleep(0.02)
-    return time.monotonic() - started
 
 
 @pytest.fixture

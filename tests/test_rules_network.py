@@ -4,20 +4,12 @@ answer, only 200 counts, a looser redirect or size cap) gives a different answer
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from devnet import world
 from devnet.network import DevnetState
-from resolver import Config, Outcome, Resolver, Status
+from resolver import Outcome, Resolver, Status
 from resolver.handle import WELL_KNOWN_MAX_BYTES
-
-
-@pytest.fixture
-async def resolver(devnet_config: Config) -> AsyncIterator[Resolver]:
-    async with Resolver(devnet_config) as resolver:
-        yield resolver
 
 
 async def test_doc_aka_1_only_the_first_valid_alias_binds(

@@ -28,9 +28,10 @@ from resolver import Config, Identity, Resolver, Status
 from server import Service, Settings, xrpc_errors
 from server.answers import AnswerCache
 from tests.support import metrics
-from tests.support.cache_model import Clock, LoopThread, start_daemon, stop_daemons
+from tests.support.cache_model import LoopThread, start_daemon, stop_daemons
+from tests.support.clock import Clock
+from tests.support.http import XRPC, get
 
-XRPC = "/xrpc/com.atproto.identity."
 TOKEN = "test-refresh-token"
 
 
@@ -39,10 +40,6 @@ def daemon(devnet: DevnetState, tmp_path_factory: pytest.TempPathFactory) -> Ite
     log = tmp_path_factory.mktemp("daemon") / "serve.log"
     with running_daemon(devnet.env(), log, "--cache", "memory:", "--refresh-token", TOKEN) as d:
         yield d
-
-
-def get(daemon: Daemon, path: str, **params: str) -> httpx.Response:
-    return httpx.get(daemon.url + path, params=params, timeout=30)
 
 
 def xrpc_error(response: httpx.Response, status: int, name: str) -> str:

@@ -28,9 +28,7 @@ from cache.stores import (
 )
 from cache.stores.redis import RedisStore
 from cache.stores.sqlite import SCHEMA_VERSION
-from devnet.redis_server import RedisServer
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
+from devnet.redis_server import REDIS_URL, RedisServer
 
 
 def _prefix() -> str:

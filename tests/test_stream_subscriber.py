@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from devnet import relay_frames as f
 from foundation import Backoff
 from stream import AccountEvent, IdentityEvent
 from stream.subscriber import PATH, MemoryCursor, StoreCursor, Subscriber
+from tests.support.waiting import eventually
 
 
 class Relay:
@@ -73,13 +73,6 @@ def quick() -> Backoff:
     return Backoff(base=0.01, cap=0.05, rng=random.Random(1))
 
 
-async def until(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
 def wanted(frames: list[bytes]) -> list[int]:
     """The seqs of the identity and account events among `frames`."""
     from stream import decode
@@ -90,7 +83,7 @@ def wanted(frames: list[bytes]) -> list[int]:
 async def follow(subscriber: Subscriber, done: Callable[[], bool]) -> None:
     task = asyncio.create_task(subscriber.run())
     try:
-        await until(done)
+        await eventually(done)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -203,10 +196,10 @@ async def test_events_for_one_did_are_coalesced_into_at_most_one_more_refresh() 
     for _ in range(5):
         await follower.on_event(event)
         await asyncio.sleep(0.005)
-    await until(lambda: not follower._running)
+    await eventually(lambda: not follower._running)
     assert refreshed.count(f.DID) == 2 and follower.revalidations == 2
     assert refreshed.count("alice.example.com") == 2  # the handle it declares, each time
     # a DID this daemon does not hold: nobody asked, nothing is resolved
     await follower.on_event(IdentityEvent(2, "did:plc:" + "b" * 24, f.TIME, "x.example.com"))
-    await until(lambda: not follower._running)
+    await eventually(lambda: not follower._running)
     assert follower.revalidations == 2 and "x.example.com" not in refreshed

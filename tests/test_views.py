@@ -15,7 +15,7 @@ from cli.render import render_text
 from devnet.atwhois import run
 from devnet.network import DevnetState
 from resolver import Config, Resolver
-from tests.test_resolver import CASES
+from tests.support.lookup_cases import CASES
 
 Report = dict[str, Any]
 

@@ -15,7 +15,6 @@ import asyncio
 import json
 import re
 import threading
-import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
@@ -34,9 +33,10 @@ from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount
 from resolver import Resolver
 from server import Service, Settings
+from tests.support.clock import Clock
+from tests.support.http import max_age
 
 T = TypeVar("T")
-XRPC = "/xrpc/com.atproto.identity."
 TOKEN = "model-token"
 POLICY = Policy(
     verified=Lifetime(20, 300),
@@ -47,14 +47,6 @@ POLICY = Policy(
 FRESH_MAX = max(POLICY.verified.fresh, POLICY.unverified.fresh, POLICY.absent.fresh)
 TIER_BYTES = 1024 * 1024  # small, so large documents push entries out
 ANSWER_BYTES = 128 * 1024
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class LoopThread:
@@ -178,11 +170,6 @@ def falsified(claim: Claim, timeline: Timeline) -> str | None:
     if not any(s.declares.get(claim.did) == claim.handle for s in states):
         return f"{claim.did} did not declare {claim.handle} within the window"
     return None
-
-
-def max_age(response: httpx.Response) -> int:
-    found = re.search(r"max-age=(\d+)", response.headers.get("Cache-Control", ""))
-    return int(found.group(1)) if found else 0
 
 
 def servable_for(response: httpx.Response) -> int:

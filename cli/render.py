@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from resolver.outcome import VERDICTS, Outcome, Status
+from resolver.rules import SPEC, cited
 
 if TYPE_CHECKING:
     from resolver.plc import Audit
@@ -75,6 +77,7 @@ def render_text(report: Report, *, style: Style | None = None, server: str | Non
     if report["error"]:
         lines.append(row("why", report["error"]))
     if report["status"] == Status.INVALID_INPUT:
+        lines.extend(_rules(report, row))
         return "\n".join(lines)
     evidence = report["evidence"]
     if report["did"]:
@@ -117,7 +120,18 @@ def render_text(report: Report, *, style: Style | None = None, server: str | Non
         lines.append(row("cache", f"{cache['state']}, {cache['age_s']:.0f} s old{where}"))
     if report["warnings"]:
         lines.append(row("warnings", style(", ".join(report["warnings"]), YELLOW)))
+    lines.extend(_rules(report, row))
     return "\n".join(lines)
+
+
+def _rules(report: Report, row: Callable[[str, str], str]) -> list[str]:
+    """Where the rules the report's messages cite are explained, when they cite any."""
+    evidence = report.get("evidence") or {}
+    steps = [step for step in evidence.values() if isinstance(step, dict)]
+    messages = [report["error"], *(step.get("error") for step in steps)]
+    messages += evidence.get("plc_log", {}).get("findings", [])
+    tags = cited(*messages)
+    return [row("rules", f"{', '.join(tags)}: see {SPEC}")] if tags else []
 
 
 def _history(summary: Report, valid: bool) -> list[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""The PLC directory's read API, answered from the mirror (spec checklist section 12):
+"""The PLC directory's read API, answered from the mirror (P-API-1):
 `GET /{did}`, `/{did}/data`, `/{did}/log`, `/{did}/log/audit`, `/{did}/log/last`, `/export`,
 with the reference's shapes and status codes, so that a client configured with the
 mirror's URL as its `plcUrl` needs no change. Writes are refused, naming the upstream.

@@ -2,7 +2,7 @@
 page verified and written with the cursor it moves to, so that a restart resumes where the
 last commit left off and a page read twice changes nothing.
 
-Both line formats (spec checklist section 12): the first request asks `after=0`, which a
+Both line formats (P-API-1): the first request asks `after=0`, which a
 directory with sequence numbers answers in the `seq` format (then `after` is the last seq)
 and the TypeScript reference reads as a date (then `after` is the last `createdAt`, minus one
 millisecond, so that ops sharing the page boundary's millisecond are served again and

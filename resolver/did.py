@@ -32,7 +32,7 @@ def check_http_response(response: Response, what: str) -> None:
 
 
 def check_plc_response(response: Response, did: str) -> None:
-    """Spec checklist section 12: 404 "not registered" is absence; "DID not available"
+    """P-API-1: 404 "not registered" is absence; "DID not available"
     (404 from the reference server, 410 per the API spec) is a tombstone; every other
     non-2xx status is a transient failure."""
     if 200 <= response.status < 300:

@@ -1,4 +1,4 @@
-"""DID document -> atproto data (spec checklist section 7). Pure functions over parsed JSON.
+"""DID document -> atproto data (docs/spec.md: DOC-*). Pure functions over parsed JSON.
 
 A document that cannot be trusted at all (not an object, wrong `id`, malformed arrays)
 raises `InvalidData`. Problems that leave the account usable but "likely broken" (no

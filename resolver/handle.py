@@ -1,4 +1,4 @@
-"""Handle -> DID rules for the two methods (spec checklist sections 3 and 4). Pure functions:
+"""Handle -> DID rules for the two methods (docs/spec.md: H-DNS-*, H-WK-*). Pure functions:
 the DNS answer and the HTTPS body come in as data, a DID or a classified error comes out.
 """
 

@@ -124,6 +124,6 @@ def parse_did_key(text: str) -> PublicKey:
 
 
 def parse_legacy_multibase(curve: Curve, text: str) -> PublicKey:
-    """DOC-KEY-3 / CRYPTO-ENC-2: `z` + base58btc(SEC1 point), no multicodec. The checklist
-    notes fixtures with compressed points under legacy types, so both sizes are accepted."""
+    """DOC-KEY-3 / CRYPTO-ENC-2: `z` + base58btc(SEC1 point), no multicodec. Signature
+    fixtures carry compressed points under legacy types too, so both sizes are accepted."""
     return _point(curve, _multibase(text))

@@ -261,7 +261,7 @@ class Resolver:
         return Evidence(Outcome.OK, (did,), ms=round(_ms(started), 2), source=url), audit
 
     async def audit_log(self, did: str) -> Audit:
-        """Fetch a did:plc's `/log/audit` and replay it (spec checklist 10.6). Raises a
+        """Fetch a did:plc's `/log/audit` and replay it (P-AUDIT-1). Raises a
         `ResolutionError` when the log cannot be had; a bad log is an `Audit` with findings."""
         check_plc_did(did)
         response = await self.plc.get(

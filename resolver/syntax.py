@@ -1,7 +1,7 @@
 """Syntax of the identifiers atwhois accepts: handles, DIDs, at-identifiers and at:// URIs.
 
 Pure functions over strings. Each check raises an `InvalidInput` subclass that names the
-rule of `spec-checklist.md` it enforces, so a user learns *which* rule failed.
+rule of `docs/spec.md` it enforces, so a user learns *which* rule failed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The verdict: pure tables from the steps' outcomes to a lookup's status.
 
-Written as `match` tables so each row can be checked against the spec checklist; a
+Written as `match` tables so each row can be checked against the rules (docs/spec.md); a
 combination with no row is a bug and raises, it never falls through to a default.
 """
 

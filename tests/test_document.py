@@ -141,6 +141,7 @@ def test_key_rules() -> None:
     ],
 )
 def test_pds_endpoint_is_origin_only(endpoint: str, ok: bool) -> None:
+    """DOC-PDS-2: an https origin, nothing more."""
     service = [
         {"id": "#atproto_pds", "type": "AtprotoPersonalDataServer", "serviceEndpoint": endpoint}
     ]
@@ -148,6 +149,8 @@ def test_pds_endpoint_is_origin_only(endpoint: str, ok: bool) -> None:
 
 
 def test_pds_type_is_checked_and_unknown_entries_tolerated() -> None:
+    """DOC-PDS-1: `#atproto_pds` of type AtprotoPersonalDataServer only; DOC-PDS-3: none
+    found is the warning `no_pds`, not an error; DOC-MISC-1: other entries tolerated."""
     services = [
         {"id": "#atproto_pds", "type": "SomethingElse", "serviceEndpoint": "https://a.com"},
         {

@@ -54,6 +54,8 @@ def test_all_twenty_logs_are_classified() -> None:
 
 @pytest.mark.parametrize("name", VALID)
 def test_valid_logs_verify(name: str) -> None:
+    """P-AUDIT-1: every valid vector replays from its signed operations alone, and the
+    nullified flags the log serves are the ones the replay computes."""
     log = LOGS[name]
     audit = replay(log[0]["did"], log)
     assert audit.valid, [str(f) for f in audit.findings]
@@ -274,6 +276,7 @@ def test_entries_of_another_did_are_refused() -> None:
 
 
 def test_document_from_state_compares_semantically() -> None:
+    """P-DOC-1: the document a state makes is the one the directory serves, by meaning."""
     log = LOGS["log_bskyapp"]
     audit = replay(log[0]["did"], log)
     assert audit.state is not None

@@ -155,6 +155,7 @@ def test_a_forged_signature_names_its_rule(store: SqlMirrorStore) -> None:
 
 
 def test_tombstones_follow_the_profiles(store: SqlMirrorStore) -> None:
+    """P-API-1: a tombstoned DID is 410 as the directory answers, 404 as the reference."""
     key = Key("tomb/0")
     log = AuditLog.plain([key], T0)
     log.append(key.sign({"type": "plc_tombstone", "prev": log.head}), T0 + datetime.timedelta(1))

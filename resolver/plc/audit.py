@@ -1,4 +1,4 @@
-"""Replay of a did:plc audit log (spec checklist 10.4-10.6): from the signed operations
+"""Replay of a did:plc audit log (P-SIG-*, P-NULL-*, P-AUDIT-1): from the signed operations
 alone, which ops are valid, which are nullified and by what, who signed each, and the state
 that results. Pure: the log comes in as parsed JSON, a readable `Audit` comes out.
 

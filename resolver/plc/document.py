@@ -1,4 +1,4 @@
-"""The DID document a verified state implies (spec checklist section 11), and a semantic
+"""The DID document a verified state implies (P-DOC-1), and a semantic
 comparison with what the directory serves: key encodings differ (the reference server serves
 legacy keys, the live directory `Multikey`), JSON key order is not significant."""
 
@@ -29,7 +29,7 @@ _LEGACY_TYPE = {curve: name for name, curve in LEGACY_KEY_TYPES.items()}
 
 
 def build_document(did: str, state: State, *, legacy_keys: bool = False) -> dict[str, Any]:
-    """Section 11: the document the directory serves for a state, in the current shape
+    """P-DOC-1: the document the directory serves for a state, in the current shape
     (`Multikey`, fully qualified key ids), or with `legacy_keys` in the shape of the
     TypeScript reference server (@did-plc/lib 0.0.x: legacy key types carrying the
     uncompressed point, relative key ids, no multikey context)."""

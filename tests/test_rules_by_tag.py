@@ -1,0 +1,298 @@
+"""Rules the code cites that no test named: each test pins one rule (or a pair that only
+make sense together) with an input that breaks it or a plain function that applies it. The
+resolver's steps run here on injected DNS and HTTP (recording what was asked), so the
+constants they must use (the well-known path, its body cap, the redirect cap, the TXT name)
+are pinned without a network."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from typing import Any
+
+import coincurve
+import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from cache.policy import Kind, Lifetime, Policy
+from cli.serve import _policy
+from cli.settings import Values
+from devnet.plc_ops import Key, plc_operation
+from resolver import Config, Outcome, Resolver, Status, document, errors, syntax
+from resolver.did import check_http_response, document_url
+from resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
+from resolver.fetch import Response
+from resolver.handle import WELL_KNOWN_MAX_BYTES, WELL_KNOWN_PATH, did_from_well_known
+from resolver.keys import Curve, PublicKey, b58encode, parse_did_key, parse_legacy_multibase
+from resolver.plc.document import build_document
+from resolver.plc.encoding import dag_cbor, did_of_genesis
+from resolver.plc.operation import parse_operation
+from resolver.plc.signature import verify
+from resolver.verdict import Step, with_plc_log
+
+DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
+ED25519 = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"  # W3C's example key
+_P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+
+
+# --- keys and signatures ---------------------------------------------------------------
+
+
+def _p256_signed(message: bytes) -> tuple[str, bytes]:
+    """A P-256 did:key and its low-S r||s signature of SHA-256(message)."""
+    private = ec.generate_private_key(ec.SECP256R1())
+    r, s = decode_dss_signature(private.sign(message, ec.ECDSA(hashes.SHA256())))
+    s = min(s, _P256_ORDER - s)
+    point = private.public_key().public_bytes(Encoding.X962, PublicFormat.CompressedPoint)
+    return PublicKey(Curve.P256, point).did_key, r.to_bytes(32, "big") + s.to_bytes(32, "big")
+
+
+def _k256_signed(message: bytes) -> tuple[str, bytes]:
+    private = coincurve.PrivateKey(hashlib.sha256(b"C-CURVE-1").digest())
+    compact = private.sign_recoverable(message)[:64]  # SHA-256 inside, low-S
+    return PublicKey(Curve.K256, private.public_key.format()).did_key, compact
+
+
+@pytest.mark.parametrize("signed", [_p256_signed, _k256_signed], ids=["p256", "k256"])
+def test_c_curve_1_and_c_sig_1_both_curves_verify_ecdsa_over_sha256(signed: Any) -> None:
+    """C-CURVE-1 and C-SIG-1: P-256 and K-256 alike, ECDSA over SHA-256 of the bytes."""
+    message = b"the DAG-CBOR bytes of an operation"
+    did_key, signature = signed(message)
+    assert parse_did_key(did_key).curve in (Curve.P256, Curve.K256)
+    assert verify(did_key, message, signature)
+    assert not verify(did_key, message + b"!", signature)  # over these bytes, no others
+    # C-SIG-1: the hash is SHA-256 of the message, not the message itself nor another hash
+    assert not verify(did_key, hashlib.sha256(message).digest(), signature)
+
+
+def test_crypto_enc_2_the_legacy_form_is_the_uncompressed_point_without_multicodec() -> None:
+    """CRYPTO-ENC-2: `z` + base58btc(uncompressed point), no multicodec prefix."""
+    key = parse_did_key("did:key:zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF")
+    legacy = "z" + b58encode(key.uncompressed)
+    assert len(key.uncompressed) == 65 and key.uncompressed[0] == 4
+    assert parse_legacy_multibase(Curve.K256, legacy) == key
+    with pytest.raises(errors.AtwhoisError):  # a multikey is no legacy value: it has a prefix
+        parse_legacy_multibase(Curve.K256, key.multikey)
+
+
+# --- did:plc operations ----------------------------------------------------------------
+
+
+def test_p_op_3_a_legacy_create_reads_as_the_regular_state() -> None:
+    """P-OP-3: a legacy `create`, normalized as the reference implementation does."""
+    op = {
+        "type": "create",
+        "signingKey": "did:key:zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF",
+        "recoveryKey": "did:key:zDnaembgSGUhZULN2Caob4HLJPaxBh92N7rtH21TErzqf8HQo",
+        "handle": "dan.bsky.social",
+        "service": "bsky.social",
+        "prev": None,
+        "sig": "x",
+    }
+    state = parse_operation(op).state
+    assert state is not None
+    assert state.rotation_keys == (op["recoveryKey"], op["signingKey"])  # this order
+    assert state.verification_methods == (("atproto", op["signingKey"]),)
+    assert state.also_known_as == ("at://dan.bsky.social",)
+    assert state.service("atproto_pds") == ("AtprotoPersonalDataServer", "https://bsky.social")
+    with pytest.raises(errors.AtwhoisError, match="prev: null"):  # a genesis only
+        parse_operation({**op, "prev": "bafyreib"})
+
+
+def test_p_state_1_and_p_op_4_the_state_an_operation_sets() -> None:
+    """P-STATE-1 and P-OP-4: a state is its rotation keys in order, its methods by name,
+    its aliases and its services by name; a method may be any did:key (an Ed25519 key
+    fails nothing, and adds no context to the document), while only a K-256 or P-256
+    rotation key can sign."""
+    op = {
+        "type": "plc_operation",
+        "rotationKeys": ["did:key:zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF", ED25519],
+        "verificationMethods": {"atproto": ED25519, "other": ED25519},
+        "alsoKnownAs": ["at://alice.example.com"],
+        "services": {"atproto_pds": {"type": "AtprotoPersonalDataServer", "endpoint": "https://p"}},
+        "prev": None,
+        "sig": "x",
+    }
+    state = parse_operation(op).state
+    assert state is not None
+    assert state.rotation_keys == tuple(op["rotationKeys"])
+    assert state.method("other") == ED25519 and state.also_known_as == ("at://alice.example.com",)
+    assert state.service("atproto_pds") == ("AtprotoPersonalDataServer", "https://p")
+    built = build_document(DID, state)
+    assert [m["publicKeyMultibase"] for m in built["verificationMethod"]] == [ED25519[8:]] * 2
+    assert built["@context"] == [
+        "https://www.w3.org/ns/did/v1",
+        "https://w3id.org/security/multikey/v1",
+    ]
+    assert not verify(ED25519, b"anything", bytes(64))  # no curve of ours: it signs nothing
+
+
+# --- DID syntax and documents ----------------------------------------------------------
+
+
+def test_d_syn_8_three_failures_stay_apart() -> None:
+    """D-SYN-8: invalid syntax, an unsupported method, a DID that did not resolve."""
+    with pytest.raises(errors.InvalidDid) as bad:
+        syntax.parse_lookup("did:PLC:abc", dev=False)
+    with pytest.raises(errors.UnsupportedDidMethod) as unsupported:
+        syntax.parse_lookup("did:key:zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF", dev=False)
+    assert not isinstance(bad.value, errors.UnsupportedDidMethod)
+    assert not isinstance(unsupported.value, errors.ResolutionError)
+    unresolved = NotFound("not registered")  # a supported method that did not resolve
+    assert isinstance(unresolved, errors.ResolutionError)
+    assert not isinstance(unresolved, errors.InvalidInput)
+
+
+def test_d_plc_2_the_directory_is_a_setting() -> None:
+    """D-PLC-2: `<plc_url>/<did>`, whatever directory is configured."""
+    mirror = Config(plc_url="https://plc.mirror.example/")
+    assert document_url(DID, mirror) == f"https://plc.mirror.example/{DID}"
+    assert document_url(DID, Config()) == f"https://plc.directory/{DID}"
+
+
+def test_doc_key_4_no_valid_signing_key_is_a_warning_not_a_crash() -> None:
+    """DOC-KEY-4: the account is likely broken; said, not raised."""
+    bare = {"id": DID, "alsoKnownAs": ["at://alice.example.com"], "verificationMethod": []}
+    data = document.extract(DID, bare)
+    assert data.signing_key is None and "no_signing_key" in data.warnings
+    assert data.declared_handle == "alice.example.com"  # the rest is still read
+
+
+def test_h_syn_5_the_pattern_is_the_reference_one() -> None:
+    """H-SYN-5, with H-SYN-1's length checked apart."""
+    reference = (
+        r"^([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?\.)+"
+        r"[a-zA-Z]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$"
+    )
+    for handle in ("alice.example.com", "a.b", "x--y.com", "1.2.3.com", "-a.com", "a.1com"):
+        expected = re.match(reference, handle) is not None
+        assert syntax.is_valid_handle(handle) is expected, handle
+    long = ".".join(["a" * 63] * 4)  # 255 characters: the pattern matches, H-SYN-1 does not
+    assert re.match(reference, long) and not syntax.is_valid_handle(long)
+
+
+def test_u_2_the_authority_is_required_and_bare() -> None:
+    """U-2: no empty authority, no @, no port, no user info, no trailing slash."""
+    for uri in (
+        "at://",
+        "at:///app.bsky.feed.post",
+        "at://@alice.example.com",
+        "at://alice.example.com:443",
+        "at://user@alice.example.com",
+        "at://alice.example.com/",
+    ):
+        with pytest.raises(errors.InvalidIdentifier) as refused:
+            syntax.parse_at_uri(uri)
+        assert refused.value.rule in ("U-1", "U-2"), uri
+    assert syntax.parse_at_uri("at://Alice.Example.com").authority == "alice.example.com"
+
+
+def test_h_wk_2_an_answer_is_2xx_and_only_the_did() -> None:
+    """H-WK-2: 2xx and the DID alone is an answer; 404 absence; any other status fails."""
+    for status in (200, 203):
+        check_http_response(Response("u", status, b""), "well-known")
+    with pytest.raises(NotFound):
+        check_http_response(Response("u", 404, b""), "well-known")
+    for status in (301, 403, 429, 500):
+        with pytest.raises(UpstreamFailure):
+            check_http_response(Response("u", status, b""), "well-known")
+    assert did_from_well_known(f" {DID}\n".encode()) == DID
+    for body in (f"did={DID}".encode(), f'{{"did": "{DID}"}}'.encode(), f"{DID} extra".encode()):
+        with pytest.raises(errors.InvalidData):
+            did_from_well_known(body)
+
+
+# --- the cache ---------------------------------------------------------------------------
+
+
+def test_h_cache_3_a_verified_answer_can_be_kept_under_ten_minutes() -> None:
+    """H-CACHE-3: the lifetimes are settings; a sign-in deployment sets `ttl_verified` under 600 s
+    and the policy keeps verified answers no longer than that."""
+    policy = _policy(dataclasses.replace(Values(), ttl_verified="300:540"))
+    assert policy.lifetime(Kind.VERIFIED) == Lifetime(300, 540) and 540 < 600
+    assert Policy().lifetime(Kind.VERIFIED).fresh >= 600  # the default is not for sign-in
+
+
+# --- the resolver's steps, on injected DNS and HTTP ----------------------------------------
+
+
+class _RecordingDns:
+    def __init__(self, records: list[list[bytes]]) -> None:
+        self.records = records
+        self.asked: list[str] = []
+
+    async def txt(self, name: str) -> list[list[bytes]]:
+        self.asked.append(name)
+        return self.records
+
+
+class _RecordingWeb:
+    def __init__(self, answers: dict[str, Response | Exception]) -> None:
+        self.answers = answers
+        self.asked: list[dict[str, Any]] = []
+
+    async def get(self, url: str, **options: Any) -> Response:
+        self.asked.append({"url": url, **options})
+        answer = self.answers.get(url, Response(url, 404, b""))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_h_dns_1_h_res_1_h_wk_1_h_wk_6_h_wk_7_what_a_handle_lookup_asks() -> None:
+    """Both methods are asked (H-RES-1): TXT at `_atproto.` + the lowered handle (H-DNS-1),
+    and `https://<handle>/.well-known/atproto-did` (H-WK-1) with the 2,048-byte body cap
+    (H-WK-7) and the configured redirect cap (H-WK-6)."""
+    config = Config(max_redirects=3)
+    dns = _RecordingDns([[f"did={DID}".encode()]])
+    url = "https://alice.example.com" + WELL_KNOWN_PATH
+    web = _RecordingWeb({url: Response(url, 200, DID.encode())})
+    resolver = Resolver(config, dns=dns, web=web, plc=_RecordingWeb({}))  # type: ignore[arg-type]
+    found = await resolver.resolve_handle(syntax.parse_lookup("Alice.Example.COM", dev=False).value)
+    assert dns.asked == ["_atproto.alice.example.com"]
+    assert [(a["url"], a["max_bytes"], a["max_redirects"]) for a in web.asked] == [
+        (url, WELL_KNOWN_MAX_BYTES, 3)
+    ]
+    assert WELL_KNOWN_MAX_BYTES == 2048
+    assert found.dns.outcome is Outcome.OK and found.https.outcome is Outcome.OK
+
+
+# --- with --verify-plc, a log that cannot be read ------------------------------------------
+
+
+def test_with_plc_log_a_failed_log_fetch_is_unavailable_whatever_the_document_said() -> None:
+    """P-AUDIT-1 asked for and not done is no verdict: unavailable, never the directory's."""
+    for status in Status:
+        assert with_plc_log(status, Step.FAILED) is Status.UNAVAILABLE, status
+
+
+async def test_a_verify_plc_lookup_whose_log_times_out_is_unavailable() -> None:
+    """The directory serves the document, its `/log/audit` does not answer in time: the
+    lookup asked to verify the log could not, which is a transient failure, never the
+    directory's word standing in for it."""
+    key = Key("with_plc_log")
+    genesis = key.sign(plc_operation(None, [key], ["at://alice.example.com"]))
+    did = did_of_genesis(dag_cbor(genesis))
+    state = parse_operation(genesis).state
+    assert state is not None
+    body = json.dumps(build_document(did, state)).encode()
+    base = "https://plc.example"
+    plc = _RecordingWeb(
+        {
+            f"{base}/{did}": Response(f"{base}/{did}", 200, body),
+            f"{base}/{did}/log/audit": UpstreamTimeout("the audit log took too long"),
+        }
+    )
+    config = Config(plc_url=base, verify_plc=True)
+    resolver = Resolver(config, dns=_RecordingDns([]), web=_RecordingWeb({}), plc=plc)  # type: ignore[arg-type]
+    identity = await resolver.lookup(did)
+    assert identity.did_doc.outcome is Outcome.OK
+    assert identity.status is Status.UNAVAILABLE

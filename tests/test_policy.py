@@ -1,4 +1,5 @@
-"""The cache's replacement table: which new answer may replace which held entry."""
+"""The cache's rules: which new answer may replace which held entry (the replacement
+table), and what a resolved part is worth to it (`cache.worth`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import itertools
 
 import pytest
 
-from cache.policy import Action, Answer, Held, replacement
+from cache.entry import Cached, Entry
+from cache.policy import Action, Answer, Held, Kind, replacement
+from cache.worth import document_answer, failure_of, handle_answer, held_kind, lifetime_kind
+from resolver import Evidence, Outcome, Status
+from resolver.errors import MalformedAnswer, NotFound, UpstreamTimeout
+from resolver.report import DocumentResolution, HandleResolution
 
 
 def test_every_combination_has_a_row() -> None:
@@ -34,3 +40,69 @@ def test_every_combination_has_a_row() -> None:
 )
 def test_replacement_rows(held: Held, answer: Answer, action: Action) -> None:
     assert replacement(held, answer) is action
+
+
+# --- what a resolved part is worth (cache/worth.py) -------------------------------------
+
+DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
+OTHER = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+ANSWER = Evidence(Outcome.OK, (DID,))
+TIMEOUT = Evidence.failure(UpstreamTimeout("took too long"), 1.0, None)
+ABSENT = Evidence.failure(NotFound("NXDOMAIN"), 1.0, None)
+BROKEN = Evidence.failure(MalformedAnswer("an HTML page"), 1.0, None)
+
+
+def _held(part: HandleResolution | DocumentResolution) -> Cached:
+    times = Entry({}, 0.0, 1.0, 2.0)
+    return Cached(times, part, b"")
+
+
+def test_a_handles_worth_failed_unconfirmed_and_provisional_answers() -> None:
+    both = HandleResolution.of("a.example.com", ANSWER, ANSWER)
+    assert handle_answer(both, None) is Answer.CONFIRMED
+    failed = HandleResolution.of("a.example.com", TIMEOUT, TIMEOUT)
+    assert handle_answer(failed, None) is Answer.UNCONFIRMED
+    https_only = HandleResolution.of("a.example.com", TIMEOUT, ANSWER)
+    assert handle_answer(https_only, None) is Answer.CONFIRMED  # nothing held to disagree with
+    dns_said_other = _held(
+        HandleResolution.of("a.example.com", Evidence(Outcome.OK, (OTHER,)), ANSWER)
+    )
+    assert handle_answer(https_only, dns_said_other) is Answer.PROVISIONAL  # H-RES-2: DNS wins
+    dns_said_same = _held(both)
+    assert handle_answer(https_only, dns_said_same) is Answer.CONFIRMED
+    dns_confirmed_absent = HandleResolution.of("a.example.com", ABSENT, ANSWER)
+    assert handle_answer(dns_confirmed_absent, dns_said_other) is Answer.CONFIRMED
+
+
+def test_a_documents_worth_needs_the_fetch_and_the_log_confirmed() -> None:
+    assert document_answer(DocumentResolution(DID, ANSWER), None) is Answer.CONFIRMED
+    assert document_answer(DocumentResolution(DID, ABSENT), None) is Answer.CONFIRMED
+    assert document_answer(DocumentResolution(DID, BROKEN), None) is Answer.UNCONFIRMED
+    assert document_answer(DocumentResolution(DID, TIMEOUT), None) is Answer.UNCONFIRMED
+    log_failed = DocumentResolution(DID, ANSWER, plc=TIMEOUT)
+    assert document_answer(log_failed, None) is Answer.UNCONFIRMED
+
+
+def test_what_is_held_an_answer_or_a_negative() -> None:
+    assert held_kind(None) is Held.NOTHING
+    assert held_kind(_held(HandleResolution.of("a.example.com", ANSWER, ANSWER))) is Held.GOOD
+    assert held_kind(_held(HandleResolution.of("a.example.com", ABSENT, ABSENT))) is Held.NEGATIVE
+    assert held_kind(_held(DocumentResolution(DID, ANSWER))) is Held.GOOD
+    assert held_kind(_held(DocumentResolution(DID, ABSENT))) is Held.NEGATIVE
+    invalid_log = Evidence(Outcome.INVALID, (), "a forged op")
+    assert held_kind(_held(DocumentResolution(DID, ANSWER, plc=invalid_log))) is Held.NEGATIVE
+    log_unchecked = Evidence(Outcome.FAILED, (), "timeout")
+    assert held_kind(_held(DocumentResolution(DID, ANSWER, plc=log_unchecked))) is Held.GOOD
+
+
+def test_a_parts_lifetime_follows_the_verdict_it_led_to() -> None:
+    answer = DocumentResolution(DID, ANSWER)
+    assert lifetime_kind(answer, Status.VERIFIED) is Kind.VERIFIED
+    assert lifetime_kind(answer, Status.HANDLE_MISMATCH) is Kind.UNVERIFIED
+    assert lifetime_kind(DocumentResolution(DID, ABSENT), Status.VERIFIED) is Kind.ABSENT
+
+
+def test_why_a_refresh_failed_names_the_unconfirmed_step() -> None:
+    assert failure_of(HandleResolution.of("a.example.com", ANSWER, TIMEOUT)) == "took too long"
+    assert failure_of(DocumentResolution(DID, ANSWER, plc=TIMEOUT)) == "took too long"
+    assert failure_of(DocumentResolution(DID, ANSWER)) == "transient failure"

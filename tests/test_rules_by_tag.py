@@ -24,7 +24,7 @@ from cli.serve import _policy
 from cli.settings import Values
 from devnet.plc_ops import Key, plc_operation
 from resolver import Config, Outcome, Resolver, Status, document, errors, syntax
-from resolver.did import check_http_response, document_url
+from resolver.did import check_http_response, document_url, mirror_note
 from resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
 from resolver.fetch import Response
 from resolver.handle import WELL_KNOWN_MAX_BYTES, WELL_KNOWN_PATH, did_from_well_known
@@ -296,3 +296,34 @@ async def test_a_verify_plc_lookup_whose_log_times_out_is_unavailable() -> None:
     identity = await resolver.lookup(did)
     assert identity.did_doc.outcome is Outcome.OK
     assert identity.status is Status.UNAVAILABLE
+
+
+def test_d_web_3_and_d_web_4_where_a_did_web_document_is() -> None:
+    """D-WEB-4: `https://<host>/.well-known/did.json`; D-WEB-3: http on localhost, with its
+    port, in development only."""
+    assert document_url("did:web:example.com", Config()) == (
+        "https://example.com/.well-known/did.json"
+    )
+    dev = Config(dev=True)
+    assert document_url("did:web:localhost%3A8080", dev) == (
+        "http://localhost:8080/.well-known/did.json"
+    )
+    assert document_url("did:web:localhost", dev) == "http://localhost/.well-known/did.json"
+    with pytest.raises(errors.InvalidInput):
+        document_url("did:web:localhost%3A8080", Config())
+
+
+def test_a_mirrors_provenance_is_read_as_evidence_and_only_its_known_fields() -> None:
+    def note(header: str | None) -> str | None:
+        return mirror_note(Response("u", 200, b"", provenance=header))
+
+    assert note(None) is None and note("upstream=https://plc.directory") is None
+    assert note("verified; upstream=https://plc.directory; behind=1.5s") == (
+        "verified PLC mirror of https://plc.directory (1.5s behind)"
+    )
+    assert (
+        note("verified; upstream=x; behind=backfilling") == "verified PLC mirror of x (backfilling)"
+    )
+    assert note("verified") == "verified PLC mirror of ? (? behind)"
+    spoofed = note("verified; upstream=https://a.example\x1b[31m; behind=" + "9" * 100)
+    assert spoofed is not None and "\x1b" not in spoofed and len(spoofed) < 120

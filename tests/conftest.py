@@ -7,8 +7,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from devnet.atwhois import Daemon, running_daemon
 from devnet.network import DevnetState, running_devnet
 from resolver import Config, Resolver
+from tests.support.http import TOKEN
 from tests.support.webhook_receiver import Receiver
 
 
@@ -28,6 +30,15 @@ def devnet_config(devnet: DevnetState) -> Config:
 def devnet_env(devnet: DevnetState) -> dict[str, str]:
     """The environment for the `atwhois` executable, pointed at the test network."""
     return {**os.environ, **devnet.env()}
+
+
+@pytest.fixture(scope="module")
+def daemon(devnet: DevnetState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """`atwhois serve` on the test network, its cache in memory, refreshes with `TOKEN`
+    (one per test module that asks for it)."""
+    log = tmp_path_factory.mktemp("daemon") / "serve.log"
+    with running_daemon(devnet.env(), log, "--cache", "memory:", "--refresh-token", TOKEN) as d:
+        yield d
 
 
 @pytest.fixture

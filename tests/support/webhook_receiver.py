@@ -3,6 +3,8 @@ that block on a child process still get their deliveries)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import http.server
 import json
 import threading
@@ -43,3 +45,12 @@ class Receiver:
 
     def payloads(self) -> list[dict[str, Any]]:
         return [json.loads(body) for _, body in self.received]
+
+
+SECRET = "s3cret-hook-key"  # what the tests sign webhook bodies with
+
+
+def signed_by(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    """Whether `body` carries the signature `secret` makes (X-Atwhois-Signature)."""
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(headers["X-Atwhois-Signature"], expected)

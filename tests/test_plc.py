@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import datetime
 import json
 import re
 from typing import Any
@@ -14,13 +15,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from devnet.plc_ops import AuditLog, Key, plc_operation
 from resolver.plc import build_document, compare, replay
 from resolver.plc.audit import Replay
 from resolver.plc.encoding import cid_of, dag_cbor
+from resolver.plc.export import ExportSummary, merge
 from resolver.plc.signature import BadSignature, decode_signature, verify
+from resolver.plc.summary import summarize
 from tests.vectors import CRYPTO, VECTORS, load_json, plc_logs
 
 LOGS = plc_logs()
+T0 = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
 VALID = [
     "log_bskyapp",
     "log_bnewbold_robocracy",
@@ -331,3 +336,45 @@ def test_the_unsigned_bytes_are_cut_without_encoding_again(monkeypatch: pytest.M
         assert encoding.unsigned_dag_cbor(dag_cbor(op), op) == dag_cbor(encoding.unsigned(op))
     odd = {"a": 1, "sig": "x"}  # a key shorter than "sig" comes first: not the fast shape
     assert encoding.unsigned_dag_cbor(dag_cbor(odd), odd) == dag_cbor({"a": 1})
+
+
+def test_a_replayed_log_in_brief() -> None:
+    """The summary the report carries with --verify-plc: the operations, since when, the
+    last one in force and what it changed, the changes of each kind; a nullified operation
+    counts as nullified and its change as none."""
+    k0, k1 = Key("summary/0"), Key("summary/1")
+    hour = datetime.timedelta(hours=1)
+    log = AuditLog.plain([k0, k1], T0)
+    second = log.update(log.head, k1, T0 + hour, handle="a.test")
+    log.append(k1.sign(plc_operation(second, [k0, k1], ["at://b.test"])), T0 + 2 * hour, True)
+    log.append(k0.sign(plc_operation(second, [k0, k1], ["at://c.test"])), T0 + 3 * hour)
+    audit = replay(log.did, log.entries)
+    assert audit.valid, [str(f) for f in audit.findings]
+    brief = summarize(audit)
+    assert brief.operations == 4 and not brief.tombstoned
+    assert brief.created == log.entries[0]["createdAt"]
+    assert brief.last_change == log.entries[3]["createdAt"]
+    assert brief.last_changes == audit.ops[3].changes and brief.last_changes != ()
+    counts = dict(brief.changes)
+    assert counts["handle changes"] == 2  # x -> a, a -> c; b never was in force
+    assert counts["recoveries"] == 1 and counts["nullified ops"] == 1
+    assert set(counts) == {"handle changes", "recoveries", "nullified ops"}  # none are 0
+    alone = replay(log.did, log.entries[:1])
+    created = summarize(alone)  # the genesis alone: created, and changed nothing since
+    assert (created.operations, created.changes) == (1, ())
+    assert created.last_change == created.created and created.last_changes[0].startswith("created")
+
+
+def test_summaries_of_parts_add_up_and_keep_a_bounded_set_of_examples() -> None:
+    first = ExportSummary(dids=2, ops=5, invalid_ops=1, allowed_ops=1, bad_lines=2)
+    first.by_rule.update({"P-CID-1": 1})
+    first.examples.extend(f"a{i}" for i in range(15))
+    second = ExportSummary(dids=3, ops=7, invalid_ops=2, allowed_ops=0, bad_lines=1)
+    second.by_rule.update({"P-CID-1": 1, "P-SIG-4": 1})
+    second.examples.extend(f"b{i}" for i in range(15))
+    merged = merge([first, second])
+    assert (merged.dids, merged.ops, merged.invalid_ops) == (5, 12, 3)
+    assert (merged.allowed_ops, merged.bad_lines) == (1, 3)
+    assert merged.by_rule == {"P-CID-1": 2, "P-SIG-4": 1}
+    assert merged.examples == [*first.examples, *second.examples[:5]]  # 20 at most
+    assert merge([]) == ExportSummary()

@@ -24,7 +24,7 @@ from cli.serve import _policy
 from cli.settings import Values
 from devnet.plc_ops import Key, plc_operation
 from resolver import Config, Outcome, Resolver, Status, document, errors, syntax
-from resolver.did import check_http_response, document_url, mirror_note
+from resolver.did import check_http_response, check_plc_response, document_url, mirror_note
 from resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
 from resolver.fetch import Response
 from resolver.handle import WELL_KNOWN_MAX_BYTES, WELL_KNOWN_PATH, did_from_well_known
@@ -32,7 +32,7 @@ from resolver.keys import Curve, PublicKey, b58encode, parse_did_key, parse_lega
 from resolver.plc.document import build_document
 from resolver.plc.encoding import dag_cbor, did_of_genesis
 from resolver.plc.operation import parse_operation
-from resolver.plc.signature import verify
+from resolver.plc.signature import verify, why_unverified
 from resolver.verdict import Step, with_plc_log
 
 DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
@@ -327,3 +327,130 @@ def test_a_mirrors_provenance_is_read_as_evidence_and_only_its_known_fields() ->
     assert note("verified") == "verified PLC mirror of ? (? behind)"
     spoofed = note("verified; upstream=https://a.example\x1b[31m; behind=" + "9" * 100)
     assert spoofed is not None and "\x1b" not in spoofed and len(spoofed) < 120
+
+
+# --- the rules' edges that a vector does not reach -----------------------------------------
+
+
+def test_p_doc_1_the_reference_servers_shape_of_a_document() -> None:
+    """P-DOC-1 as the TypeScript reference server shapes it (`plc_mirror_profile =
+    reference`): legacy key types carrying the uncompressed point, relative ids, no
+    multikey context; a key of no known curve keeps its multikey form."""
+    k256 = "did:key:zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF"
+    p256 = "did:key:zDnaembgSGUhZULN2Caob4HLJPaxBh92N7rtH21TErzqf8HQo"
+    op = {
+        "type": "plc_operation",
+        "rotationKeys": [k256],
+        "verificationMethods": {"atproto": k256, "label": p256, "other": ED25519},
+        "alsoKnownAs": ["at://alice.example.com"],
+        "services": {},
+        "prev": None,
+        "sig": "x",
+    }
+    state = parse_operation(op).state
+    assert state is not None
+    built = build_document(DID, state, legacy_keys=True)
+    assert built["@context"] == [
+        "https://www.w3.org/ns/did/v1",
+        "https://w3id.org/security/suites/secp256k1-2019/v1",
+        "https://w3id.org/security/suites/ecdsa-2019/v1",
+    ]
+    atproto, label, other = built["verificationMethod"]
+    assert atproto == {
+        "id": "#atproto",
+        "type": "EcdsaSecp256k1VerificationKey2019",
+        "controller": DID,
+        "publicKeyMultibase": "z" + b58encode(parse_did_key(k256).uncompressed),
+    }
+    assert (label["id"], label["type"]) == ("#label", "EcdsaSecp256r1VerificationKey2019")
+    assert label["publicKeyMultibase"] == "z" + b58encode(parse_did_key(p256).uncompressed)
+    assert other == {
+        "id": f"{DID}#other",
+        "type": "Multikey",
+        "controller": DID,
+        "publicKeyMultibase": ED25519.removeprefix("did:key:"),
+    }
+
+
+def test_c_sig_2_and_c_sig_4_a_refused_signature_names_the_rule_it_breaks() -> None:
+    """A signature no key verifies as it is: DER where r||s belongs (C-SIG-4), high-S that
+    would verify as low-S (C-SIG-2), or neither (P-SIG-5), with the message that says so."""
+    message = b"an operation's unsigned bytes"
+    private = coincurve.PrivateKey(hashlib.sha256(b"why_unverified").digest())
+    key = PublicKey(Curve.K256, private.public_key.format()).did_key
+    compact = private.sign_recoverable(message)[:64]
+    r, s = int.from_bytes(compact[:32], "big"), int.from_bytes(compact[32:], "big")
+    order = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+    high_s = compact[:32] + (order - s).to_bytes(32, "big")
+    der = private.sign(message)  # coincurve signs DER, low-S
+    assert why_unverified((ED25519, key), message, der) == (
+        "C-SIG-4",
+        "the signature is DER-encoded, not r||s",
+    )
+    assert why_unverified((ED25519, key), message, high_s) == (
+        "C-SIG-2",
+        "the signature is high-S (s > n/2)",
+    )
+    stranger = PublicKey(Curve.K256, coincurve.PrivateKey().public_key.format()).did_key
+    for signature in (compact, high_s, der):
+        assert why_unverified((stranger,), message, signature) == (
+            "P-SIG-5",
+            "no allowed rotation key verifies the signature",
+        )
+    assert r > 0 and verify(key, message, compact)  # the signature itself is sound
+
+
+def test_p_api_1_the_directorys_statuses_and_what_they_say() -> None:
+    """2xx only is an answer (300 is not); a 404 whose body is no object is absence;
+    every refusal says what happened."""
+    check_plc_response(Response("u", 299, b""), DID)
+    for status in (300, 304):
+        with pytest.raises(UpstreamFailure, match=f"HTTP {status}"):
+            check_plc_response(Response("u", status, b""), DID)
+    with pytest.raises(NotFound, match="is not registered in the PLC directory"):
+        check_plc_response(Response("u", 404, b'["not", "an", "object"]'), DID)
+    with pytest.raises(NotFound, match=DID):
+        check_plc_response(Response("u", 404, b"{}"), DID)
+    with pytest.raises(errors.DidDeactivated, match=f"{DID} is deactivated.*HTTP 410"):
+        check_plc_response(Response("u", 410, b"{}"), DID)
+
+
+def test_d_syn_9_and_d_web_3_what_a_lookup_takes_in_development() -> None:
+    with pytest.raises(errors.UnsupportedDidMethod) as refused:
+        syntax.parse_lookup("did:example:123", dev=True)
+    assert refused.value.rule == "D-SYN-9" and "did:example is not supported" in str(refused.value)
+    assert syntax.parse_lookup("did:web:localhost%3A8080", dev=True).value == (
+        "did:web:localhost%3A8080"
+    )
+    assert syntax.parse_lookup("did:web:pds.test", dev=True).value == "did:web:pds.test"
+    for did in ("did:web:localhost%3A8080", "did:web:pds.test"):
+        with pytest.raises(errors.InvalidInput):
+            syntax.parse_lookup(did, dev=False)
+    assert syntax.parse_lookup("alice.test", dev=True).value == "alice.test"
+
+
+def test_with_plc_log_no_document_and_no_log_is_absence_not_a_bad_log() -> None:
+    """P-AUDIT-1 where there is nothing to replay: the directory has no document and no
+    log for the DID, which is absent either way; a log absent beside a live document is a
+    directory contradicting itself."""
+    assert with_plc_log(Status.DID_NOT_FOUND, Step.NOT_FOUND) is Status.DID_NOT_FOUND
+    assert with_plc_log(Status.VERIFIED, Step.NOT_FOUND) is Status.PLC_LOG_INVALID
+
+
+def test_d_web_4_the_statuses_of_a_did_web_document_or_a_well_known_answer() -> None:
+    """D-WEB-4 and H-WK-2: 404 and 410 are absence, 300 and 411 are failures, and each
+    says which fetch and which status."""
+    for status in (404, 410):
+        with pytest.raises(NotFound, match=f"did.json: HTTP {status}"):
+            check_http_response(Response("u", status, b""), "did.json")
+    for status in (300, 411):
+        with pytest.raises(UpstreamFailure, match=f"did.json: HTTP {status}"):
+            check_http_response(Response("u", status, b""), "did.json")
+
+
+def test_h_tld_1_the_last_label_decides_whatever_comes_before() -> None:
+    for handle in ("a.b.alt", "deep.sub.domain.onion", "x.example.internal"):
+        with pytest.raises(errors.ReservedHandle) as refused:
+            syntax.check_resolvable_handle(handle, allow_test_tld=True)
+        assert refused.value.rule == "H-TLD-1"
+    syntax.check_resolvable_handle("alt.example.com", allow_test_tld=False)

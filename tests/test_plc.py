@@ -351,7 +351,7 @@ def test_a_replayed_log_in_brief() -> None:
     audit = replay(log.did, log.entries)
     assert audit.valid, [str(f) for f in audit.findings]
     brief = summarize(audit)
-    assert brief.operations == 4 and not brief.tombstoned
+    assert brief.operations == 4 and brief.tombstoned is False
     assert brief.created == log.entries[0]["createdAt"]
     assert brief.last_change == log.entries[3]["createdAt"]
     assert brief.last_changes == audit.ops[3].changes and brief.last_changes != ()
@@ -362,6 +362,9 @@ def test_a_replayed_log_in_brief() -> None:
     alone = replay(log.did, log.entries[:1])
     created = summarize(alone)  # the genesis alone: created, and changed nothing since
     assert (created.operations, created.changes) == (1, ())
+    tombstone = {"type": "plc_tombstone", "prev": log.entries[3]["cid"]}
+    log.append(k0.sign(tombstone), T0 + 4 * hour)
+    assert summarize(replay(log.did, log.entries)).tombstoned is True
     assert created.last_change == created.created and created.last_changes[0].startswith("created")
 
 

@@ -45,6 +45,7 @@ from resolver.plc import replay
 from resolver.plc.encoding import NotEncodable, dag_cbor
 from resolver.plc.export import verify_export
 from resolver.plc.operation import BadOperation, parse_operation
+from server import routes
 from stream import MalformedFrame
 from stream import decode as decode_frame
 
@@ -289,12 +290,9 @@ TARGETS = [
 
 # --- the daemon's HTTP input ------------------------------------------------------------
 
+# Every XRPC method the daemon describes, from its own table, and the /v1 report.
 METHODS = (
-    ("GET", "/xrpc/com.atproto.identity.resolveHandle", "handle"),
-    ("GET", "/xrpc/com.atproto.identity.resolveDid", "did"),
-    ("GET", "/xrpc/com.atproto.identity.resolveIdentity", "identifier"),
-    ("GET", "/xrpc/com.bad-example.identity.resolveMiniDoc", "identifier"),
-    ("POST", "/xrpc/com.atproto.identity.refreshIdentity", "identifier"),
+    *((m.verb, m.path, m.parameter) for m in routes.METHODS if m.described),
     ("GET", "/v1/identity/", ""),
 )
 

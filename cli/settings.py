@@ -12,6 +12,7 @@ resolvers, a path under the user's data folder)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass
@@ -60,10 +61,10 @@ class Setting:
         """The default as `--help` and the reference show it."""
         if self.shown is not None:
             return self.shown
-        return shown_value(self.default)
+        return _shown(self.default)
 
 
-def shown_value(value: Any) -> str:
+def _shown(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
@@ -74,8 +75,8 @@ def shown_value(value: Any) -> str:
 def _setting(group: str, help: str, default: Any = None, **details: Any) -> Any:
     """A field of `Values`: its default, and the rest of its row as metadata."""
     extra = {"group": group, "help": help, **details}
-    if isinstance(default, list):
-        return dataclasses.field(default_factory=list, metadata=extra)
+    if isinstance(default, list):  # a fresh copy for each `Values`
+        return dataclasses.field(default_factory=functools.partial(list, default), metadata=extra)
     return dataclasses.field(default=default, metadata=extra)
 
 
@@ -305,7 +306,8 @@ def _table() -> dict[str, Setting]:
     hints = typing.get_type_hints(Values)
     table = {}
     for field in dataclasses.fields(Values):
-        default = [] if field.default is dataclasses.MISSING else field.default
+        factory = field.default_factory
+        default = field.default if factory is dataclasses.MISSING else factory()
         table[field.name] = Setting(
             field.name, _kind(hints[field.name]), default=default, **field.metadata
         )

@@ -34,7 +34,6 @@ from . import operations
 from .answers import AnswerCache, cache_control
 from .bodies import compact, did_body, json_bytes, json_response, with_document
 from .metrics import Exposition, Families, Metrics
-from .operations import Operations
 from .request_log import RequestLog
 from .routes import (
     BY_NSID,
@@ -127,7 +126,7 @@ class Service:
             client_max_size=self.settings.max_body, middlewares=[self._middleware]
         )
         self.add_routes(app, self, SERVICE)
-        self.add_routes(app, Operations(self), operations.ROUTES)
+        self.add_routes(app, operations.Operations(self), operations.ROUTES)
         app.on_startup.append(self.request_log.start)
         app.on_cleanup.append(self.request_log.stop)
         app.on_cleanup.append(self._close)

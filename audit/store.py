@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from foundation import data_path
-from resolver.errors import SchemaMismatch
+from resolver.errors import AtwhoisError, SchemaMismatch
 
 from .checks import Check, iso
 from .findings import KINDS, Finding
@@ -67,6 +67,13 @@ class State:
     status: str
     since: float
     previous: str | None
+
+
+LABEL_MAX = 200  # characters of a watch label: a name for people, not a document
+
+
+class LabelTooLong(AtwhoisError, ValueError):
+    """A watch label over `LABEL_MAX` characters."""
 
 
 def default_audit_path() -> Path:
@@ -141,11 +148,16 @@ class AuditStore:
         return self.watch_import([(identifier, label)]) == 1
 
     def watch_import(self, entries: Iterable[tuple[str, str | None]]) -> int:
-        """Add many at once, in one transaction (all or none); how many were new."""
+        """Add many at once, in one transaction (all or none); how many were new. A label
+        longer than `LABEL_MAX` characters is refused (`LabelTooLong`), the rest with it."""
         new = 0
         self._db.execute("BEGIN")
         try:
             for identifier, label in entries:
+                if label is not None and len(label) > LABEL_MAX:
+                    raise LabelTooLong(
+                        f"the label of {identifier} is {len(label)} characters; at most {LABEL_MAX}"
+                    )
                 known = self._db.execute("SELECT 1 FROM watch WHERE identifier=?", (identifier,))
                 new += known.fetchone() is None
                 self._db.execute(
@@ -161,6 +173,10 @@ class AuditStore:
 
     def watch_remove(self, identifier: str) -> bool:
         return self._db.execute("DELETE FROM watch WHERE identifier=?", (identifier,)).rowcount > 0
+
+    def is_watched(self, identifier: str) -> bool:
+        found = self._db.execute("SELECT 1 FROM watch WHERE identifier=?", (identifier,))
+        return found.fetchone() is not None
 
     def watch_list(self) -> list[Watched]:
         rows = self._db.execute("SELECT identifier, label, added_at FROM watch ORDER BY identifier")

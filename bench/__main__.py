@@ -11,6 +11,7 @@ from bench import (
     cache_lookups,
     cold_resolution,
     hit_cost,
+    idle_connections,
     memory_load,
     plc_mirror,
     plc_verify,
@@ -30,6 +31,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "memory": memory_load.main,
     "startup": startup.main,
     "stream": stream_decode.main,
+    "idle": idle_connections.main,
 }
 
 

@@ -139,22 +139,21 @@ class CachedResolver:
         return dataclasses.replace(
             identity,
             status=Status.DID_DEACTIVATED,
-            error=f"{identity.did}: the account is {status} (its PDS's event stream says so)",
+            error=f"{identity.did}: the account is {status} (an event stream says so)",
         )
 
     async def mark_account(self, did: str, status: str | None) -> bool:
         """An event stream says `did`'s account is `status` (None: active again): every
         answer about the DID says so from now on, here and in the daemon's other processes
         (their kept answers are dropped), and after a restart. Whether it changed."""
-        if not self.accounts.mark(did, status):
+        if not await self.accounts.mark(self.store, did, status, time.time()):
             return False
-        await self.accounts.save(self.store, time.time())
         self.store.announce([did_key(did)])  # answers about it change
         return True
 
     async def restore_accounts(self) -> None:
         """The account states an earlier run kept in the store."""
-        await self.accounts.load(self.store)
+        await self.accounts.load(self.store, time.time())
 
     async def purge(self, identifier: str) -> list[str]:
         """Forget an identity at both levels (a handle change must not hide behind a cached
@@ -213,6 +212,15 @@ class CachedResolver:
             return False, None
         data = cached.part.data
         return True, data.declared_handle if data else None
+
+    async def hosted_at(self, did: str) -> str | None:
+        """The PDS the cached document of this DID names (None: not cached, or none named):
+        whose event stream speaks for its account."""
+        cached = await self._cached(did_key(did))
+        if cached is None or not isinstance(cached.part, DocumentResolution):
+            return None
+        data = cached.part.data
+        return data.pds if data else None
 
     def _key(self, query: Query) -> str:
         return handle_key(query.value) if query.kind == "handle" else did_key(query.value)

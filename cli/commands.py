@@ -232,7 +232,15 @@ COMMANDS = [
         "mirror the PLC directory named by --plc-url, verifying every operation, and serve "
         "its read API (GET /{did}, /log/audit, /export, ...); exit 1 after --once if the "
         "upstream served ops the rules refuse",
-        ["plc_url", "plc_db", "plc_mirror_interval", "plc_mirror_workers", "plc_mirror_profile"],
+        [
+            "plc_url",
+            "plc_db",
+            "plc_mirror_interval",
+            "plc_mirror_workers",
+            "plc_mirror_profile",
+            "max_connections",
+            "idle_timeout",
+        ],
         _mirror_arguments,
     ),
     Command(("cache", "stats"), "cli.cache:stats", "what the cache holds", ["cache"], _json_flag),

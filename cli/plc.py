@@ -19,9 +19,10 @@ from aiohttp import web
 
 from foundation.pool import default_workers
 from mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
+from mirror.api import json_errors
 from mirror.store import SqlMirrorStore, default_mirror_path, open_mirror_store
-from resolver.errors import InvalidInput
-from server.lifecycle import serve_until_stopped
+from resolver.errors import InvalidInput, UpstreamFailure
+from server.lifecycle import runner_settings, serve_until_stopped
 from server.metrics import CONTENT_TYPE, Exposition
 
 from .running import configure, say, with_resolver
@@ -202,7 +203,11 @@ def mirror(args: argparse.Namespace) -> int:
     try:
         if args.once:
             started = time.monotonic()
-            state = follower.catch_up()
+            try:
+                state = follower.catch_up()
+            except UpstreamFailure as err:  # what was verified is kept; the rest is not
+                print(f"{args.prog}: {err}", file=sys.stderr)
+                return 1
             seconds = time.monotonic() - started
             summary = {
                 **state.to_json(),
@@ -239,6 +244,8 @@ def _print_report(data: dict[str, Any], as_json: bool) -> None:
         print(f"  refused {item['did']} {item['cid']}: {item['message']} [{item['rule']}]")
     for item in data["flagged"]:
         print(f"  flagged {item['did']}: {item['reason']}")
+    for item in data["bad_lines"]:
+        print(f"  bad line seen {item['seen_at']}: {item['reason']}: {item['entry'][:120]!r}")
 
 
 def _serve(
@@ -250,7 +257,7 @@ def _serve(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per poll says nothing
 
     async def main() -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[json_errors])
         api.attach(app)
         app.router.add_get("/_health", lambda _: _health(follower.state))
         exposition = Exposition()  # the process's own figures beside the mirror's
@@ -260,7 +267,7 @@ def _serve(
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
         app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(app, **runner_settings(values.idle_timeout))
         await runner.setup()
         await serve_until_stopped(
             runner,
@@ -268,6 +275,7 @@ def _serve(
             int(port or 0),
             log=logging.getLogger("atwhois.mirror"),
             started=follower.start,
+            max_connections=values.max_connections,
             listening=lambda: {
                 "upstream": follower.upstream.url,
                 "store": store.name,
@@ -284,4 +292,5 @@ def _serve(
 
 
 async def _health(state: MirrorState) -> web.Response:
-    return web.json_response({"ok": state.last_error is None, **state.to_json()})
+    """`ok` while the follower makes progress; else `problem` says why."""
+    return web.json_response({"ok": state.problem() is None, **state.to_json()})

@@ -33,7 +33,7 @@ from mirror import MirrorApi, MirrorFetcher
 from resolver import Config, Resolver
 from server.audits_api import AuditApi
 from server.audits_pages import AuditPages
-from server.lifecycle import serve_until_stopped
+from server.lifecycle import runner_settings, serve_until_stopped
 from server.memory import small_tls_buffers, trim_periodically
 from server.request_log import MalformedRequestLog
 from server.service import Service, Settings
@@ -116,8 +116,14 @@ async def serve(
     audits = AuditApi(service, auditor, values.audit_interval)
     audits.attach(app)
     if values.firehose:
-        follower = Follower(cached, values.firehose, watchers=[audits.recheck])
+        follower = Follower(
+            cached,
+            values.firehose,
+            watchers=[audits.recheck],
+            watched=auditor.store.is_watched,
+        )
         service.health_sources["streams"] = follower.health
+        service.health_problems.append(follower.problems)
         service.metric_sources.append(follower.metrics)
         app.on_startup.append(lambda _: follower.start())
         app.on_shutdown.append(lambda _: follower.stop())  # before the stores close
@@ -125,7 +131,7 @@ async def serve(
         _serve_plc_mirror(app, service, *plc_mirror)
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)
-    runner = await service.runner(app, access_log=None, shutdown_timeout=30)
+    runner = await service.runner(app, **runner_settings(values.idle_timeout), shutdown_timeout=30)
     await serve_until_stopped(
         runner,
         values.host,
@@ -142,6 +148,7 @@ async def serve(
             "settings": {row["setting"]: [row["value"], row["from"]] for row in shown},
         },
         reuse_port=reuse_port,
+        max_connections=values.max_connections,
     )
 
 
@@ -158,6 +165,7 @@ def _serve_plc_mirror(
     /_health and /metrics; on shutdown the follower stops before its store closes."""
     api.attach(app)
     service.health_sources["plc_mirror"] = api.state.to_json
+    service.health_problems.append(lambda: [p] if (p := api.state.problem()) else [])
     service.metric_sources.append(api.state.metrics)
 
     async def start(_: web.Application) -> None:

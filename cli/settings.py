@@ -169,6 +169,23 @@ class Values:
     max_concurrency: int = _setting(
         SERVICE, "requests served at once", defaults.MAX_CONCURRENCY, metavar="N", low=1
     )
+    max_connections: int = _setting(
+        SERVICE,
+        "open connections per process (serve and plc mirror): at the bound a new one takes "
+        "the place of the oldest idle one, or is closed at once; never past the open-file limit",
+        defaults.MAX_CONNECTIONS,
+        metavar="N",
+        low=1,
+    )
+    idle_timeout: float = _setting(
+        SERVICE,
+        "seconds a connection may wait for a request's head, from its start or its last "
+        "answer, before it is closed",
+        defaults.IDLE_TIMEOUT,
+        metavar="SECONDS",
+        low=0.1,
+        high=3600,
+    )
     workers: int = _setting(
         SERVICE,
         "processes serving the port (SO_REUSEPORT), sharing the cache store",

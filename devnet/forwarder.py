@@ -8,7 +8,10 @@ that forwards every request to the reference directory, and can lie or fail on c
   `"truncated"` (200 with the first half of the real body, its length announced correctly,
   so the answer looks complete), `"cut"` (the full length announced, half sent, then the
   connection closed), `"reset"` (the connection reset before any answer), `"hang"` (no answer
-  ever), `"down"` (nothing listening: connections refused).
+  ever), `"down"` (nothing listening: connections refused), `"trickle"` (the real answer's
+  length announced, then one byte every `trickle_every` seconds);
+- `export_script` answers `/export` itself, from its query (a scripted upstream whose pages
+  misbehave on command: seqs that go back, lines that do not parse, forged copies).
 
 It runs on its own thread and loop, so the code under test may call it from anywhere, and
 a test may switch faults between two requests.
@@ -22,6 +25,7 @@ import json
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import aiohttp
 
@@ -40,6 +44,8 @@ class PlcStandIn:
         self.fault: str | None = None
         self.path_faults: dict[str, str] = {}  # a fault for one path only
         self.export_edit: Edit | None = None  # a change of each line of /export answers
+        self.export_script: Callable[[dict[str, str]], list[str]] | None = None
+        self.trickle_every = 1.0
         self.requests = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -137,7 +143,12 @@ class PlcStandIn:
             return await _send(writer, 200, _HTML, "text/html")
         if fault is not None and fault.startswith("status:"):
             return await _send(writer, int(fault.split(":")[1]), _HTML, "text/html")
-        status, answer = await self._forward(method, path, body)
+        script = self.export_script
+        if script is not None and path.startswith("/export"):
+            query = dict(parse_qsl(urlsplit(path).query))
+            status, answer = 200, "\n".join(script(query)).encode()
+        else:
+            status, answer = await self._forward(method, path, body)
         if status == 200 and path in self.edits:
             answer = json.dumps(self.edits[path](json.loads(answer))).encode()
         if status == 200 and path.startswith("/export") and self.export_edit is not None:
@@ -146,6 +157,13 @@ class PlcStandIn:
             answer = "\n".join(lines).encode()
         if fault == "truncated":
             return await _send(writer, status, answer[: len(answer) // 2], "application/json")
+        if fault == "trickle":
+            writer.write(_head(status, len(answer), "application/json"))
+            for byte in answer:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(self.trickle_every)
+            return True
         if fault == "cut":
             head = _head(status, len(answer), "application/json")
             writer.write(head + answer[: len(answer) // 2])

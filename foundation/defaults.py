@@ -13,6 +13,8 @@ HOST = "127.0.0.1"
 PORT = 2584
 MAX_CONCURRENCY = 256  # requests handled at once
 REQUEST_TIMEOUT = 10.0  # seconds, per request
+MAX_CONNECTIONS = 10_000  # open connections per process (and never past the open-file limit)
+IDLE_TIMEOUT = 30.0  # seconds for a request's head to arrive, and between kept-alive requests
 REQUEST_LOG = True  # a JSON line per request
 WORKERS = 1  # processes serving the port
 

@@ -2,9 +2,10 @@
 operation before it enters the state, and serves the directory's read API."""
 
 from .api import MirrorApi, MirrorFetcher, report
-from .follow import Follower, MirrorState, Upstream
+from .follow import Follower, MirrorState
 from .replica import Replica
 from .store import SqlMirrorStore, default_mirror_path, open_mirror_store
+from .upstream import Upstream
 
 __all__ = [
     "Follower",

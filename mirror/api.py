@@ -18,6 +18,7 @@ import asyncio
 import datetime
 import json
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -30,6 +31,7 @@ from resolver.fetch import MIRROR_HEADER, Response
 from resolver.plc.audit import parse_time
 from resolver.plc.document import build_document, state_from_data
 from resolver.syntax import check_plc_did
+from resolver.untrusted import BadNumber, parse_count
 
 from .follow import MirrorState
 from .store import SqlMirrorStore, StoredOp
@@ -92,21 +94,23 @@ class MirrorApi:
         self._documents: OrderedDict[str, bytes] = OrderedDict()
 
     def answer(self, method: str, path: str, query: dict[str, str]) -> Reply:
+        """The reply to a request (HEAD is answered as GET; the server sends no body)."""
+        reading = method in ("GET", "HEAD")
         parts = path.strip("/").split("/")
-        if parts == ["export"] and method == "GET":
+        if parts == ["export"] and reading:
             return self._export(query)
         did = unquote(parts[0])
         try:
             check_plc_did(did)
         except InvalidDid:
             return _message(404, f"DID not registered: {did[:200]}")
-        if method != "GET":
+        if not reading:
             reply = _message(
                 405,
                 "this is a read-only, verifying mirror; submit operations to the upstream "
                 f"directory: {self.state.upstream}/{did}",
             )
-            reply.headers["Allow"] = "GET"
+            reply.headers["Allow"] = "GET, HEAD"
             return reply
         if self.state.caught_up_at is None:
             reply = self._backfilling()
@@ -171,22 +175,26 @@ class MirrorApi:
         return body
 
     def _export(self, query: dict[str, str]) -> Reply:
+        """A page of the export: `after` a seq (ASCII digits, within 64 bits) or a time
+        (one that the databases can hold); anything else is a 400, never a 500."""
         try:
-            count = min(int(query.get("count", EXPORT_MAX)), EXPORT_MAX)
-        except ValueError:
-            count = 0
-        if count < 1:
+            count = min(parse_count(query.get("count", "1000"), name="count", low=1), EXPORT_MAX)
+        except BadNumber:
             return _message(400, "Invalid count parameter")
         after = query.get("after")
-        if after is not None and after.isdigit():
-            ops = self.store.export(after_seq=int(after), after_time=None, count=count)
+        if after is not None and after.isascii() and after.isdigit():
+            try:
+                seq = parse_count(after, name="after")
+            except BadNumber:
+                return _message(400, "Invalid after parameter")
+            ops = self.store.export(after_seq=seq, after_time=None, count=count)
             lines = [{"type": "sequenced_op", **_entry(op), "seq": op.seq} for op in ops]
             for line in lines:
                 del line["nullified"]
         else:
             try:
                 since = _normalized(after) if after else ""
-            except ValueError:
+            except (ValueError, OverflowError):  # not a time; one past year 9999 in UTC
                 return _message(400, "Invalid after parameter")
             ops = self.store.export(after_seq=None, after_time=since, count=count)
             lines = [_entry(op) for op in ops]
@@ -196,7 +204,8 @@ class MirrorApi:
     # --- serving ------------------------------------------------------------------------
 
     def attach(self, app: web.Application) -> None:
-        """The routes; a did:plc path only, so the daemon's own pages keep theirs."""
+        """The routes; a did:plc path only, so the daemon's own pages keep theirs. GET
+        routes answer HEAD too (aiohttp sends the head without the body)."""
         app.router.add_get("/export", self._handle)
         pattern = r"/{did:did(:|%3[Aa])plc(:|%3[Aa])[^/]+}"
         for suffix in ("", "/data", "/log", "/log/audit", "/log/last"):
@@ -220,7 +229,10 @@ class MirrorApi:
         return await asyncio.to_thread(self.answer, method, path, query)
 
     async def _report(self, request: web.Request) -> web.Response:
-        limit = min(int(request.query.get("limit", "100") or 100), 10_000)
+        try:
+            limit = parse_count(request.query.get("limit", "100"), name="limit", high=10_000)
+        except BadNumber as err:
+            return web.json_response({"message": str(err)}, status=400)
         return web.json_response(await asyncio.to_thread(report, self.store, self.state, limit))
 
 
@@ -246,7 +258,26 @@ def report(store: SqlMirrorStore, state: MirrorState, limit: int = 100) -> dict[
             {"did": did, "reason": reason, "since": since}
             for did, reason, since in store.flags(limit)
         ],
+        "bad_lines": [
+            {"reason": b.reason, "seen_at": b.seen_at, "entry": b.entry}
+            for b in store.bad_lines(limit)
+        ],
     }
+
+
+@web.middleware
+async def json_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """The standalone mirror's own error shape (`{"message": …}`, as the directory's) for
+    the paths and methods it does not answer, instead of aiohttp's text/plain."""
+    try:
+        return await handler(request)
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        headers = {"Allow": err.headers["Allow"]} if "Allow" in err.headers else {}
+        return web.json_response({"message": err.reason}, status=err.status, headers=headers)
 
 
 def _normalized(after: str) -> str:

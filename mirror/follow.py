@@ -9,12 +9,15 @@ millisecond, so that ops sharing the page boundary's millisecond are served agai
 skipped rather than lost; the reference pages with `createdAt > after`).
 
 Runs in a thread of its own (verification is CPU work; `serve` keeps its event loop); the
-upstream is a URL the operator configured, fetched with a deadline and a size cap.
+upstream is a URL the operator configured, read as `upstream` says (a deadline for each
+whole answer, a size cap, pages that must not go back). A follower that makes no progress (no
+page applied, no catch-up) within `stall_after`, or whose last poll failed, says so
+(`MirrorState.problem`, in `/_health`), whatever the upstream is doing; `stop` returns
+within `STOP_WAIT` seconds.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import threading
@@ -24,19 +27,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from foundation import Backoff, defaults
 from resolver.errors import ResponseTooLarge, UpstreamFailure
-from resolver.plc.audit import parse_time
 from resolver.plc.document import compare_state, state_from_data
 
 from .replica import Page, PageResult, Replica
-from .store import Batch, SqlMirrorStore
+from .store import BadLine, Batch, SqlMirrorStore
+from .upstream import PAGE_SIZE, Upstream, UpstreamFault, order_page
 
-PAGE_SIZE = 1000  # the reference's most per page
-PAGE_MAX_BYTES = 64 * 1024 * 1024
+STALL_AFTER = 300.0  # seconds without progress before /_health says the follower is stalled
+STOP_WAIT = 3.0  # seconds `stop` waits for the follower's thread, whatever the upstream does
 DOCUMENT_CHECKS = 16  # upstream documents compared per poll, once caught up
 
 
@@ -57,8 +59,12 @@ class MirrorState:
     documents_checked: int = 0
     disagreements: int = 0
     errors: int = 0
+    faults: int = 0  # pages that went back (UpstreamFault)
+    bad_lines: int = 0  # lines that did not parse, kept as evidence
     last_error: str | None = None
     role: str = "writer"  # or "reader": another process follows, this one reads the store
+    progress_at: float = field(default_factory=time.time)  # a page applied, a catch-up
+    stall_after: float = STALL_AFTER
 
     @classmethod
     def of(cls, upstream: str, store: SqlMirrorStore) -> MirrorState:
@@ -81,6 +87,18 @@ class MirrorState:
             return None
         return max(0.0, (now or time.time()) - self.caught_up_at)
 
+    def problem(self, now: float | None = None) -> str | None:
+        """Why the follower is not doing its job (None: it is): the last poll failed, or
+        nothing moved for longer than `stall_after` (a trickling or hanging upstream)."""
+        if self.role != "writer":
+            return None  # the writer's problems are the writer's to report
+        if self.last_error is not None:
+            return f"the last poll of {self.upstream} failed: {self.last_error}"
+        idle = (now or time.time()) - self.progress_at
+        if idle > self.stall_after:
+            return f"no progress from {self.upstream} for {idle:.0f} s"
+        return None
+
     def provenance(self) -> str:
         """The `Atwhois-Plc-Mirror` header: what a lookup through the mirror cites."""
         behind = self.behind_seconds()
@@ -102,7 +120,10 @@ class MirrorState:
             "documents_checked": self.documents_checked,
             "disagreements": self.disagreements,
             "errors": self.errors,
+            "faults": self.faults,
+            "bad_lines": self.bad_lines,
             "last_error": self.last_error,
+            "problem": self.problem(),
             "role": self.role,
         }
 
@@ -124,6 +145,8 @@ class MirrorState:
         for name, value, what in (
             ("nullified_ops", self.nullified, "Operations nullified by a recovery."),
             ("upstream_errors", self.errors, "Failed polls of the upstream (retried)."),
+            ("upstream_faults", self.faults, "Pages that went back (not followed)."),
+            ("bad_lines", self.bad_lines, "Export lines that did not parse (kept as evidence)."),
             ("documents_checked", self.documents_checked, "Upstream documents compared."),
             (
                 "disagreements",
@@ -145,68 +168,6 @@ class MirrorState:
             yield gauge
 
 
-class Upstream:
-    """GETs to the upstream directory: export pages and documents."""
-
-    def __init__(self, url: str, *, timeout: float = 30.0, user_agent: str = "atwhois") -> None:
-        self.url = url.rstrip("/")
-        self._client = httpx.Client(
-            timeout=timeout, headers={"User-Agent": user_agent}, follow_redirects=False
-        )
-
-    def _get(self, path: str, params: dict[str, str] | None = None) -> tuple[int, bytes]:
-        try:
-            with self._client.stream("GET", self.url + path, params=params) as response:
-                chunks, size = [], 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > PAGE_MAX_BYTES:
-                        raise ResponseTooLarge(f"{self.url}{path}: over {PAGE_MAX_BYTES} bytes")
-                    chunks.append(chunk)
-                return response.status_code, b"".join(chunks)
-        except httpx.HTTPError as err:
-            raise UpstreamFailure(f"{self.url}: {type(err).__name__}: {err}") from None
-
-    def page(self, after: str, count: int = PAGE_SIZE) -> list[bytes]:
-        status, body = self._get("/export", {"count": str(count), "after": after})
-        if status != 200:
-            raise UpstreamFailure(f"{self.url}/export: HTTP {status}")
-        return [line for line in body.split(b"\n") if line.strip()]
-
-    def document(self, did: str) -> dict[str, Any] | None:
-        """The upstream's document (None: it serves none: 404 or 410)."""
-        status, body = self._get(f"/{did}")
-        if status in (404, 410):
-            return None
-        if status != 200:
-            raise UpstreamFailure(f"{self.url}/{did}: HTTP {status}")
-        document = json.loads(body)
-        return document if isinstance(document, dict) else {}
-
-    def close(self) -> None:
-        self._client.close()
-
-
-def next_cursor(lines: list[bytes]) -> tuple[str, str]:
-    """(cursor, createdAt) after a page: its last line's `seq`, or its last `createdAt`
-    less a millisecond (ops sharing the boundary's millisecond are served again and
-    skipped as kept); past it when a whole page shares one millisecond, not to loop."""
-    last = json.loads(lines[-1])
-    created = str(last.get("createdAt", ""))
-    seq = last.get("seq")
-    if isinstance(seq, int) and not isinstance(seq, bool):
-        return str(seq), created
-    try:
-        moment = parse_time(created)
-    except ValueError:
-        return created, created
-    if len(lines) > 1 and json.loads(lines[0]).get("createdAt") == created:
-        return created, created
-    earlier = moment - datetime.timedelta(milliseconds=1)
-    stamp = earlier.astimezone(datetime.UTC).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z"), created
-
-
 class Follower:
     def __init__(
         self,
@@ -217,12 +178,15 @@ class Follower:
         page_size: int = PAGE_SIZE,
         progress: Callable[[MirrorState], None] | None = None,
         check_documents: int = DOCUMENT_CHECKS,
+        stall_after: float = STALL_AFTER,
     ) -> None:
         self.replica = replica
         self.upstream = upstream
         self.interval = interval
         self.page_size = page_size
         self.state = MirrorState.of(upstream.url, replica.store)
+        # a poll waits out its interval and may take a whole answer's deadline: not a stall
+        self.state.stall_after = max(stall_after, 2 * interval + upstream.deadline)
         self._progress = progress
         self._check_documents = check_documents
         self._suspects: list[str] = []  # disagreed once: checked again after the next poll
@@ -243,40 +207,59 @@ class Follower:
         state, in_hand = self.state, None
         cursor = state.cursor or "0"
         result = PageResult()
+        fault = None
         while not self._stop.is_set():
             lines = self.upstream.page(cursor, self.page_size)
             full = len(lines) >= self.page_size
-            page = self.replica.submit(lines) if lines else None
-            moved = next_cursor(lines) if lines else None
+            order = order_page(lines, cursor)
+            fault = f"went back: {order.fault}" if order.fault else None
+            evidence = [self._fault_evidence(cursor, lines[order.usable], fault)] if fault else []
+            page = self.replica.submit(lines[: order.usable], evidence) if lines else None
             if in_hand is not None:
                 result = self._commit(*in_hand, pipelined=True)
-            in_hand = (page, moved) if page is not None and moved is not None else None
-            if not full:
+            in_hand = (page, order.moved) if page is not None else None
+            if fault is not None or not full:
                 break
-            if moved is None or moved[0] == cursor:  # a full page that moves nothing on
-                raise UpstreamFailure(f"{self.upstream.url}/export does not advance past {cursor}")
-            cursor = moved[0]
+            if order.moved is None or order.moved[0] == cursor:  # a full page, nothing on
+                fault = f"does not advance past {cursor}"
+                break
+            cursor = order.moved[0]
         if in_hand is not None:
             result = self._commit(*in_hand, pipelined=False)
         self.replica.flush()
+        if fault is not None:  # what the page had is judged and kept; then the fault
+            state.faults += 1
+            raise UpstreamFault(f"{self.upstream.url}/export {fault}")
         if not self._stop.is_set():
             state.caught_up_at = time.time()
+            state.progress_at = state.caught_up_at
             # for the processes that read this store: how far behind it is
             self.replica.store.write(Batch(meta={"caught_up_at": repr(state.caught_up_at)}))
             self._compare_documents(result.touched)
         return state
 
+    def _fault_evidence(self, cursor: str, line: bytes, fault: str) -> BadLine:
+        reason = f"{self.upstream.url}/export?after={cursor}, {fault}"
+        return BadLine.of(line, reason, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
     def _recover(self) -> None:
         """After a failure mid-backfill: the verifiers saw pages that may not be stored,
         and the cursor may name one whose write failed; the store says what is true."""
+        if self._stop.is_set():
+            return  # stopping: the verifiers are let go, not started again
         self.replica.reset()
         self.state.reload(self.replica.store)
 
-    def _commit(self, page: Page, moved: tuple[str, str], *, pipelined: bool) -> PageResult:
-        meta = {"cursor": moved[0], "cursor_time": moved[1]}
+    def _commit(self, page: Page, moved: tuple[str, str] | None, *, pipelined: bool) -> PageResult:
+        """A page's verdicts, written with the cursor it moves to (`moved`; None: no line
+        of it parsed, the cursor stays and only the evidence is kept)."""
+        meta = {"cursor": moved[0], "cursor_time": moved[1]} if moved else {}
         result = self.replica.commit(page, meta, pipelined=pipelined)
         state = self.state
-        state.cursor, state.cursor_time = moved
+        if moved is not None:
+            state.cursor, state.cursor_time = moved
+        state.progress_at = time.time()
+        state.bad_lines += result.bad_lines
         state.pages += 1
         state.ops += result.applied
         state.dids += result.created
@@ -315,10 +298,17 @@ class Follower:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stops following (after the page in hand) and lets the verifying workers go."""
+        """Stops following and lets the verifying workers go, within `STOP_WAIT` seconds
+        whatever the upstream is doing: the answer being read is given up (a page not
+        written is read again by the next run, from the stored cursor)."""
         self._stop.set()
+        self.upstream.closing.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=STOP_WAIT)
+            if self._thread.is_alive():  # blocked in a read: its thread dies with the process
+                logging.getLogger("atwhois.mirror").warning(
+                    json.dumps({"event": "mirror_stop", "waited_s": STOP_WAIT, "joined": False})
+                )
         self.replica.close()
         self.upstream.close()
 

@@ -32,7 +32,15 @@ from resolver.plc.audit import Replay
 from resolver.plc.document import state_data
 from resolver.plc.export import export_entry, route
 
-from .store import Batch, Rejection, SqlMirrorStore, StoredOp, open_mirror_store
+from .store import (
+    ENTRY_CAP,
+    BadLine,
+    Batch,
+    Rejection,
+    SqlMirrorStore,
+    StoredOp,
+    open_mirror_store,
+)
 
 MAX_REPLAYS = 250_000  # DIDs whose replay stays in memory, per worker (about 3.3 KiB each)
 
@@ -92,28 +100,32 @@ class Verifier:
         for index, line in lines:
             entry = export_entry(line)
             if entry is None or not isinstance(entry.get("cid"), str):
-                verdicts.append(Verdict(index, "unreadable", rule="§12"))
+                message = "not an export line: a JSON object with a did:plc, an operation and a cid"
+                verdicts.append(Verdict(index, "unreadable", rule="§12", message=message))
             else:
-                parsed.append((index, entry))
-        dids = {entry["did"] for _, entry in parsed}
+                parsed.append((index, entry, line))
+        dids = {entry["did"] for _, entry, _ in parsed}
+        # What is kept, by the CID the mirror computed for an op it accepted: a refused line
+        # is evidence, never a reason to skip the genuine op served later (P-CID-1).
         known = self.store.known(dids) | self._previous_pairs
+        refused = self.store.refusals(dids)
         fresh: set[tuple[str, str]] = set()
         for did, ops in self.store.logs(d for d in dids if d not in self._replays).items():
             self._rebuild(did, ops)
         changed: dict[str, Replay] = {}
-        for index, entry in parsed:
+        for index, entry, line in parsed:
             did, cid = entry["did"], entry["cid"]
             if (did, cid) in known:
                 verdicts.append(Verdict(index, "duplicate", did, cid))
                 continue
-            known.add((did, cid))  # the same line twice in one page counts once
-            fresh.add((did, cid))
             run = self._replay(did)
             created = str(entry.get("createdAt"))
             record = run.add(
                 {"did": did, "operation": entry.get("operation"), "cid": cid, "createdAt": created}
             )
             if record.accepted:
+                known.add((did, cid))  # the same op twice in one page counts once
+                fresh.add((did, cid))
                 verdicts.append(
                     Verdict(
                         index,
@@ -127,6 +139,8 @@ class Verifier:
                     )
                 )
                 changed[did] = run
+            elif refused.get((did, cid)) == _as_text(line)[:ENTRY_CAP]:
+                verdicts.append(Verdict(index, "duplicate", did, cid))  # refused before, as it is
             else:
                 finding = record.findings[0]
                 verdicts.append(
@@ -260,9 +274,10 @@ class Replica:
         `meta`: the cursor the page moves to)."""
         return self.commit(self.submit(lines), meta)
 
-    def submit(self, lines: Sequence[str | bytes]) -> Page:
+    def submit(self, lines: Sequence[str | bytes], evidence: Sequence[BadLine] = ()) -> Page:
         """Starts verifying a page (in the workers: this returns at once). Pages are
-        committed in the order they are submitted; at most two are in hand at a time."""
+        committed in the order they are submitted; at most two are in hand at a time.
+        `evidence`: what else the page showed of its upstream, kept with its verdicts."""
         numbered = [(i, line) for i, line in enumerate(lines) if line.strip()]
         # The workers may verify this page while the one before it is being written, not
         # while the one before that is: their memory of unwritten ops covers one page.
@@ -270,7 +285,7 @@ class Replica:
         if self._local is not None:
             done: Future[tuple[list[Verdict], dict[str, str | None]]] = Future()
             done.set_result(self._local.verify(numbered))
-            page = Page(lines, [done])
+            page = Page(lines, [done], tuple(evidence))
         else:
             pool = self._pool
             assert pool is not None  # workers, not this process
@@ -280,7 +295,7 @@ class Replica:
             futures = [
                 pool.submit(worker, _verify_in_worker, share) for worker, share in enumerate(shares)
             ]
-            page = Page(lines, futures)
+            page = Page(lines, futures, tuple(evidence))
         return page
 
     def commit(
@@ -298,7 +313,7 @@ class Replica:
             if len(answer) == 3:
                 self._rebuilt[number] = answer[2]
         result = PageResult()
-        batch = Batch(meta=dict(meta or {}))
+        batch = Batch(meta=dict(meta or {}), bad_lines=list(page.evidence))
         seen_at = self._clock()
         for verdict in sorted(verdicts, key=lambda v: v.position):
             _count(verdict, page.lines[verdict.position], result, batch, seen_at)
@@ -318,14 +333,20 @@ class Page:
 
     lines: Sequence[str | bytes]
     futures: list[Future[Any]]
+    evidence: tuple[BadLine, ...] = ()
+
+
+def _as_text(line: str | bytes) -> str:
+    return line.decode(errors="replace") if isinstance(line, bytes) else line
 
 
 def _count(verdict: Verdict, line: str | bytes, result: PageResult, batch: Batch, at: str) -> None:
     """One verdict into the page's result and its batch of writes."""
-    text = line.decode(errors="replace") if isinstance(line, bytes) else line
+    text = _as_text(line)
     if verdict.kind == "unreadable":
         result.bad_lines += 1
         result.by_rule[verdict.rule] += 1
+        batch.bad_lines.append(BadLine.of(line, verdict.message, at))
     elif verdict.kind == "duplicate":
         result.duplicates += 1
     elif verdict.kind == "applied":

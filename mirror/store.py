@@ -10,6 +10,7 @@ the placeholder (`?` against `%s`) and in a few words of DDL.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import sqlite3
 import threading
@@ -50,13 +51,20 @@ CREATE TABLE IF NOT EXISTS plc_rejected (
     seen_at TEXT NOT NULL,
     PRIMARY KEY (did, cid)
 );
+CREATE TABLE IF NOT EXISTS plc_bad_lines (
+    digest TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    entry TEXT NOT NULL,
+    seen_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS plc_flags (
     did TEXT PRIMARY KEY,
     reason TEXT NOT NULL,
     since TEXT NOT NULL
 );
 """
-_ENTRY_CAP = 8192  # characters of a refused entry kept as evidence
+ENTRY_CAP = 8192  # characters of a refused entry kept as evidence
+BAD_LINES_KEPT = 10_000  # the newest lines that did not parse, kept as evidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +93,23 @@ class Rejection:
     seen_at: str
 
 
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """A line the upstream served that the mirror could not use, and why: kept once (by its
+    digest, however often it is served), the newest `BAD_LINES_KEPT` of them."""
+
+    digest: str
+    reason: str
+    entry: str  # the line as served (capped)
+    seen_at: str
+
+    @classmethod
+    def of(cls, line: str | bytes, reason: str, seen_at: str) -> BadLine:
+        raw = line if isinstance(line, bytes) else line.encode("utf-8", "surrogatepass")
+        text = raw[: ENTRY_CAP * 4].decode("utf-8", "replace")[:ENTRY_CAP]
+        return cls(hashlib.sha256(raw).hexdigest(), reason, text, seen_at)
+
+
 @dataclass(slots=True)
 class Batch:
     """One page's worth of changes, written in one transaction with the new cursor."""
@@ -96,6 +121,7 @@ class Batch:
     rejected: list[Rejection] = field(default_factory=list)
     flags: dict[str, tuple[str, str]] = field(default_factory=dict)  # did: reason, since
     meta: dict[str, str] = field(default_factory=dict)
+    bad_lines: list[BadLine] = field(default_factory=list)
 
 
 class SqlMirrorStore:
@@ -133,15 +159,27 @@ class SqlMirrorStore:
         return {name: value for name, value in self._rows("SELECT name, value FROM plc_meta")}
 
     def known(self, dids: Iterable[str]) -> set[tuple[str, str]]:
-        """Which (did, cid) of these DIDs are kept already, verified or refused: a page
-        served again is skipped, not applied twice."""
+        """Which (did, cid) of these DIDs are kept already, verified: a page served again
+        is skipped, not applied twice. Refused lines are not among them: what a line claims
+        is no reason to skip the genuine op when it comes."""
         pairs: set[tuple[str, str]] = set()
         for chunk in _chunks(dids):
             marks = ",".join("?" * len(chunk))
-            for table in ("plc_ops", "plc_rejected"):
-                rows = self._rows(f"SELECT did, cid FROM {table} WHERE did IN ({marks})", chunk)
-                pairs.update((did, cid) for did, cid in rows)
+            rows = self._rows(f"SELECT did, cid FROM plc_ops WHERE did IN ({marks})", chunk)
+            pairs.update((did, cid) for did, cid in rows)
         return pairs
+
+    def refusals(self, dids: Iterable[str]) -> dict[tuple[str, str], str]:
+        """The lines of these DIDs kept as refused, by (did, cid), as kept (capped): a line
+        served again as it was is known evidence, not a new refusal."""
+        found: dict[tuple[str, str], str] = {}
+        for chunk in _chunks(dids):
+            marks = ",".join("?" * len(chunk))
+            rows = self._rows(
+                f"SELECT did, cid, entry FROM plc_rejected WHERE did IN ({marks})", chunk
+            )
+            found.update(((did, cid), entry) for did, cid, entry in rows)
+        return found
 
     def logs(self, dids: Iterable[str]) -> dict[str, list[StoredOp]]:
         """The verified ops of these DIDs, in order."""
@@ -194,6 +232,14 @@ class SqlMirrorStore:
         )
         return [Rejection(*row) for row in rows]
 
+    def bad_lines(self, limit: int) -> list[BadLine]:
+        rows = self._rows(
+            "SELECT digest, reason, entry, seen_at FROM plc_bad_lines "
+            "ORDER BY seen_at DESC, digest LIMIT ?",
+            (limit,),
+        )
+        return [BadLine(*row) for row in rows]
+
     def flags(self, limit: int) -> list[tuple[str, str, str]]:
         rows = self._rows(
             "SELECT did, reason, since FROM plc_flags ORDER BY since DESC LIMIT ?", (limit,)
@@ -207,6 +253,7 @@ class SqlMirrorStore:
             "tombstoned": int(self._one("SELECT COUNT(*) FROM plc_dids WHERE state IS NULL") or 0),
             "rejected": int(self._one("SELECT COUNT(*) FROM plc_rejected") or 0),
             "flagged": int(self._one("SELECT COUNT(*) FROM plc_flags") or 0),
+            "bad_lines": int(self._one("SELECT COUNT(*) FROM plc_bad_lines") or 0),
         }
 
     def write(self, batch: Batch) -> None:
@@ -239,7 +286,7 @@ class SqlMirrorStore:
                     "ON CONFLICT (did, cid) DO NOTHING"
                 ),
                 [
-                    (r.did, r.cid, r.created_at, r.rule, r.message, r.entry[:_ENTRY_CAP], r.seen_at)
+                    (r.did, r.cid, r.created_at, r.rule, r.message, r.entry[:ENTRY_CAP], r.seen_at)
                     for r in batch.rejected
                 ],
             )
@@ -250,6 +297,21 @@ class SqlMirrorStore:
                 ),
                 [(did, reason, since) for did, (reason, since) in batch.flags.items()],
             )
+            if batch.bad_lines:
+                cursor.executemany(
+                    sql(
+                        "INSERT INTO plc_bad_lines VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (digest) DO NOTHING"
+                    ),
+                    [(b.digest, b.reason, b.entry, b.seen_at) for b in batch.bad_lines],
+                )
+                cursor.execute(
+                    sql(
+                        "DELETE FROM plc_bad_lines WHERE digest IN (SELECT digest FROM "
+                        "plc_bad_lines ORDER BY seen_at DESC, digest LIMIT 1000000000 OFFSET ?)"
+                    ),
+                    (BAD_LINES_KEPT,),
+                )
             cursor.executemany(
                 sql(
                     "INSERT INTO plc_meta VALUES (?, ?) ON CONFLICT (name) DO UPDATE "

@@ -52,3 +52,23 @@ def parse_json(data: bytes | str) -> Any:
         return _CHECKING.decode(text)
     except RecursionError:
         raise NestedTooDeeply("JSON nested too deeply") from None
+
+
+class BadNumber(AtwhoisError, ValueError):
+    """A number a stranger sent that is not one this program takes: not plain ASCII digits
+    (`²` and `٣` pass `str.isdigit()` and fail `int()`), or outside the range it must be in
+    (a count over 2^63 overflows the databases' integers)."""
+
+
+INT64_MAX = 2**63 - 1
+
+
+def parse_count(text: str, *, name: str, low: int = 0, high: int = INT64_MAX) -> int:
+    """`text` as a whole number in [low, high], written in ASCII digits only; else
+    `BadNumber`, whose message names the parameter and the range."""
+    if not (0 < len(text) <= 19 and text.isascii() and text.isdigit()):
+        raise BadNumber(f"{name} must be a whole number from {low} to {high}")
+    value = int(text)
+    if not low <= value <= high:
+        raise BadNumber(f"{name} must be a whole number from {low} to {high}")
+    return value

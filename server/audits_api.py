@@ -8,6 +8,7 @@ import contextlib
 import datetime
 import json
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,9 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from audit import Auditor, RunReport
+from audit.store import LabelTooLong
 from resolver.errors import InvalidInput
+from resolver.untrusted import BadNumber, parse_count
 
 from . import openapi
 from .metrics import gauge
@@ -78,8 +81,10 @@ ROUTES = (
         "runs",
         {
             "summary": "The latest audit runs",
-            "parameters": [openapi.optional_query("limit")],
-            "responses": openapi.responses(_list_of("Run"), 503),
+            "parameters": [
+                openapi.optional_query("limit", {"type": "integer", "minimum": 0, "maximum": 10000})
+            ],
+            "responses": openapi.responses(_list_of("Run"), 400, 503),
         },
     ),
     Route(
@@ -173,7 +178,10 @@ class AuditApi:
             raise XrpcError(400, "InvalidRequest", "identifier is required")
         label = body.get("label")
         identifier = self._identifier(body["identifier"])
-        new = self.store.watch_add(identifier, label if isinstance(label, str) else None)
+        try:
+            new = self.store.watch_add(identifier, label if isinstance(label, str) else None)
+        except LabelTooLong as err:
+            raise XrpcError(400, "InvalidRequest", str(err)) from None
         return _json({"identifier": identifier, "added": new}, 201 if new else 200)
 
     async def watch_remove(self, request: web.Request) -> web.Response:
@@ -190,20 +198,20 @@ class AuditApi:
         return _json((await self._run()).to_json())
 
     async def runs(self, request: web.Request) -> web.Response:
-        limit = request.query.get("limit", "20")
-        return _json(self.store.runs(int(limit) if limit.isdigit() else 20))
+        try:
+            limit = parse_count(request.query.get("limit", "20"), name="limit", high=10_000)
+        except BadNumber as err:
+            raise XrpcError(400, "InvalidRequest", str(err)) from None
+        return _json(self.store.runs(limit))
 
     async def findings(self, request: web.Request) -> web.Response:
         text = request.query.get("since", "0")
         try:
-            since = float(text)
-        except ValueError:
-            try:
-                since = datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                raise XrpcError(
-                    400, "InvalidRequest", "since is an ISO 8601 time or Unix seconds"
-                ) from None
+            since = _seconds(text)
+        except (ValueError, OverflowError):  # not a time; one no clock reaches
+            raise XrpcError(
+                400, "InvalidRequest", "since is an ISO 8601 time or Unix seconds, from 1970"
+            ) from None
         return _json([f.to_json() for f in self.store.findings(since)])
 
     def metrics(self) -> Iterator[Metric]:
@@ -223,3 +231,20 @@ class AuditApi:
             yield gauge(
                 "atwhois_audit_run_seconds", "Duration of the last audit run.", self.last.seconds
             )
+
+
+_LAST_SECOND = 253402300800.0  # 10000-01-01T00:00:00Z: past it no date can be written
+
+
+def _seconds(text: str) -> float:
+    """`since` as Unix seconds: a number (finite, ASCII) or an ISO 8601 time, from 1970 to
+    the year 9999; else ValueError or OverflowError."""
+    try:
+        since = float(text) if text.isascii() else math.nan
+    except ValueError:
+        since = math.nan
+    if not math.isfinite(since):
+        since = datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    if not 0 <= since < _LAST_SECOND:
+        raise ValueError(text)
+    return since

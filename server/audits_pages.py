@@ -12,6 +12,7 @@ from aiohttp import web
 from audit import AuditStore
 from audit.checks import iso
 from audit.findings import STATE_SEVERITY
+from audit.store import LabelTooLong
 from resolver import Status
 from resolver.errors import InvalidInput
 
@@ -31,7 +32,16 @@ class AuditPages:
         app.router.add_post("/audits/watch", self.edit)
 
     async def overview(self, request: web.Request) -> web.Response:
-        return self._overview(request.query.get("done", ""))
+        """The page; after an edit (`?watched=ID` or `?unwatched=ID`) a banner that says
+        what was done, composed here: the query names an identifier, never the text shown."""
+        for key, done in (("watched", "{} is watched."), ("unwatched", "{} is no longer watched.")):
+            if key in request.query:
+                try:
+                    identifier = self.service.cached.resolver.parse(request.query[key]).value
+                except InvalidInput:
+                    break
+                return self._overview(done.format(identifier))
+        return self._overview()
 
     def _overview(self, message: str = "", status: int = 200, tone: str = "ok") -> web.Response:
         watched = self.store.watch_list()
@@ -84,12 +94,14 @@ class AuditPages:
             return self._overview(f"Not changed: {err}", 400, "bad")
         if form.get("action") == "remove":
             self.store.watch_remove(identifier)
-            done = f"{identifier} is no longer watched."
+            done = "unwatched"
         else:
             label = str(form.get("label", "")).strip() or None
-            self.store.watch_add(identifier, label)
-            done = f"{identifier} is watched."
+            try:
+                self.store.watch_add(identifier, label)
+            except LabelTooLong as err:
+                return self._overview(f"Not changed: {err}", 400, "bad")
+            done = "watched"
         # after a POST, a GET: reloading the page does not post again
-        return web.Response(
-            status=303, headers={"Location": "/audits?done=" + urllib.parse.quote(done)}
-        )
+        query = urllib.parse.urlencode({done: identifier})
+        return web.Response(status=303, headers={"Location": f"/audits?{query}"})

@@ -83,6 +83,7 @@ class Served(Protocol):
     kept_hits: int
     upstream_seen: dict[str, float]
     health_sources: dict[str, Callable[[], Any]]
+    health_problems: list[Callable[[], list[str]]]
     metric_sources: list[Families]
     exposition: Exposition
     routes: list[Route]
@@ -94,13 +95,15 @@ class Operations:
 
     async def health(self, _: web.Request) -> web.Response:
         """200 while the daemon answers; `status` says `degraded`, and why, while it
-        answers with less than it should (a store away: memory and upstreams only)."""
+        answers with less than it should (a store away: memory and upstreams only), and
+        `ok` is false while a follower makes no progress (its answers may be stale)."""
         now = time.time()
         seen = {k: round(now - t, 1) for k, t in self.service.upstream_seen.items()}
-        reasons = await self.service.cached.store.health()
+        problems = [problem for check in self.service.health_problems for problem in check()]
+        reasons = [*await self.service.cached.store.health(), *problems]
         return json_response(
             {
-                "ok": True,
+                "ok": not problems,
                 "status": "degraded" if reasons else "ok",
                 "reasons": reasons,
                 "uptime_s": round(now - self.service.started, 1),

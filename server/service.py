@@ -112,6 +112,8 @@ class Service:
         self.request_log = RequestLog(sys.stderr)
         self.metric_sources: list[Families] = []  # more families for /metrics (audits)
         self.health_sources: dict[str, Callable[[], Any]] = {}  # more for /_health (streams)
+        # why a follower (of the mirror's upstream, of an event stream) is not doing its job
+        self.health_problems: list[Callable[[], list[str]]] = []
         self.exposition = Exposition()
         self.routes: list[Route] = []  # what /openapi.json describes: the routes added
         self.kept_hits = 0
@@ -238,8 +240,9 @@ class Service:
         if request.method in ("GET", "HEAD", "OPTIONS") and (origin := self._cors_origin(request)):
             response.headers["Access-Control-Allow-Origin"] = origin
             response.headers["Access-Control-Expose-Headers"] = "X-Request-Id, Retry-After"
-            if origin != "*":
-                response.headers["Vary"] = "Origin"
+        if self._varies_by_origin(request):
+            # the answer differs by Origin (allowed or not): a shared cache must keep both
+            response.headers["Vary"] = "Origin"
         self.metrics.request(endpoint, response.status, seconds)
         if self.settings.request_log:
             self.request_log.write(
@@ -359,6 +362,10 @@ class Service:
             return "*"
         origin = request.headers.get("Origin")
         return origin if origin in origins else None
+
+    def _varies_by_origin(self, request: web.BaseRequest) -> bool:
+        origins = self.settings.cors_origins
+        return bool(origins) and "*" not in origins and request.path.startswith(("/xrpc/", "/v1/"))
 
     def token_matches(self, given: str) -> bool:
         """Whether `given` is the configured token (none configured: nothing is), compared

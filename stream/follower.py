@@ -6,6 +6,13 @@ and of its handles in the background, so that the next reader finds a fresh veri
 deleted) makes every answer about its DID say so at once (`CachedResolver.mark_account`, kept
 in the store across restarts); `active` again lifts it. Watchers (the audits) hear of both.
 
+Authority per source: an `#account` event is taken from a relay as the relay asserts it, and
+from a PDS's own stream only about DIDs whose document names that PDS (a PDS speaks for the
+accounts it hosts). It is kept only for DIDs this daemon holds or watches (the network's
+other accounts are nobody's question here), a row per DID, bounded in number. An `#identity`
+event asserts nothing that is believed: it only makes the daemon verify the DID afresh from
+the sources themselves, so it is taken from any stream.
+
 A refresh replaces cached parts by the policy's table (a transient failure keeps what was
 there); refreshes of one DID are coalesced: an event during a refresh of the same DID runs
 one more afterwards, not one per event."""
@@ -17,13 +24,14 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cache import CachedResolver
 
 from .frames import AccountEvent, IdentityEvent
-from .subscriber import StoreCursor, Subscriber
+from .subscriber import StoreCursor, StreamState, Subscriber
 
 log = logging.getLogger("atwhois.stream")
 Watcher = Callable[[set[str]], Awaitable[None]]  # told the DID and handles that changed
@@ -37,12 +45,20 @@ class Follower:
         *,
         concurrency: int = 8,
         watchers: list[Watcher] | None = None,
+        watched: Callable[[str], bool] = lambda did: False,
+        quiet_after: float = 30.0,
     ) -> None:
         self.cached = cached
         self.watchers = watchers or []
-        self.subscribers = [
-            Subscriber(url, self.on_event, StoreCursor(cached.store, url)) for url in urls
-        ]
+        self.watched = watched  # whether a DID is on the audits' watch-list
+        self.subscribers = []
+        for url in urls:
+            subscriber = Subscriber(
+                url, self.on_event, StoreCursor(cached.store, url), quiet_after=quiet_after
+            )
+            subscriber.on_event = self._from(subscriber)
+            self.subscribers.append(subscriber)
+        self.ignored: dict[str, int] = {"not_held": 0, "not_its_account": 0, "over_bound": 0}
         self.revalidations = 0
         self.revalidation_failures = 0
         self._gate = asyncio.Semaphore(concurrency)
@@ -64,9 +80,18 @@ class Follower:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def on_event(self, event: IdentityEvent | AccountEvent) -> None:
+    def _from(self, subscriber: Subscriber) -> Callable[[IdentityEvent | AccountEvent], Any]:
+        async def heard(event: IdentityEvent | AccountEvent) -> None:
+            await self.on_event(event, subscriber.state)
+
+        return heard
+
+    async def on_event(
+        self, event: IdentityEvent | AccountEvent, source: StreamState | None = None
+    ) -> None:
+        """One event; `source`: the stream it came from (None: one that speaks for all)."""
         if isinstance(event, AccountEvent):
-            await self._account(event)
+            await self._account(event, source)
             return
         if event.did in self._running:
             self._running[event.did] = True  # once more when the one under way ends
@@ -74,10 +99,35 @@ class Follower:
         self._running[event.did] = False
         self._spawn(self._revalidate(event.did, event.handle))
 
-    async def _account(self, event: AccountEvent) -> None:
+    async def _account(self, event: AccountEvent, source: StreamState | None) -> None:
         status = None if event.active else event.status or "inactive"
-        if await self.cached.mark_account(event.did, status):
-            self._tell({event.did})
+        did = event.did
+        marked = self.cached.accounts.status(did) is not None
+        if not marked and status is not None:
+            held, _ = await self.cached.held(did)
+            if not (held or self.watched(did)):
+                self.ignored["not_held"] += 1
+                return
+        if source is not None and not await self._speaks_for(source, did):
+            self.ignored["not_its_account"] += 1
+            return
+        refused = self.cached.accounts.refused
+        if await self.cached.mark_account(did, status):
+            self._tell({did})
+        elif self.cached.accounts.refused > refused:
+            self.ignored["over_bound"] += 1
+
+    async def _speaks_for(self, source: StreamState, did: str) -> bool:
+        """A relay speaks for every account; a PDS for those whose document names it; a
+        stream whose role is not known yet, for none."""
+        if source.role == "relay":
+            return True
+        if source.role != "pds" or source.pds_host is None:
+            return False
+        pds = await self.cached.hosted_at(did)
+        if pds is None:  # not held: resolved, for a watched DID
+            pds = (await self.cached.lookup(did)).pds
+        return pds is not None and urlsplit(pds).hostname == source.pds_host
 
     def _tell(self, changed: set[str]) -> None:
         for watcher in self.watchers:
@@ -118,6 +168,10 @@ class Follower:
 
     def health(self) -> list[dict[str, Any]]:
         return [s.state.to_json() for s in self.subscribers]
+
+    def problems(self) -> list[str]:
+        """Why a stream is not followed, one line each (none: all are)."""
+        return [p for s in self.subscribers if (p := s.state.problem()) is not None]
 
     def metrics(self) -> Iterator[Metric]:
         events = CounterMetricFamily(

@@ -10,6 +10,18 @@ What it does with a frame:
 - an error frame: the relay closes; `FutureCursor` means our cursor is ahead of it (a
   relay that lost state, or another relay): the cursor is dropped, then we reconnect.
 - a malformed frame: counted and skipped (a stranger's bytes never stop the stream).
+- a `seq` not after the cursor (the relay went back, or restarted with lower numbers): an
+  upstream fault, counted and reported; the event is not applied, the connection is closed
+  and opened again, with back-off, from our cursor. A relay that lost its numbers answers
+  that with `FutureCursor`, and only then is it followed from its present (it said so).
+
+Every connection must make progress: a complete message (an event, or the answer to our
+ping) within `quiet_after` seconds, twice over; a frame that never ends (announced, then a
+byte at a time) or a silent peer is a failure, and the stream is opened again.
+
+Whom a stream speaks for (`role`, asked of the host once per connection until known): a
+host that answers `com.atproto.server.describeServer` with its `did:web` is a PDS, which
+speaks for the accounts it hosts; any other is a relay, which speaks for what it verified.
 """
 
 from __future__ import annotations
@@ -26,9 +38,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
+import yarl
 
 from cache.stores.base import Store
 from foundation import Backoff
+from resolver.untrusted import parse_json
 
 from .frames import (
     AccountEvent,
@@ -96,8 +110,22 @@ class StreamState:
     events: Counter[str] = field(default_factory=Counter)  # by type, skipped ones included
     malformed: int = 0
     outdated_cursor: int = 0
+    backwards: int = 0  # frames whose seq was not after the cursor
     lag_s: float | None = None  # now minus the last event's own time
     last_error: str | None = None
+    role: str | None = None  # "relay" or "pds", once the host said which
+    pds_host: str | None = None  # a PDS's own host name (of its did:web)
+    progress_at: float = field(default_factory=time.monotonic)  # a complete message
+    stall_after: float = 90.0
+
+    def problem(self, now: float | None = None) -> str | None:
+        """Why this stream is not followed (None: it is): no complete message for longer
+        than `stall_after` seconds, connected or not."""
+        idle = (now or time.monotonic()) - self.progress_at
+        if idle <= self.stall_after:
+            return None
+        why = f": {self.last_error}" if self.last_error else ""
+        return f"no progress from the event stream {self.url} for {idle:.0f} s{why}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,8 +136,12 @@ class StreamState:
             "events": dict(self.events),
             "malformed": self.malformed,
             "outdated_cursor": self.outdated_cursor,
+            "backwards": self.backwards,
             "lag_s": None if self.lag_s is None else round(self.lag_s, 3),
             "last_error": self.last_error,
+            "role": self.role,
+            "pds_host": self.pds_host,
+            "problem": self.problem(),
         }
 
 
@@ -123,12 +155,15 @@ class Subscriber:
         backoff: Backoff | None = None,
         save_every: float = 1.0,
         max_frame: int = 5 * 1024 * 1024,
+        quiet_after: float = 30.0,
     ) -> None:
         self.url = url.rstrip("/")
         self.on_event, self.cursor = on_event, cursor
         self.backoff = backoff or Backoff()
         self.save_every, self.max_frame = save_every, max_frame
-        self.state = StreamState(self.url)
+        self.quiet_after = quiet_after
+        # two quiet spells and the longest back-off: past that, nothing is being followed
+        self.state = StreamState(self.url, stall_after=2 * quiet_after + self.backoff.cap)
         self._saved_at = 0.0
 
     async def run(self) -> None:
@@ -137,6 +172,8 @@ class Subscriber:
         async with aiohttp.ClientSession() as session:
             while True:
                 try:
+                    if self.state.role is None:
+                        await self._ask_role(session)
                     await self._follow(session)
                 except (TimeoutError, aiohttp.ClientError, ConnectionError) as err:
                     self.state.last_error = f"{type(err).__name__}: {err}"
@@ -160,17 +197,77 @@ class Subscriber:
     async def _follow(self, session: aiohttp.ClientSession) -> None:
         params = {} if self.state.cursor is None else {"cursor": str(self.state.cursor)}
         async with session.ws_connect(
-            self.url + PATH, params=params, max_msg_size=self.max_frame, heartbeat=30
+            self.url + PATH,
+            params=params,
+            max_msg_size=self.max_frame,
+            autoping=False,  # our pings and their answers are how progress is seen
+            timeout=aiohttp.ClientWSTimeout(ws_close=1.0),  # a stalled peer: no long goodbye
         ) as ws:
-            self.state.connected = True
-            async for message in ws:
-                if message.type is not aiohttp.WSMsgType.BINARY:
-                    if message.type is aiohttp.WSMsgType.ERROR:
-                        raise ConnectionError(str(ws.exception()))
+            self.state.connected = True  # not progress yet: a message is
+            pinged = False
+            while True:
+                try:
+                    message = await ws.receive(timeout=self.quiet_after)
+                except TimeoutError:
+                    if pinged:  # quiet twice over: a silent peer, or a frame that never ends
+                        raise TimeoutError(
+                            f"no complete message for {2 * self.quiet_after:g} s"
+                        ) from None
+                    await ws.ping()
+                    pinged = True
                     continue
-                if not await self.feed(message.data):
-                    return
+                pinged = False
+                kind = message.type
+                if kind is aiohttp.WSMsgType.PING:
+                    await ws.pong(message.data)
+                elif kind is aiohttp.WSMsgType.BINARY:
+                    if not await self.feed(message.data):
+                        return
+                elif kind is aiohttp.WSMsgType.ERROR:
+                    raise ConnectionError(str(ws.exception()))
+                elif kind in (
+                    aiohttp.WSMsgType.CLOSE,
+                    aiohttp.WSMsgType.CLOSING,
+                    aiohttp.WSMsgType.CLOSED,
+                ):
+                    break
+                else:  # a pong, a text frame: the peer is there
+                    self._progress()
             self.state.last_error = f"closed by the relay ({ws.close_code})"
+
+    def _progress(self) -> None:
+        self.state.progress_at = time.monotonic()
+
+    async def _ask_role(self, session: aiohttp.ClientSession) -> None:
+        """Whom the stream speaks for: a PDS names itself in `describeServer` (its
+        `did:web`); a host without that method is a relay. A failure says nothing: asked
+        again before the next connection, and meanwhile no account event is taken from it."""
+        base = yarl.URL(self.url)
+        http = base.with_scheme("https" if base.scheme in ("wss", "https") else "http")
+        try:
+            async with session.get(
+                http.with_path("/xrpc/com.atproto.server.describeServer"),
+                timeout=aiohttp.ClientTimeout(total=10),
+            ) as answer:
+                body = await answer.content.read(64 * 1024)
+                status = answer.status
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as err:
+            self.state.last_error = f"describeServer: {type(err).__name__}: {err}"
+            return
+        if status in (400, 404, 405, 501):
+            self.state.role = "relay"
+            return
+        if status != 200:
+            return  # a failure of the moment
+        try:
+            described = parse_json(body)
+        except ValueError:
+            described = None
+        did = described.get("did") if isinstance(described, dict) else None
+        if isinstance(did, str) and did.startswith("did:web:"):
+            self.state.role, self.state.pds_host = "pds", did.removeprefix("did:web:").lower()
+        else:
+            self.state.role = "relay"  # answers the method, names no host of its own
 
     async def feed(self, raw: bytes) -> bool:
         """One frame; False when the relay said it is closing."""
@@ -192,11 +289,27 @@ class Subscriber:
                 self.state.outdated_cursor += 1
                 log.warning(json.dumps({"event": "stream_outdated_cursor", "url": self.url}))
             return True
-        self.backoff.reset()  # events arrive: the connection is good
+        seq = event.seq
+        if seq is not None and self.state.cursor is not None and seq <= self.state.cursor:
+            self.state.backwards += 1
+            self.state.last_error = f"seq {seq} is not after the cursor {self.state.cursor}"
+            log.warning(
+                json.dumps(
+                    {
+                        "event": "stream_went_back",
+                        "url": self.url,
+                        "seq": seq,
+                        "cursor": self.state.cursor,
+                    }
+                )
+            )
+            return False  # not followed: asked again from our cursor, after a back-off
+        self.backoff.reset()  # events arrive in order: the connection is good
+        self._progress()
         if isinstance(event, Skipped):
             self.state.events[event.kind] += 1
-            if event.seq is not None:
-                await self._advance(event.seq)
+            if seq is not None:
+                await self._advance(seq)
             return True
         self.state.events["#identity" if isinstance(event, IdentityEvent) else "#account"] += 1
         self.state.lag_s = _lag(event.time)

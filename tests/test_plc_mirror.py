@@ -19,7 +19,6 @@ from devnet.plc_ops import AuditLog, Key, log_entry, plc_operation
 from devnet.postgres import scratch_database
 from devnet.synthetic_plc import export_lines
 from mirror import Follower, MirrorApi, MirrorFetcher, MirrorState, Replica, Upstream
-from mirror.follow import next_cursor
 from mirror.store import (
     Batch,
     PostgresMirrorStore,
@@ -28,6 +27,7 @@ from mirror.store import (
     WriterElsewhere,
     open_mirror_store,
 )
+from mirror.upstream import next_cursor
 from resolver import Config, Outcome, Resolver
 from resolver.did import mirror_note
 from resolver.errors import UpstreamFailure
@@ -72,7 +72,14 @@ def test_a_synthetic_export_is_verified_and_served(store: SqlMirrorStore) -> Non
     assert result.nullified == 4  # worked out by the mirror itself
     assert result.created == 40  # a genesis op for each DID
     counts = store.counts()
-    assert counts == {"ops": 120, "dids": 40, "tombstoned": 0, "rejected": 0, "flagged": 0}
+    assert counts == {
+        "ops": 120,
+        "dids": 40,
+        "tombstoned": 0,
+        "rejected": 0,
+        "flagged": 0,
+        "bad_lines": 0,
+    }
     api = _api(store)
     recovered = json.loads(lines[0])["did"]  # DID 0 recovers (every 10th)
     status, audit = _get(api, f"/{recovered}/log/audit")
@@ -176,7 +183,7 @@ def test_tombstones_follow_the_profiles(store: SqlMirrorStore) -> None:
 def test_writes_are_refused_naming_the_upstream(store: SqlMirrorStore) -> None:
     did = "did:plc:" + "b" * 24
     reply = _api(store).answer("POST", f"/{did}", {})
-    assert reply.status == 405 and reply.headers["Allow"] == "GET"
+    assert reply.status == 405 and reply.headers["Allow"] == "GET, HEAD"
     assert f"https://upstream.example/{did}" in json.loads(reply.body)["message"]
 
 

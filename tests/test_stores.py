@@ -370,6 +370,10 @@ class Flaky:
         await self._check()
         return await self.inner.count()
 
+    async def scan(self, prefix: str, limit: int) -> list[tuple[str, bytes]]:
+        await self._check()
+        return await self.inner.scan(prefix, limit)
+
     async def close(self) -> None:
         pass
 

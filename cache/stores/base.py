@@ -35,6 +35,10 @@ class Store(Protocol):
     async def count(self) -> int:
         """How many entries are held (expired ones may still be counted)."""
 
+    async def scan(self, prefix: str, limit: int) -> list[tuple[str, bytes]]:
+        """At most `limit` unexpired entries whose key starts with `prefix` (in no promised
+        order): how a part that keeps a row per item finds its rows after a restart."""
+
     async def close(self) -> None: ...
 
 

@@ -9,6 +9,7 @@ few of them (issue 18: 7 KB of memory per identity when every entry kept its own
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -206,6 +207,11 @@ class MemoryStore:
 
     async def count(self) -> int:
         return len(self._slots)
+
+    async def scan(self, prefix: str, limit: int) -> list[tuple[str, bytes]]:
+        now = self.clock()
+        found = ((k, s) for k, s in self._slots.items() if k.startswith(prefix))
+        return list(itertools.islice(((k, s.value) for k, s in found if s.expires_at > now), limit))
 
     async def close(self) -> None:
         self.clear()

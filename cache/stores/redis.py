@@ -66,6 +66,24 @@ class RedisStore:
     async def count(self) -> int:
         return sum([1 async for _ in self._redis.scan_iter(match=self.prefix + "*", count=1000)])
 
+    async def scan(self, prefix: str, limit: int) -> list[tuple[str, bytes]]:
+        pattern = _glob_escaped(self.prefix + prefix) + "*"
+        keys: list[bytes] = []
+        async for key in self._redis.scan_iter(match=pattern, count=1000):
+            keys.append(key)
+            if len(keys) >= limit:
+                break
+        found: list[tuple[str, bytes]] = []
+        for start in range(0, len(keys), 1000):
+            chunk = keys[start : start + 1000]
+            values = await self._redis.mget(chunk)
+            found += [
+                (key.decode()[len(self.prefix) :], value)
+                for key, value in zip(chunk, values, strict=True)
+                if isinstance(value, bytes)  # expired between the scan and the read
+            ]
+        return found
+
     async def watch(self, on_change: OnChange, ready: Callable[[], Awaitable[None]]) -> None:
         pubsub = self._redis.pubsub()
         try:
@@ -92,3 +110,8 @@ class RedisStore:
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+def _glob_escaped(text: str) -> str:
+    """`text` matched literally by a Redis glob pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -146,6 +146,14 @@ class SqliteStore:
     async def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM entries").fetchone()[0])
 
+    async def scan(self, prefix: str, limit: int) -> list[tuple[str, bytes]]:
+        # a range of the primary key: the keys that start with `prefix`, by its index
+        rows = self._db.execute(
+            "SELECT key, value FROM entries WHERE key >= ? AND key < ? AND expires_at > ? LIMIT ?",
+            (prefix, prefix + "\U0010ffff", self._clock(), limit),
+        )
+        return [(str(key), bytes(value)) for key, value in rows]
+
     async def watch(self, on_change: OnChange, ready: Callable[[], Awaitable[None]]) -> None:
         version = self._data_version()
         seen = self._db.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0]

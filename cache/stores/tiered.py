@@ -172,7 +172,7 @@ class TieredStore:
 
     async def _resync(self) -> None:
         """The store answers again: delete there what it missed, then say so."""
-        keys = list(self._unsynced)
+        keys, errors = list(self._unsynced), self.errors
         try:
             if keys:
                 await self.below.delete(keys)
@@ -181,14 +181,17 @@ class TieredStore:
             return
         for key in keys:
             self._unsynced.pop(key, None)
+        if self.errors != errors:
+            return  # another call failed meanwhile: its error and its keys stand
         if self._error is not None:
             log.warning("cache store %s answers again", self.below.name)
         self._error = None
 
     async def health(self) -> list[str]:
         """Why the tier is degraded (empty: it is not). Tries the store below first when
-        it failed, so the answer recovers by itself."""
-        if self._error is not None:
+        it failed or has changes to replay there (the probe replays them), so the answer
+        recovers by itself, without waiting for a request that writes."""
+        if self._error is not None or self._unsynced:
             await self._below(lambda: self.below.get("health:probe"))
         reasons = []
         if self._error is not None and self._timer() - self._failed_at < _DEGRADED_FOR:
@@ -248,6 +251,10 @@ class TieredStore:
         return self._watching
 
     # --- the rest ---------------------------------------------------------------------
+
+    async def scan(self, prefix: str, limit: int) -> list[tuple[str, bytes]]:
+        found = await self._below(lambda: self.below.scan(prefix, limit))
+        return await self.memory.scan(prefix, limit) if isinstance(found, _Failed) else found
 
     async def count(self) -> int:
         counted = await self._below(self.below.count)

@@ -1,6 +1,7 @@
 """Fuzzing every parser that takes a stranger's bytes: identifiers, TXT records, well-known
 bodies, DID documents, PLC operations, audit logs and export lines, XRPC query strings and
-bodies, the TOML configuration.
+bodies, the TOML configuration; and the followers of hostile sources (`fuzz_hostile`):
+export page sequences, stream frame sequences, the mirror's read API queries.
 
 Each target is a Hypothesis strategy (random input, and real inputs from the vectors with
 parts swapped for random ones) and a function that may fail only in the classified ways the
@@ -49,6 +50,7 @@ from server import routes
 from stream import MalformedFrame
 from stream import decode as decode_frame
 
+from .fuzz_hostile import HOSTILE
 from .fuzz_inputs import (
     LOGS,
     documents,
@@ -286,6 +288,7 @@ TARGETS = [
         st.one_of(mutated_text(TOML_SEEDS), st.text(max_size=120)),
         _config,
     ),
+    *(Target(name, inputs, run) for name, inputs, run in HOSTILE),
 ]
 
 # --- the daemon's HTTP input ------------------------------------------------------------

@@ -1,0 +1,193 @@
+"""The upstream directory as the mirror reads it: GETs of export pages and documents, each
+answer read whole within a deadline (not per read: a body trickled a byte at a time ends
+there) and under a size cap; and the rule its pages are held to (P-API-1): each line comes
+after the cursor and after the line before it. A page that goes back is applied up to that
+line and is then an `UpstreamFault`; a line that does not parse is skipped (the verifier
+keeps it as evidence), and the cursor is the last line that parsed."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from resolver.errors import ResponseTooLarge, UpstreamFailure, UpstreamTimeout
+from resolver.plc.audit import parse_time
+from resolver.untrusted import parse_json
+
+PAGE_SIZE = 1000  # the reference's most per page
+PAGE_MAX_BYTES = 64 * 1024 * 1024
+PAGE_DEADLINE = 120.0  # seconds for a whole answer (a full page is ~0.5 MB)
+READ_IDLE = 30.0  # seconds without a byte before a read gives up
+
+
+class UpstreamFault(UpstreamFailure):
+    """The upstream served what a directory never does (a page that goes back): its fault,
+    reported and retried with back-off, never followed."""
+
+
+class Upstream:
+    """GETs to the upstream directory: export pages and documents, each answer read whole
+    within `deadline` seconds."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = READ_IDLE,
+        deadline: float = PAGE_DEADLINE,
+        user_agent: str = "atwhois",
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.deadline = deadline
+        self.closing = threading.Event()  # set: give up the answer being read
+        self._client = httpx.Client(
+            timeout=min(timeout, deadline),
+            headers={"User-Agent": user_agent},
+            follow_redirects=False,
+        )
+
+    def _get(self, path: str, params: dict[str, str] | None = None) -> tuple[int, bytes]:
+        give_up = time.monotonic() + self.deadline
+        try:
+            with self._client.stream("GET", self.url + path, params=params) as response:
+                chunks, size = [], 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > PAGE_MAX_BYTES:
+                        raise ResponseTooLarge(f"{self.url}{path}: over {PAGE_MAX_BYTES} bytes")
+                    if time.monotonic() > give_up or self.closing.is_set():
+                        raise UpstreamTimeout(
+                            f"{self.url}{path}: no whole answer within {self.deadline:g} s "
+                            f"({size} bytes read)"
+                        )
+                    chunks.append(chunk)
+                return response.status_code, b"".join(chunks)
+        except httpx.HTTPError as err:
+            raise UpstreamFailure(f"{self.url}: {type(err).__name__}: {err}") from None
+
+    def page(self, after: str, count: int = PAGE_SIZE) -> list[bytes]:
+        status, body = self._get("/export", {"count": str(count), "after": after})
+        if status != 200:
+            raise UpstreamFailure(f"{self.url}/export: HTTP {status}")
+        return [line for line in body.split(b"\n") if line.strip()]
+
+    def document(self, did: str) -> dict[str, Any] | None:
+        """The upstream's document (None: it serves none: 404 or 410)."""
+        status, body = self._get(f"/{did}")
+        if status in (404, 410):
+            return None
+        if status != 200:
+            raise UpstreamFailure(f"{self.url}/{did}: HTTP {status}")
+        document = json.loads(body)
+        return document if isinstance(document, dict) else {}
+
+    def close(self) -> None:
+        self.closing.set()
+        self._client.close()
+
+
+@dataclass(frozen=True, slots=True)
+class PageOrder:
+    """Where a page leaves the cursor (P-API-1): `usable` lines in order, the cursor after
+    the last of them that parsed (None: none did), and why the rest is refused."""
+
+    usable: int
+    moved: tuple[str, str] | None
+    fault: str | None = None
+
+
+def _position(line: bytes) -> tuple[int | None, str] | None:
+    """A line's `seq` (None in the legacy format) and `createdAt`, or None: it does not
+    parse, or says neither."""
+    try:
+        entry = parse_json(line)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict):
+        return None
+    seq, created = entry.get("seq"), entry.get("createdAt")
+    if isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= 2**63 - 1:
+        return seq, str(created or "")
+    if isinstance(created, str):
+        try:
+            parse_time(created)
+        except (ValueError, OverflowError):
+            return None
+        return None, created
+    return None
+
+
+def order_page(lines: list[bytes], cursor: str) -> PageOrder:
+    """Which lines of a page asked for after `cursor` may be applied: each must come after
+    the cursor and after the line before it (a `seq` greater, a `createdAt` not earlier);
+    once in sequence numbers (a cursor past 0, or a line with a `seq`), a line without one
+    is out of order too (an upstream may move to sequence numbers, never back). The first
+    line out of order ends the usable part, as an upstream fault."""
+    last_seq = int(cursor) if cursor.isascii() and cursor.isdigit() else None
+    in_seqs = last_seq is not None and last_seq > 0
+    last_time = None if last_seq is not None else _moment_or_none(cursor)
+    moved: tuple[str, str] | None = None
+    parsed: list[tuple[int | None, str]] = []
+    for index, line in enumerate(lines):
+        position = _position(line)
+        if position is None:
+            continue  # evidence, and skipped: the verifier records it
+        seq, created = position
+        if seq is not None:
+            if last_seq is not None and seq <= last_seq:
+                fault = f"line {index + 1}: seq {seq} is not after {last_seq}"
+                return PageOrder(index, moved, fault)
+            last_seq, in_seqs = seq, True
+        elif in_seqs:
+            fault = f"line {index + 1}: no seq after seq {last_seq}"
+            return PageOrder(index, moved, fault)
+        else:
+            moment = _moment(created)
+            if last_time is not None and moment < last_time:
+                fault = f"line {index + 1}: createdAt {created} goes back"
+                return PageOrder(index, moved, fault)
+            last_time = moment
+        parsed.append(position)
+        moved = (str(seq), created) if seq is not None else None
+    if parsed and parsed[-1][0] is None:
+        moved = _time_cursor(parsed)
+    return PageOrder(len(lines), moved)
+
+
+def _moment_or_none(stamp: str) -> datetime.datetime | None:
+    """A time cursor's moment; None for the start ("", "0") or one that is not a time."""
+    try:
+        return _moment(stamp) if stamp not in ("", "0") else None
+    except (ValueError, OverflowError):
+        return None
+
+
+def _moment(stamp: str) -> datetime.datetime:
+    return parse_time(stamp)
+
+
+def _time_cursor(parsed: list[tuple[int | None, str]]) -> tuple[str, str]:
+    """The legacy format's cursor: the last `createdAt` less a millisecond (ops sharing
+    the boundary's millisecond are served again and skipped as kept); past it when a whole
+    page shares one millisecond, not to loop."""
+    created = parsed[-1][1]
+    if len(parsed) > 1 and parsed[0][1] == created:
+        return created, created
+    earlier = _moment(created) - datetime.timedelta(milliseconds=1)
+    stamp = earlier.astimezone(datetime.UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z"), created
+
+
+def next_cursor(lines: list[bytes]) -> tuple[str, str]:
+    """(cursor, createdAt) after a page read from the start: its last parsed line's `seq`,
+    or (legacy format) its last `createdAt` less a millisecond."""
+    moved = order_page(lines, "0").moved
+    if moved is None:
+        raise ValueError("no line of the page says where it is")
+    return moved

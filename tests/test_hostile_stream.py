@@ -1,0 +1,273 @@
+"""The event-stream follower against hostile streams (issue 36, items 8-11): stand-ins on
+loopback that send real DAG-CBOR frames, a seq that goes back, a frame that never ends, an
+`#account` flood about DIDs nobody here asked about, and a PDS speaking about an account it
+does not host; the follower's resolver is the real one, on the test network."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from cache import CachedResolver
+from cache.accounts import PREFIX, AccountStates
+from cache.stores.memory import MemoryStore
+from devnet import relay_frames as f
+from devnet.network import DevnetState
+from foundation import Backoff
+from resolver import Resolver, Status
+from stream import AccountEvent, IdentityEvent
+from stream.follower import Follower
+from stream.subscriber import PATH, MemoryCursor, Subscriber
+from tests.support.waiting import eventually
+
+Script = Callable[[web.WebSocketResponse, web.Request, int], Awaitable[None]]
+
+
+@dataclass
+class Stream:
+    """A relay or PDS stand-in: each connection runs `script` (given the connection's
+    number); `described` is what it answers to describeServer (None: it has no such
+    method, as a relay)."""
+
+    script: Script
+    described: dict[str, Any] | None = None
+    url: str = ""
+    cursors: list[str | None] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.cursors.append(request.query.get("cursor"))
+        await self.script(ws, request, len(self.cursors))
+        await ws.close()
+        return ws
+
+    async def describe(self, _: web.Request) -> web.Response:
+        if self.described is None:
+            raise web.HTTPNotImplemented()
+        return web.json_response(self.described)
+
+
+@pytest.fixture
+async def serve_stream() -> AsyncIterator[Callable[[Stream], Awaitable[Stream]]]:
+    runners: list[web.AppRunner] = []
+
+    async def start(stream: Stream) -> Stream:
+        app = web.Application()
+        app.router.add_get(PATH, stream.handle)
+        app.router.add_get("/xrpc/com.atproto.server.describeServer", stream.describe)
+        runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runners.append(runner)
+        stream.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        return stream
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+def _quick() -> Backoff:
+    return Backoff(base=0.01, cap=0.05, rng=random.Random(2))
+
+
+async def _run(subscriber: Subscriber, done: Callable[[], bool], timeout: float = 10) -> None:
+    task = asyncio.create_task(subscriber.run())
+    try:
+        await eventually(done, timeout)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_seq_that_goes_back_is_a_fault_never_a_cursor(
+    serve_stream: Callable[[Stream], Awaitable[Stream]],
+) -> None:
+    """Item 9: 1..5, then 3 (a relay that went back), then, asked again from 5, 6 and 7.
+    The event at 3 is not applied, the cursor never goes below 5, the fault is counted."""
+
+    async def script(ws: web.WebSocketResponse, _: web.Request, connection: int) -> None:
+        seqs = [1, 2, 3, 4, 5, 3, 8] if connection == 1 else [6, 7]
+        for seq in seqs:
+            await ws.send_bytes(f.identity(seq, handle=f"s{seq}.example.com"))
+
+    stream = await serve_stream(Stream(script))
+    seen: list[int] = []
+    cursors: list[int | None] = []
+
+    async def on_event(event: IdentityEvent | AccountEvent) -> None:
+        seen.append(event.seq)
+        cursors.append(subscriber.state.cursor)
+
+    subscriber = Subscriber(stream.url, on_event, MemoryCursor(), backoff=_quick())
+    await _run(subscriber, lambda: 7 in seen)
+    assert seen == [1, 2, 3, 4, 5, 6, 7]
+    assert stream.cursors[:2] == [None, "5"]  # asked again from where it was
+    assert subscriber.state.backwards >= 1 and subscriber.state.cursor == 7
+    assert all(c is None or c < s for c, s in zip(cursors, seen, strict=True))
+
+
+async def test_a_relay_that_only_goes_back_makes_no_progress(
+    serve_stream: Callable[[Stream], Awaitable[Stream]],
+) -> None:
+    """A relay restarted with lower numbers, sending only those: its frames are not
+    followed, and however many arrive, the stream reports no progress."""
+
+    async def script(ws: web.WebSocketResponse, _: web.Request, connection: int) -> None:
+        seqs = [5000, 5001, 5002] if connection == 1 else [101, 102, 103]
+        for seq in seqs:
+            await ws.send_bytes(f.identity(seq))
+
+    stream = await serve_stream(Stream(script))
+    seen: list[int] = []
+
+    async def on_event(event: IdentityEvent | AccountEvent) -> None:
+        seen.append(event.seq)
+
+    subscriber = Subscriber(stream.url, on_event, MemoryCursor(), backoff=_quick())
+    subscriber.state.stall_after = 1.0
+    await _run(subscriber, lambda: subscriber.state.problem() is not None, timeout=10)
+    assert seen == [5000, 5001, 5002] and subscriber.state.cursor == 5002
+    assert subscriber.state.backwards >= 3
+    assert set(stream.cursors[1:]) == {"5002"}  # asked again from its cursor, every time
+
+
+async def test_a_frame_that_never_ends_is_a_failure_and_health_says_so(
+    serve_stream: Callable[[Stream], Awaitable[Stream]],
+) -> None:
+    """Item 11: a 4 MiB binary frame announced, then a byte every 50 ms. Each byte would
+    reset a heartbeat; what counts is a complete message, so the connection is given up
+    after two quiet spells and opened again, and the stream reports no progress."""
+
+    async def script(ws: web.WebSocketResponse, request: web.Request, _: int) -> None:
+        transport = request.transport
+        assert transport is not None
+        transport.write(b"\x82\x7f" + struct.pack(">Q", 4 * 1024 * 1024))
+        while not transport.is_closing():
+            transport.write(b"\x00")
+            await asyncio.sleep(0.05)
+
+    stream = await serve_stream(Stream(script))
+
+    async def on_event(event: IdentityEvent | AccountEvent) -> None:
+        raise AssertionError("no event was sent")
+
+    subscriber = Subscriber(stream.url, on_event, MemoryCursor(), backoff=_quick(), quiet_after=0.3)
+    subscriber.state.stall_after = 1.0
+    await _run(subscriber, lambda: subscriber.state.reconnects >= 2, timeout=20)
+    assert "no complete message" in str(subscriber.state.last_error)
+    await _run(subscriber, lambda: subscriber.state.problem() is not None, timeout=10)
+    assert not subscriber.state.connected
+
+
+@pytest.fixture
+async def cached(devnet: DevnetState) -> AsyncIterator[CachedResolver]:
+    async with CachedResolver(Resolver(devnet.config()), MemoryStore()) as resolver:
+        yield resolver
+
+
+async def _account_events(
+    serve_stream: Callable[[Stream], Awaitable[Stream]],
+    frames: list[bytes],
+    described: dict[str, Any] | None,
+) -> Stream:
+    async def script(ws: web.WebSocketResponse, _: web.Request, connection: int) -> None:
+        if connection == 1:
+            for frame in frames:
+                await ws.send_bytes(frame)
+        async for _ in ws:  # then quiet, until the follower goes
+            pass
+
+    return await serve_stream(Stream(script, described))
+
+
+async def test_an_account_flood_about_strangers_keeps_nothing(
+    serve_stream: Callable[[Stream], Awaitable[Stream]],
+    cached: CachedResolver,
+    devnet: DevnetState,
+) -> None:
+    """Item 8: 20,000 `#account active: false` events about DIDs this daemon neither holds
+    nor watches keep nothing (no row, no mark); one about a DID it holds, in the middle of
+    the flood, is kept as a row of its own and changes its answers."""
+    alice = devnet.did("alice")
+    assert (await cached.lookup("alice.test")).status is Status.VERIFIED
+    frames = [
+        f.account(seq, False, "takendown", did=f"did:plc:{seq:024d}") for seq in range(1, 20001)
+    ]
+    frames.insert(10_000, f.account(20_001, False, "suspended", did=alice))
+    frames[10_001:] = [
+        f.account(seq + 20_001, False, "takendown", did=f"did:plc:{seq:024d}z")
+        for seq in range(1, len(frames) - 10_000)
+    ]
+    stream = await _account_events(serve_stream, frames, None)
+    follower = Follower(cached, [stream.url], quiet_after=5)
+    await follower.start()
+    try:
+        await eventually(lambda: follower.ignored["not_held"] >= 20_000, 60)
+    finally:
+        await follower.stop()
+    assert follower.ignored["not_held"] == 20_000
+    rows = await cached.store.scan(PREFIX, 100)
+    assert rows == [(PREFIX + alice, b"suspended")]
+    assert len(cached.accounts) == 1
+    assert (await cached.lookup("alice.test")).status is Status.DID_DEACTIVATED
+    again = AccountStates()  # a restart: the row is what is kept
+    await again.load(cached.store, 0.0)
+    assert again.status(alice) == "suspended"
+
+
+@pytest.mark.parametrize("speaker", ["other-pds", "its-pds", "relay"])
+async def test_a_pds_speaks_only_for_the_accounts_it_hosts(
+    serve_stream: Callable[[Stream], Awaitable[Stream]],
+    cached: CachedResolver,
+    devnet: DevnetState,
+    speaker: str,
+) -> None:
+    """Item 10: `#account active: false` about a held DID, from a PDS's stream that does not
+    host it, changes nothing; from the PDS its document names, or from a relay, it does."""
+    alice = devnet.did("alice")
+    assert (await cached.lookup("alice.test")).status is Status.VERIFIED
+    pds = await cached.hosted_at(alice)
+    assert pds is not None
+    host = {"other-pds": "elsewhere.test", "its-pds": pds.split("://")[1].split(":")[0]}
+    described = None if speaker == "relay" else {"did": f"did:web:{host[speaker]}"}
+    stream = await _account_events(
+        serve_stream, [f.account(1, False, "deactivated", did=alice)], described
+    )
+    follower = Follower(cached, [stream.url], quiet_after=5)
+    await follower.start()
+    try:
+        await eventually(lambda: follower.subscribers[0].state.cursor == 1, 10)
+    finally:
+        await follower.stop()
+    state = follower.subscribers[0].state
+    assert state.role == ("relay" if speaker == "relay" else "pds")
+    status = (await cached.lookup("alice.test")).status
+    if speaker == "other-pds":
+        assert follower.ignored["not_its_account"] == 1
+        assert status is Status.VERIFIED and cached.accounts.status(alice) is None
+    else:
+        assert status is Status.DID_DEACTIVATED
+        assert cached.accounts.status(alice) == "deactivated"
+
+
+async def test_marks_are_bounded_in_number() -> None:
+    """Past `max_marked`, a new mark is refused and counted; lifting one makes room."""
+    store, states = MemoryStore(), AccountStates(max_marked=2)
+    dids = [f"did:plc:{n:024d}" for n in range(3)]
+    assert await states.mark(store, dids[0], "takendown", time.time())
+    assert await states.mark(store, dids[1], "takendown", time.time())
+    assert not await states.mark(store, dids[2], "takendown", time.time())
+    assert states.refused == 1 and states.status(dids[2]) is None
+    assert await states.mark(store, dids[0], None, time.time())
+    assert await states.mark(store, dids[2], "deleted", time.time())
+    assert sorted(k for k, _ in await store.scan(PREFIX, 10)) == [PREFIX + d for d in dids[1:]]

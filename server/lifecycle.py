@@ -4,7 +4,8 @@ requests in flight finish and runs the app's clean-up (which closes its stores).
 
 Strangers' connections are bounded: a request's head must arrive within the idle timeout
 (aiohttp's keep-alive timer, which also runs from a connection's start), and at most
-`max_connections` are open (never more than the open-file limit leaves room for). At the
+`max_connections` sockets are open (never more than the open-file limit leaves room for;
+two accept batches fewer are admitted, for the sockets being accepted and closed). At the
 bound a new connection takes the place of the oldest one that is idle (no request in hand:
 a slow or silent client), so that a flood of idle connections cannot lock out the clients
 that ask; with none idle, the new one is closed as soon as it is accepted. Either is logged
@@ -27,6 +28,7 @@ from foundation import defaults
 
 FILES_HELD_BACK = 256  # open files kept for stores, upstreams, logs: never connections
 LOG_EVERY = 10.0  # seconds between two lines about refused connections or loop errors
+BACKLOG = 512  # connections the kernel queues before they are accepted (a burst's worth)
 
 
 def runner_settings(idle_timeout: float = defaults.IDLE_TIMEOUT) -> dict[str, Any]:
@@ -66,26 +68,58 @@ def _idle(handler: web.RequestHandler) -> bool:
     return waiter is not None and not waiter.done()
 
 
+class _Counted(asyncio.Protocol):
+    """aiohttp's protocol for one connection, counted from the moment it is made (before
+    asyncio calls `connection_made`, a batch of accepts later) until it is lost."""
+
+    __slots__ = ("evicted", "inner", "limit")
+
+    def __init__(self, inner: web.RequestHandler, limit: ConnectionLimit) -> None:
+        self.inner, self.limit, self.evicted = inner, limit, False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.limit.open.pop(self, None)
+        self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> None:
+        self.inner.eof_received()  # None: the transport closes itself
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
 class ConnectionLimit:
-    """The protocol factory in front of aiohttp's server: its connections up to `limit`."""
+    """The protocol factory in front of aiohttp's server: its connections up to `limit`
+    (past it by at most the connections being closed, one batch of accepts)."""
 
     def __init__(self, server: web.Server, limit: int, log: logging.Logger) -> None:
         self.server, self.limit, self.log = server, limit, log
+        self.open: dict[_Counted, None] = {}  # oldest first
         self.counts = {"evicted": 0, "refused": 0}
         self._told = dict(self.counts)  # already logged
         self._told_at = 0.0
 
     def __call__(self) -> asyncio.BaseProtocol:
-        open_now = self.server.connections  # oldest first
-        if len(open_now) < self.limit:
-            return self.server()
-        oldest_idle = next((h for h in open_now if _idle(h)), None)
-        if oldest_idle is not None:
-            oldest_idle.force_close()
+        if len(self.open) >= self.limit:
+            victim = next((c for c in self.open if not c.evicted and _idle(c.inner)), None)
+            if victim is None:
+                self._count("refused")
+                return _Refused()
+            victim.evicted = True  # counted until it is lost: the bound holds meanwhile
+            victim.inner.force_close()
             self._count("evicted")
-            return self.server()
-        self._count("refused")
-        return _Refused()
+        counted = _Counted(self.server(), self)
+        self.open[counted] = None
+        return counted
 
     def _count(self, what: str) -> None:
         self.counts[what] += 1
@@ -139,18 +173,26 @@ async def serve_until_stopped(
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_QuietLoopErrors(log))
     assert runner.server is not None  # set up
-    limit = ConnectionLimit(runner.server, connection_bound(max_connections), log)
-    listener = await loop.create_server(limit, host, port, reuse_port=reuse_port or None)
+    bound = connection_bound(max_connections)
+    # asyncio accepts up to `backlog` connections at a time and makes their protocols (and
+    # closes the evicted ones) an iteration later: two batches may be open beyond those
+    # admitted, so fewer are admitted and the sockets stay within the bound.
+    backlog = min(BACKLOG, max(16, bound // 8))
+    limit = ConnectionLimit(runner.server, max(1, bound - 2 * backlog), log)
+    listener = await loop.create_server(
+        limit, host, port, reuse_port=reuse_port or None, backlog=backlog
+    )
     if started is not None:
         started()
-    bound = listener.sockets[0].getsockname()
+    address = listener.sockets[0].getsockname()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     line = {
         "event": "listening",
-        "url": f"http://{bound[0]}:{bound[1]}",
-        "max_connections": limit.limit,
+        "url": f"http://{address[0]}:{address[1]}",
+        "max_connections": bound,
+        "connections_admitted": limit.limit,
         **listening(),
     }
     log.info(json.dumps(line))

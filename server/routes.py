@@ -182,9 +182,14 @@ SERVICE = (*(method.route() for method in METHODS), *_OWN)
 
 
 def add_routes(app: web.Application, face: object, routes: Iterable[Route]) -> None:
-    """`routes` answered by `face`'s handlers."""
+    """`routes` answered by `face`'s handlers; a GET route answers HEAD too (the same
+    head, no body)."""
     for route in routes:
-        app.router.add_route(route.verb, route.path, getattr(face, route.handler))
+        handler = getattr(face, route.handler)
+        if route.verb == "GET":
+            app.router.add_get(route.path, handler)
+        else:
+            app.router.add_route(route.verb, route.path, handler)
 
 
 def described(routes: Iterable[Route]) -> dict[str, dict[str, Any]]:

@@ -42,7 +42,7 @@ import yarl
 
 from cache.stores.base import Store
 from foundation import Backoff
-from resolver.untrusted import parse_json
+from resolver.untrusted import BadNumber, parse_count, parse_json
 
 from .frames import (
     AccountEvent,
@@ -90,7 +90,10 @@ class StoreCursor:
     async def load(self) -> int | None:
         stored = await self.store.get(self.key)
         text = stored.value.decode("ascii", "replace") if stored else ""
-        return int(text) if text.isdigit() else None
+        try:  # a cursor as this process wrote it: ASCII digits within 64 bits
+            return parse_count(text, name="cursor")
+        except BadNumber:
+            return None
 
     async def save(self, seq: int | None) -> None:
         if seq is None:

@@ -95,6 +95,10 @@ def test_the_daemon_refuses_malformed_parameters_with_400_json(daemon: Daemon) -
     assert get(daemon, "/v1/audit/findings", since="2026-01-01T00:00:00Z").status_code == 200
     unknown = get(daemon, "/nowhere")
     assert unknown.status_code == 404 and unknown.json()["error"] == "NotFound"
+    for path in ("/_health", XRPC + "resolveHandle?handle=alice.test", "/v1/audit/runs"):
+        head = httpx.head(daemon.url + path, timeout=10)
+        assert (head.status_code, head.content) == (200, b""), path
+        assert head.headers["Content-Type"].startswith("application/json"), path
     assert "Traceback" not in daemon.log.read_text()
 
 

@@ -25,7 +25,7 @@ from foundation import Backoff
 from resolver import Resolver, Status
 from stream import AccountEvent, IdentityEvent
 from stream.follower import Follower
-from stream.subscriber import PATH, MemoryCursor, Subscriber
+from stream.subscriber import PATH, MemoryCursor, StoreCursor, Subscriber
 from tests.support.waiting import eventually
 
 Script = Callable[[web.WebSocketResponse, web.Request, int], Awaitable[None]]
@@ -271,3 +271,15 @@ async def test_marks_are_bounded_in_number() -> None:
     assert await states.mark(store, dids[0], None, time.time())
     assert await states.mark(store, dids[2], "deleted", time.time())
     assert sorted(k for k, _ in await store.scan(PREFIX, 10)) == [PREFIX + d for d in dids[1:]]
+
+
+async def test_a_stored_cursor_that_is_no_number_is_dropped() -> None:
+    """Smaller item: a cursor entry in non-ASCII digits (`٣` passes `str.isdigit()` and
+    `int()` takes it) or past 64 bits is not a cursor: the stream starts from the present."""
+    store = MemoryStore()
+    cursor = StoreCursor(store, "ws://relay.test")
+    for text in ("٣", "99999999999999999999", "-5", ""):
+        await store.put(cursor.key, text.encode(), time.time() + 60)
+        assert await cursor.load() is None, text
+    await cursor.save(42)
+    assert await cursor.load() == 42

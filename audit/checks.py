@@ -3,21 +3,18 @@ with (`findings.compare`)."""
 
 from __future__ import annotations
 
-import datetime
 import json
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from foundation import iso_time
 from resolver import Identity, Outcome, Status
 
 
 def iso(at: float | None) -> str | None:
     """Unix seconds as ISO 8601 (UTC, milliseconds): every time atwhois writes out."""
-    if at is None:
-        return None
-    moment = datetime.datetime.fromtimestamp(at, datetime.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return None if at is None else iso_time(at)
 
 
 @dataclass(frozen=True, slots=True)

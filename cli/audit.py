@@ -12,7 +12,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import uvloop
@@ -23,6 +22,7 @@ from audit.report import Report
 from audit.store import LABEL_MAX
 from audit.webhook import Webhook
 from cache import CachedResolver
+from foundation import iso_time
 from resolver import Config, Resolver
 from resolver.errors import InvalidInput
 from resolver.syntax import parse_lookup
@@ -263,7 +263,7 @@ def audit_history(args: argparse.Namespace) -> int:
 
 
 def _history_line(check: Check) -> str:
-    when = datetime.fromtimestamp(check.checked_at, UTC).isoformat(timespec="seconds")
+    when = iso_time(check.checked_at)
     return (
         f"  {when}  {check.status:<17} {check.did or '-':<34} {check.handle:<22} "
         f"{check.method:<5} {check.duration_ms:.0f} ms"

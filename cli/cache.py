@@ -22,6 +22,7 @@ def stats(args: argparse.Namespace) -> int:
 
 
 def purge(args: argparse.Namespace) -> int:
+    from cache.keys import identifier_of
     from cache.stores import StoreUnavailable
     from resolver.syntax import parse_lookup
 
@@ -36,8 +37,9 @@ def purge(args: argparse.Namespace) -> int:
     except StoreUnavailable as err:
         print(f"{args.prog}: the cache store did not take it: {err}", file=sys.stderr)
         return 3
+    named = [identifier_of(key) for key in purged]  # the handle and the DID, not their keys
     if args.json:
-        say(json.dumps({"purged": purged}))
+        say(json.dumps({"purged": named}))
     else:
-        say(f"purged {', '.join(purged)}" if purged else f"{args.identifier} was not cached")
+        say(f"purged {' and '.join(named)}" if named else f"{args.identifier} was not cached")
     return 0 if purged else 1

@@ -30,8 +30,7 @@ def effective_settings(resolved: Resolved) -> list[dict[str, Any]]:
     `config show` prints it; the daemon logs it when it starts."""
     rows = []
     for name, setting in settings.SETTINGS.items():
-        given = resolved.given(name)
-        value = getattr(resolved.values, name) if given else None
+        value = getattr(resolved.values, name)  # as given, or the default: the only copy
         origin = resolved.origins.get(name, "default")
         if name in FROM_CONFIG:
             value = FROM_CONFIG[name](resolved.config)
@@ -51,7 +50,17 @@ def show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    for row in rows:
-        shown = "(built-in default)" if row["value"] is None else json.dumps(row["value"])
-        print(f"{row['setting']:18} {shown:42} {row['from']}")
+    table = [
+        (row["setting"], _text(row["value"], settings.SETTINGS[row["setting"]]), row["from"])
+        for row in rows
+    ]
+    names = max(len(name) for name, _, _ in table)
+    values = max(len(value) for _, value, _ in table)
+    for name, value, origin in table:
+        print(f"{name:{names}}  {value:{values}}  {origin}")
     return 0
+
+
+def _text(value: Any, setting: settings.Setting) -> str:
+    """A value as `config show` prints it: JSON, or for no value what that means."""
+    return setting.default_text if value is None else json.dumps(value)

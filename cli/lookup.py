@@ -94,8 +94,9 @@ def _show(identity: Identity, args: argparse.Namespace) -> int:
 
 
 async def _batch(directory: Directory, identifiers: list[str], args: argparse.Namespace) -> int:
-    """Many lookups, at most --concurrency at once; one line each as they finish; a count by
-    status at the end; the worst exit code."""
+    """Many lookups, at most --concurrency at once; one line each, in the order given (a
+    line is printed once it and those before it are done); a count by status at the end;
+    the worst exit code."""
     import asyncio
 
     from .render import Style, verdict_line, wants_color
@@ -116,9 +117,10 @@ async def _batch(directory: Directory, identifiers: list[str], args: argparse.Na
             print(f"\r\x1b[K{text}", end="", file=sys.stderr, flush=True)
 
     worst = 0
+    lookups = [asyncio.ensure_future(one(i)) for i in identifiers]
     try:
-        for done, finished in enumerate(asyncio.as_completed([one(i) for i in identifiers]), 1):
-            identity = await finished
+        for done, lookup in enumerate(lookups, 1):
+            identity = await lookup
             statuses[str(identity.status)] += 1
             worst = max(worst, identity.status.exit_code)
             counter("")
@@ -127,6 +129,8 @@ async def _batch(directory: Directory, identifiers: list[str], args: argparse.Na
             counter(f"  {done}/{len(identifiers)}")
     finally:
         counter("")
+        for lookup in lookups:
+            lookup.cancel()  # an interrupted batch leaves nothing running
         await directory.aclose()
     summary = ", ".join(f"{status} {n}" for status, n in statuses.most_common())
     print(

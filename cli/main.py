@@ -165,6 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str]) -> int:
+    if not argv:  # a newcomer's first try: what atwhois does and how to ask it
+        print(build_parser().format_help(), end="", file=sys.stderr)
+        return 2
     try:
         routed = route(argv)
         path = routed[:1] + [w for w in routed[1:2] if w in TREE.get(routed[0], ())]

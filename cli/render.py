@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
+from foundation import counted
 from resolver.outcome import VERDICTS, Outcome, Status
 from resolver.rules import SPEC, cited
 
@@ -138,7 +139,7 @@ def _history(summary: Report, valid: bool) -> list[tuple[str, str]]:
     """The replayed log (`LogSummary`) in a few lines."""
     count = summary["operations"]
     verdict = "the log verifies" if valid else "the log does NOT verify"
-    rows = [("history", f"{count} operation{'s' if count != 1 else ''}; {verdict}")]
+    rows = [("history", f"{counted(count, 'operation')}; {verdict}")]
     if summary["created"]:
         rows.append(("created", summary["created"]))
     if summary["last_change"]:
@@ -157,7 +158,8 @@ def render_history(audit: Audit) -> str:
         "log verifies" if audit.valid else f"log does NOT verify ({len(audit.findings)} findings)"
     )
     state = "deactivated (tombstoned)" if audit.deactivated else "active"
-    lines = [f"{audit.did}: {verdict}; {len(audit.ops)} operations, {nullified} nullified; {state}"]
+    operations = counted(len(audit.ops), "operation")
+    lines = [f"{audit.did}: {verdict}; {operations}, {nullified} nullified; {state}"]
     for op in audit.ops:
         signer = f"key #{op.signer_index}" if op.signer_index is not None else "unsigned"
         fate = (

@@ -6,10 +6,12 @@ service, audits and tests.
 
 from __future__ import annotations
 
-import datetime
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from foundation import iso_time
 
 from .errors import InvalidInput, MalformedAnswer, ResolutionError
 from .outcome import Outcome, Status
@@ -240,7 +242,7 @@ def _document_json(document: Any) -> bytes | None:
 
 
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+    return iso_time(time.time())
 
 
 def invalid_input(identifier: str, err: InvalidInput, checked_at: str) -> Identity:

@@ -210,12 +210,18 @@ class Service:
             headers["Cache-Control"] = err.cache
             response = json_response({"error": err.error, "message": str(err)}, err.status, headers)
         except web.HTTPException as err:
-            name = "PayloadTooLarge" if err.status == 413 else "InvalidRequest"
-            if err.status == 404:
+            status, message = err.status, err.reason
+            name = "PayloadTooLarge" if status == 413 else "InvalidRequest"
+            if status == 404:
                 name = "NotFound"
-            if err.status == 405:
+            if status == 404 and request.path.startswith("/xrpc/"):
+                # XRPC's own answer for a method this server does not have (a 404 would say
+                # it speaks no XRPC at all)
+                status, name = 501, "MethodNotImplemented"
+                message = f"{request.path.removeprefix('/xrpc/')[:100]} is not a method here"
+            if status == 405:
                 name = "MethodNotAllowed"
-            response = json_response({"error": name, "message": err.reason}, err.status)
+            response = json_response({"error": name, "message": message}, status)
         except Exception:
             log.exception(
                 "request %s %s failed (request id %s)", request.method, request.path, request_id

@@ -83,6 +83,15 @@ def test_typos_are_usage_errors_with_the_command_named(capsys: pytest.CaptureFix
     assert code == 2 and "unrecognized arguments: --plc" in err
 
 
+def test_bare_atwhois_shows_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 31, item 6: no argument at all is not a lookup of nothing: the usage, the
+    commands and the examples, exit 2."""
+    code, out, err = _main([], capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith("usage: atwhois") and "give an identifier" not in err
+    assert "lookup is the default" in err and "atwhois alice.example.com" in err
+
+
 @pytest.mark.parametrize(
     ("command", "shows", "hides"),
     [

@@ -132,7 +132,10 @@ def test_lookups_through_the_cache_and_the_cache_commands(
     assert code == 0 and re.search(r"^entries +2$", out, re.M) and "{" not in out
     code, out, _ = run(["cache", "purge", "alice.test", "--json"], env)
     assert code == 0
-    assert json.loads(out)["purged"] == ["h:alice.test", f"d:{devnet.did('alice')}"]
+    assert json.loads(out)["purged"] == ["alice.test", devnet.did("alice")]  # not their keys
+    assert report(["alice.test", "--json"], env, 0)["cache"]["state"] == "miss"
+    code, out, _ = run(["cache", "purge", "alice.test"], env)
+    assert code == 0 and out.strip() == f"purged alice.test and {devnet.did('alice')}"
     code, out, _ = run(["cache", "purge", "alice.test"], env)
     assert code == 1 and out.strip() == "alice.test was not cached"
     code, _, err = run(["cache", "purge", "nope"], env)  # not an identifier: a usage error

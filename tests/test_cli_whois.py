@@ -85,15 +85,21 @@ def test_batch_with_mixed_results(devnet_env: dict[str, str], tmp_path: Path) ->
     assert code == 3  # the worst: a transient failure
     lines = out.splitlines()
     assert len(lines) == 7 and lines[-1].startswith("summary: 6 identifiers: ")
+    # in the order given (issue 31, item 9), though blackhole.test answers last of all
+    given = ["alice.test", "bob-old.test", "erin.test", "bad..handle", "blackhole.test"]
+    assert [line.split(":")[0] for line in lines[:5]] == given
+    assert lines[5].startswith("carol.test")
     assert "verified 2" in lines[-1] and "unavailable 1" in lines[-1]
     assert err == ""  # no progress when stderr is not a terminal
     listing = tmp_path / "handles.txt"
     listing.write_text("\n".join(["alice.test", "bob-old.test", "carol.test"]))
     code, out, err = run(["--file", str(listing), "--json"], devnet_env)
     reports = [json.loads(line) for line in out.splitlines()]
-    assert code == 1 and sorted(r["query"] for r in reports) == sorted(
-        ["alice.test", "bob-old.test", "carol.test"]
-    )
+    assert code == 1 and [r["query"] for r in reports] == [
+        "alice.test",
+        "bob-old.test",
+        "carol.test",
+    ]
     assert err.strip() == "summary: 3 identifiers: verified 2, handle_mismatch 1"
     code, _, err = run(["--file", str(tmp_path / "missing.txt")], devnet_env)
     assert code == 2 and "No such file" in err

@@ -96,6 +96,36 @@ def test_config_show_says_where_each_setting_came_from(tmp_path: Path) -> None:
     assert code == 2 and "did you mean 'refresh_token'" in err
 
 
+def test_config_show_prints_every_value_in_effect_aligned(tmp_path: Path) -> None:
+    """Issue 31, item 4: defaults are shown as the values they are (not "built-in
+    default"), a setting without a value says what that means, and the columns line up
+    whatever the longest name."""
+    import json
+    import os
+
+    from devnet.atwhois import run
+
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    code, out, err = run(["config", "show", "--json"], env)
+    assert code == 0, err
+    rows = {row["setting"]: (row["value"], row["from"]) for row in json.loads(out)}
+    assert rows["host"] == ("127.0.0.1", "default") and rows["port"] == (2584, "default")
+    assert rows["ttl_verified"] == ("3600:86400", "default")
+    assert rows["memory_cache_mb"] == (64.0, "default")
+    assert rows["plc_mirror_interval"] == (5.0, "default")
+    for name, (value, _) in rows.items():  # no value only where none is the default
+        if value is None:
+            setting = settings.SETTINGS[name]
+            assert setting.default is None and setting.shown, name
+    assert sum(value is None for value, _ in rows.values()) <= 10
+    code, text, _ = run(["config", "show"], env)
+    lines = text.splitlines()
+    assert len(lines) == len(settings.SETTINGS)
+    assert "built-in default" not in text
+    assert len({line.rindex(" default") for line in lines}) == 1  # one column for origins
+    assert re.search(r"^refresh_token +none: refreshIdentity refused +default$", text, re.M)
+
+
 def test_a_default_is_the_parts_own_default_not_a_copy() -> None:
     """What a setting defaults to is what the part uses when nobody configures it: the
     daemon's limits, the cache's budget and lifetimes, the audits', the mirror's."""

@@ -144,3 +144,14 @@ def test_the_command_prints_both_views_of_one_report(
     assert code == text_code
     report = json.loads(out)
     assert disagreements(report, text) == []
+
+
+def test_counts_are_worded_for_one_and_for_many() -> None:
+    """Issue 31, item 9: `1 operation`, `1 rotation key`, never `1 operations`."""
+    from foundation import counted
+
+    assert counted(1, "operation") == "1 operation"
+    assert counted(0, "operation") == "0 operations"
+    assert counted(2, "rotation key") == "2 rotation keys"
+    assert counted(1, "identity", "identities") == "1 identity"
+    assert counted(3, "identity", "identities") == "3 identities"

@@ -109,3 +109,13 @@ def test_failures_map_to_the_lexicons_names(
     assert name in declared_errors(f"com.atproto.identity.{method}") | xrpc_errors.GENERIC_ERRORS
     assert message.startswith(reason + ": ")
     assert "Retry-After" not in response.headers  # none of these is transient
+
+
+def test_an_unknown_method_is_not_implemented_not_not_found(daemon: Daemon) -> None:
+    """Issue 31, item 10: XRPC's answer for a method the server lacks is 501
+    `MethodNotImplemented`; a 404 would say the server speaks no XRPC at all. Other paths
+    keep their 404."""
+    for method in ("com.atproto.identity.nonexistent", "app.bsky.actor.getProfile"):
+        message = xrpc_error(get(daemon, f"/xrpc/{method}"), 501, "MethodNotImplemented")
+        assert method in message
+    xrpc_error(get(daemon, "/nowhere"), 404, "NotFound")

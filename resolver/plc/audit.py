@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from foundation import counted
+
 from ..document import declared_handle
 from ..errors import AtwhoisError
 from .encoding import NotEncodable, cid_of, dag_cbor, did_of_genesis, unsigned_dag_cbor
@@ -425,7 +427,8 @@ def _pds(state: State) -> str | None:
 def _describe_genesis(state: State) -> tuple[str, ...]:
     handle = declared_handle(list(state.also_known_as))
     return (
-        f"created: handle {handle}, pds {_pds(state)}, {len(state.rotation_keys)} rotation keys",
+        f"created: handle {handle}, pds {_pds(state)}, "
+        f"{counted(len(state.rotation_keys), 'rotation key')}",
     )
 
 

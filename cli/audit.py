@@ -27,7 +27,7 @@ from resolver import Config, Resolver
 from resolver.errors import InvalidInput
 from resolver.syntax import parse_lookup
 
-from .lookup import identifier_lines
+from .lookup import numbered_lines
 from .running import configure
 from .settings import Values
 
@@ -159,11 +159,25 @@ def audit_run(args: argparse.Namespace) -> int:
         except OSError as err:
             print(f"{args.prog}: {err}", file=sys.stderr)
             return 2
-        names = _normalize(identifier_lines(text), config, args.prog)
-        if names is None:
+        names, bad = [], []
+        for number, line in numbered_lines(text):
+            try:
+                names.append(parse_lookup(line, dev=config.dev).value)
+            except InvalidInput as err:
+                bad.append(f"{args.file}:{number}: {err}")
+        if bad:
+            print(f"{args.prog}: nothing audited:", *bad, sep="\n  ", file=sys.stderr)
             return 2
         targets = [Watched(name) for name in names]
     store = _open(values)
+    if targets is None and not store.watch_list():
+        store.close()
+        print(
+            f"{args.prog}: the watch-list is empty: add identities with `atwhois watch add "
+            "HANDLE` or `atwhois watch import FILE`, or audit a file: `atwhois audit FILE`",
+            file=sys.stderr,
+        )
+        return 0
     try:
         try:
             # uvloop: the same rate as asyncio's loop here, 15 MiB less at 2,000 identities

@@ -73,7 +73,16 @@ def _lookup_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the Identity report as JSON")
     parser.add_argument(
+        "--short",
+        action="store_true",
+        help="print only the answer, for scripts: the DID of a verified handle, the verified "
+        "handle of a DID, nothing when it does not verify (the exit code says why)",
+    )
+    parser.add_argument(
         "--document", action="store_true", help="with --json, include the DID document as served"
+    )
+    parser.add_argument(
+        "--no-color", action="store_true", help="no colour on a terminal either (as NO_COLOR=1)"
     )
     parser.add_argument(
         "--refresh",
@@ -92,6 +101,10 @@ def _identifier_and_json(what: str) -> Callable[[argparse.ArgumentParser], None]
 
 
 MIRROR_LISTEN = "127.0.0.1:2582"
+
+
+def _shell_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("shell", choices=["bash"], help="the shell")
 
 
 def _mirror_arguments(parser: argparse.ArgumentParser) -> None:
@@ -257,6 +270,13 @@ COMMANDS = [
         "the local HTTP service: XRPC com.atproto.identity.*, /v1, audits, /metrics",
         EVERY_SETTING,
         description=SERVE_DESCRIPTION,
+    ),
+    Command(
+        ("completion",),
+        "cli.completion:completion",
+        "a bash completion script for atwhois: source <(atwhois completion bash)",
+        [],
+        _shell_argument,
     ),
     Command(
         ("config", "show"),

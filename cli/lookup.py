@@ -19,10 +19,15 @@ if TYPE_CHECKING:
     from resolver.directory import Directory
 
 
+def numbered_lines(text: str) -> list[tuple[int, str]]:
+    """A file of identifiers, each with its line number: one a line, blank lines and `#`
+    comments skipped."""
+    lines = ((number, line.strip()) for number, line in enumerate(text.splitlines(), 1))
+    return [(number, line) for number, line in lines if line and not line.startswith("#")]
+
+
 def identifier_lines(text: str) -> list[str]:
-    """A file of identifiers: one a line, blank lines and `#` comments skipped."""
-    lines = (line.strip() for line in text.splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
+    return [line for _, line in numbered_lines(text)]
 
 
 def lookup(args: argparse.Namespace) -> int:
@@ -84,12 +89,19 @@ async def _single(directory: Directory, identifier: str, args: argparse.Namespac
 def _show(identity: Identity, args: argparse.Namespace) -> int:
     """One report, as JSON or as text (a view of the same JSON); its exit code."""
     report = identity.to_json(include_document=args.document)
-    if args.json:
+    if args.short:
+        from .render import short_answer
+
+        answer = short_answer(report)
+        if answer is not None:
+            say(answer)
+    elif args.json:
         say(json.dumps(report, indent=2))
     else:
         from .render import Style, render_text, wants_color
 
-        say(render_text(report, style=Style(wants_color(sys.stdout)), server=args.server))
+        style = Style(wants_color(sys.stdout, refused=args.no_color))
+        say(render_text(report, style=style, server=args.server))
     return int(identity.status.exit_code)
 
 
@@ -99,10 +111,10 @@ async def _batch(directory: Directory, identifiers: list[str], args: argparse.Na
     the worst exit code."""
     import asyncio
 
-    from .render import Style, verdict_line, wants_color
+    from .render import Style, short_answer, verdict_line, wants_color
 
     gate = asyncio.Semaphore(max(1, args.concurrency))
-    style = Style(wants_color(sys.stdout))
+    style = Style(wants_color(sys.stdout, refused=args.no_color))
     progress = sys.stderr.isatty()
     statuses: Counter[str] = Counter()
 
@@ -125,7 +137,10 @@ async def _batch(directory: Directory, identifiers: list[str], args: argparse.Na
             worst = max(worst, identity.status.exit_code)
             counter("")
             report = identity.to_json(include_document=args.document)
-            say(json.dumps(report) if args.json else verdict_line(report, style))
+            if args.short:  # one line each, in the order given: "-" where none verifies
+                say(short_answer(report) or "-")
+            else:
+                say(json.dumps(report) if args.json else verdict_line(report, style))
             counter(f"  {done}/{len(identifiers)}")
     finally:
         counter("")
@@ -135,6 +150,6 @@ async def _batch(directory: Directory, identifiers: list[str], args: argparse.Na
     summary = ", ".join(f"{status} {n}" for status, n in statuses.most_common())
     print(
         f"summary: {len(identifiers)} identifiers: {summary or 'none'}",
-        file=sys.stderr if args.json else sys.stdout,
+        file=sys.stderr if args.json or args.short else sys.stdout,
     )
     return worst

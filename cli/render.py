@@ -19,9 +19,26 @@ Report = dict[str, Any]  # a JSON report: `Identity.to_json()` or a part of it
 GREEN, RED, YELLOW, BOLD, DIM = "32", "31", "33", "1", "2"
 
 
-def wants_color(stream: TextIO) -> bool:
-    """https://no-color.org: any non-empty NO_COLOR turns colour off; so does a pipe."""
-    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+def wants_color(stream: TextIO, *, refused: bool = False) -> bool:
+    """https://no-color.org: any non-empty NO_COLOR turns colour off; so do a pipe and
+    `--no-color` (`refused`)."""
+    return (
+        not refused
+        and stream.isatty()
+        and not os.environ.get("NO_COLOR")
+        and os.environ.get("TERM") != "dumb"
+    )
+
+
+def short_answer(report: dict[str, Any]) -> str | None:
+    """`--short`: the DID a verified handle points at, or the verified handle of a DID;
+    None when the binding does not verify."""
+    from resolver.syntax import parse_query
+
+    if not report["verified"]:
+        return None
+    answer = report["handle"] if parse_query(report["query"]).kind == "did" else report["did"]
+    return str(answer) if answer else None
 
 
 class Style:

@@ -12,9 +12,11 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -122,6 +124,16 @@ class DevnetState:
 
         configured = configuration.resolver_config(configuration.from_environment(self.env()))
         return dataclasses.replace(configured, **{**quick, **changes})
+
+    def exports(self) -> str:
+        """Shell lines that point `atwhois` (this checkout's, first on PATH) at the network:
+        what `make devnet` and `make run` print, to be pasted or evaluated."""
+        venv_bin = Path(sys.executable).parent
+        pairs = [*self.env().items(), ("PATH", f"{venv_bin}:$PATH")]
+        return "\n".join(
+            f"export {name}={value if name == 'PATH' else shlex.quote(value)}"
+            for name, value in pairs
+        )
 
     def env(self) -> dict[str, str]:
         """The same configuration as `ATWHOIS_*` environment variables."""
@@ -298,8 +310,6 @@ def _banner(state: DevnetState) -> str:
   DNS (test.)    {state.dns_server}   (Knot on 127.0.0.1:{state.knot_port})
   HTTPS hosts    127.0.0.1:{state.https_port}   CA {state.ca_file}
 
-Point atwhois at it:
-  export ATWHOIS_DEV=1 ATWHOIS_PLC_URL={state.plc_url} ATWHOIS_DNS_SERVER={state.dns_server}
-  export ATWHOIS_CA_BUNDLE={state.ca_file} ATWHOIS_ALLOW_NET=127.0.0.0/8
-  export ATWHOIS_HTTPS_PORT={state.https_port}
-  atwhois lookup alice.test"""
+Point atwhois at it (paste these lines into a shell):
+{textwrap.indent(state.exports(), "  ")}
+  atwhois alice.test"""

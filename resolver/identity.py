@@ -169,6 +169,12 @@ class Identity:
         return self.status is Status.VERIFIED
 
     @property
+    def _log_replayed(self) -> bool:
+        """Whether the did:plc log was read and replayed (`--verify-plc`): only then does the
+        report know the rotation keys."""
+        return self.plc_log.outcome is not Outcome.SKIPPED
+
+    @property
     def handle(self) -> str:
         """The verified handle, or `handle.invalid` (H-INV-2)."""
         if self.verified and self.declared_handle:
@@ -187,7 +193,8 @@ class Identity:
             "signing_key": self.signing_key,
             "also_known_as": list(self.also_known_as),
             "services": [{"id": i, "type": t, "endpoint": e} for i, t, e in self.services],
-            "rotation_keys": list(self.rotation_keys),
+            # null, not []: without the replayed log they were not checked, not found absent
+            "rotation_keys": list(self.rotation_keys) if self._log_replayed else None,
             "history": self.history.to_json() if self.history else None,
             "evidence": {
                 "handle": self.handle_queried,
@@ -221,7 +228,7 @@ class Identity:
             signing_key=data["signing_key"],
             also_known_as=tuple(data["also_known_as"]),
             services=tuple((s["id"], s["type"], s["endpoint"]) for s in data.get("services", [])),
-            rotation_keys=tuple(data.get("rotation_keys", ())),
+            rotation_keys=tuple(data.get("rotation_keys") or ()),
             history=LogSummary.from_json(data["history"]) if data.get("history") else None,
             dns=Evidence.from_json(evidence["dns"]),
             https=Evidence.from_json(evidence["https"]),

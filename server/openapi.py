@@ -121,7 +121,7 @@ _IDENTITY_FIELDS = {
         "type": "array",
         "items": object_of({k: {"type": "string"} for k in ("id", "type", "endpoint")}),
     },
-    "rotation_keys": strings(),
+    "rotation_keys": {**strings(), "type": ["array", "null"]},  # null: not checked
     "evidence": {
         "type": "object",
         "required": ["handle", "dns", "https", "did_doc", "plc_log"],

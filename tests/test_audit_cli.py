@@ -336,3 +336,21 @@ def test_a_report_written_a_row_at_a_time_is_the_json_document_it_was(shape: str
         "upstreams": [f.to_json() for f in report.upstreams],
     }
     assert out.getvalue() == json.dumps(whole, indent=2) + "\n"
+
+
+def test_audit_input_mistakes_say_where_and_what_to_do(tmp_path: Path) -> None:
+    """Issue 31, item 8: a bad line of an audit file is named by its file and line number
+    (every bad line, nothing audited); an empty watch-list points at how to fill it."""
+    run = run_cli
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    listing = tmp_path / "handles.txt"
+    listing.write_text("# ours\nalice.test\n\nnot valid!\nbob.test\nat://also bad\n")
+    audit_db = ("--audit-db", str(tmp_path / "audit.db"))
+    code, out, err = run(["audit", str(listing), "--dev", *audit_db], env)
+    assert code == 2 and out == ""
+    assert f"{listing}:4: 'not valid!' is not a valid handle [H-SYN-2]" in err
+    assert f"{listing}:6: " in err and "nothing audited" in err
+    code, out, err = run(["audit", *audit_db], env)
+    assert code == 0 and out == ""
+    assert "the watch-list is empty" in err and "atwhois watch add" in err
+    assert "atwhois watch import" in err

@@ -184,3 +184,40 @@ def test_one_name_per_setting_in_flag_variable_and_file(
     config.write_text('timeout = "fast"\n')
     code, _, err = run(["alice.test", "--config", str(config)], bare)
     assert code == 2 and "timeout must be a number, not 'fast'" in err
+
+
+def _complete(words: list[str]) -> list[str]:
+    """What the bash completion script `atwhois completion bash` offers for `words` (the
+    last one being typed), run by a real bash."""
+    import shlex
+    import subprocess
+
+    from cli.completion import script
+
+    program = "\n".join(
+        [
+            script(),
+            f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)})",
+            f"COMP_CWORD={len(words) - 1}",
+            "_atwhois",
+            'printf "%s\\n" "${COMPREPLY[@]}"',
+        ]
+    )
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stdout.splitlines() if line]
+
+
+def test_bash_completion_knows_every_command_and_its_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 31, item 11: shell completion made from the command table."""
+    code, out, _ = _main(["completion", "bash"], capsys)
+    assert code == 0 and out.startswith("# bash completion for atwhois")
+    assert _complete(["atwhois", "pl"]) == ["plc"]
+    assert sorted(_complete(["atwhois", "plc", ""])) == ["mirror", "verify-export"]
+    assert _complete(["atwhois", "lookup", "--sho"]) == ["--short"]
+    assert _complete(["atwhois", "alice.test", "--no-c"]) == ["--no-color"]  # lookup's
+    assert "--max-connections" in _complete(["atwhois", "plc", "mirror", "--max-"])
+    assert _complete(["atwhois", "audit", "--form"]) == ["--format"]  # audit run's
+    assert _complete(["atwhois", "serve", "--short"]) == []  # not a flag of serve

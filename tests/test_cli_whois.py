@@ -29,6 +29,14 @@ def test_a_verified_handle(devnet_env: dict[str, str], devnet: DevnetState) -> N
     code, out, _ = run(["alice.test", "--verify-plc"], devnet_env)
     assert code == 0 and "history      1 operation; the log verifies" in out
     assert "plc log   ok" in out and "rotation     did:key:" in out
+    # the JSON: rotation keys not checked are null, not "none" (issue 31, item 7)
+    code, out, _ = run(["alice.test", "--json"], devnet_env)
+    trusting = json.loads(out)
+    assert trusting["rotation_keys"] is None and trusting["history"] is None
+    assert trusting["evidence"]["plc_log"]["outcome"] == "skipped"
+    code, out, _ = run(["alice.test", "--json", "--verify-plc"], devnet_env)
+    replayed = json.loads(out)["rotation_keys"]
+    assert isinstance(replayed, list) and replayed and replayed[0].startswith("did:key:")
 
 
 def test_every_way_of_naming_someone(devnet_env: dict[str, str], devnet: DevnetState) -> None:
@@ -183,3 +191,50 @@ def test_the_history_summary_counts_every_change(
     assert "recoveries: 1" in rows["changes"] and "nullified ops: 1" in rows["changes"]
     assert rows["history"] == "3 operations; the log verifies"
     assert rows["last change"].endswith(": recovery: nullifies 1 op(s)")
+
+
+def test_short_answers_for_scripts(devnet_env: dict[str, str], devnet: DevnetState) -> None:
+    """Issue 31, item 11: `--short` prints the DID of a verified handle, the verified handle
+    of a DID, nothing when the binding fails; the exit code is the lookup's, as ever."""
+    alice = devnet.did("alice")
+    assert run(["alice.test", "--short"], devnet_env)[:2] == (0, f"{alice}\n")
+    assert run([alice, "--short"], devnet_env)[:2] == (0, "alice.test\n")
+    assert run([f"at://{alice}/app.bsky.feed.post/3k2a", "--short"], devnet_env)[:2] == (
+        0,
+        "alice.test\n",
+    )
+    code, out, _ = run(["bob-old.test", "--short"], devnet_env)
+    assert (code, out) == (1, "")
+    code, out, err = run(["-", "--short"], devnet_env, stdin="alice.test\nbob-old.test\n")
+    assert (code, out) == (1, f"{alice}\n-\n") and err.startswith("summary: 2 identifiers")
+
+
+def test_no_color_on_a_terminal_too(devnet_env: dict[str, str]) -> None:
+    """Issue 31, item 11: `--no-color` beside NO_COLOR, on a real terminal."""
+    import pty
+    import subprocess
+
+    from devnet.atwhois import ATWHOIS
+
+    def on_a_terminal(*flags: str) -> str:
+        leader, follower = pty.openpty()
+        env = {k: v for k, v in devnet_env.items() if k != "NO_COLOR"}
+        process = subprocess.Popen(
+            [ATWHOIS, "alice.test", *flags], stdout=follower, stderr=follower, env=env
+        )
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        process.wait(60)
+        os.close(leader)
+        return b"".join(chunks).decode()
+
+    assert ESC in on_a_terminal()
+    assert ESC not in on_a_terminal("--no-color")

@@ -3,6 +3,7 @@ structure is checked here instead."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -99,3 +100,45 @@ def test_the_systemd_unit() -> None:
     assert service["KillSignal"] == "SIGTERM" and int(service["TimeoutStopSec"]) > 30
     assert service["NoNewPrivileges"] == "yes" and service["ProtectSystem"] == "strict"
     assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def _kept_in_files() -> dict[str, str]:
+    """The settings whose default is a file in the user's folders: name -> variable."""
+    from cli.config import _DEFAULT_PLACES
+    from cli.settings import SETTINGS
+
+    return {name: SETTINGS[name].env for name in _DEFAULT_PLACES}
+
+
+def test_everything_kept_lives_on_the_volume_or_the_state_directory() -> None:
+    """Issue 31, item 12: each setting whose default is a file under the user's home (the
+    cache, the audit history, the PLC mirror: the settings table's default places) is set
+    to the image's /data volume and to the unit's state directory, and the folders other
+    parts default to are pointed there too: nothing is written outside them."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    unit = (ROOT / "atwhois.service").read_text()
+    for name, variable in _kept_in_files().items():
+        assert re.search(rf"{variable}=(sqlite:///)?/data/", dockerfile), name
+        assert re.search(rf"Environment={variable}=(sqlite:///)?/var/lib/atwhois/", unit), name
+    for folder in ("XDG_DATA_HOME", "XDG_CACHE_HOME"):
+        assert f"{folder}=/data" in dockerfile and f"Environment={folder}=/var/lib/atwhois" in unit
+
+
+def test_installing_the_package_says_nothing_to_warn_about(tmp_path: Path) -> None:
+    """Issue 31, item 12: building the wheel gives no setuptools warning (the templates and
+    the stylesheet are declared with their packages)."""
+    import subprocess
+    import sys
+
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    output = built.stdout + built.stderr
+    assert "is absent from the `packages` configuration" not in output, output
+    wheel = next(tmp_path.glob("atwhois-*.whl"))
+    import zipfile
+
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "server/templates/identity.html" in names and "server/static/atwhois.css" in names

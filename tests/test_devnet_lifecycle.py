@@ -90,3 +90,55 @@ def test_make_run_stopped_with_sigterm_leaves_nothing_behind() -> None:
     assert not workdir.exists()
     assert wait_until(lambda: not [p for p in state["pids"].values() if alive(p)], 10)
     assert wait_until(lambda: not processes_mentioning(str(workdir)), 10)
+
+
+def test_a_newcomers_first_ten_minutes_without_a_terminal(tmp_path: Path) -> None:
+    """Issue 31, items 1-3: `make run` without a terminal keeps serving; before it does, it
+    prints the lines that point the command line at its network, which, evaluated in a
+    fresh shell with none of our environment, make `atwhois alice.test` verify; its audits
+    live in its own temporary folder, not in the user's home."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "devnet.demo"],
+        cwd=ROOT,
+        env={**os.environ, "HOME": str(home)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert demo.stdout is not None
+    exports: list[str] = []
+    url, taken = None, False
+    try:
+        for line in demo.stdout:
+            taken = taken or line.startswith("(port 2584 is taken")
+            if line.startswith("test network up in"):
+                url = line.split("atwhois serve at ")[1].strip()
+            if line.startswith("  export "):
+                exports.append(line.strip())
+            if line.startswith("serving at"):
+                break
+        assert url is not None and len(exports) >= 7
+        assert url.endswith(":2584") != taken  # the README's port, or a line that says why not
+        shell = subprocess.run(
+            ["bash", "-c", "\n".join([*exports, "atwhois alice.test; echo exit=$?"])],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "alice.test: verified" in shell.stdout, shell.stdout + shell.stderr
+        assert shell.stdout.strip().endswith("exit=0")
+        time.sleep(2)
+        assert demo.poll() is None  # still serving, with no terminal
+        health = subprocess.run(
+            ["curl", "-s", f"{url}/_health"], capture_output=True, text=True, timeout=30
+        )
+        assert '"ok": true' in health.stdout or '"ok":true' in health.stdout
+        assert not (home / ".local" / "share" / "atwhois" / "audit.db").exists()
+    finally:
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(60) == 128 + signal.SIGTERM

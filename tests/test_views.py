@@ -62,7 +62,7 @@ def disagreements(report: Report, text: str) -> list[str]:
             says(report[key], key)
     for service in report["services"]:
         says(service["endpoint"], "service")
-    for key in report["rotation_keys"]:
+    for key in report["rotation_keys"] or ():  # null: not checked
         says(key, "rotation key")
     for warning in report["warnings"]:
         says(warning, "warning")

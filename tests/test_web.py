@@ -94,6 +94,10 @@ def test_a_verified_handle(browser: webdriver.Chrome, daemon: Daemon, devnet: De
     assert "DNS TXT ok" in text and "HTTPS well-known ok" in text and "DID document ok" in text
     assert "History: 1 operation, its signatures verify" in text
     assert "was not compared with this log" in text  # the daemon trusts the directory
+    # the table says the same as the history below it (issue 31, item 7), not "skipped"
+    row = browser.find_element(By.XPATH, "//tr[th[normalize-space()='PLC log']]").text
+    assert "read below" in row and "not compared with the document" in row
+    assert "skipped" not in row
     assert browser.find_element(By.CSS_SELECTOR, ".verdict.ok .icon").text == "✓"
     details = browser.find_element(By.TAG_NAME, "details")
     assert details.get_attribute("open") is None  # the raw document is folded away

@@ -40,6 +40,7 @@ from .store import (
     SqlMirrorStore,
     StoredOp,
     open_mirror_store,
+    storable,
 )
 
 MAX_REPLAYS = 250_000  # DIDs whose replay stays in memory, per worker (about 3.3 KiB each)
@@ -337,7 +338,7 @@ class Page:
 
 
 def _as_text(line: str | bytes) -> str:
-    return line.decode(errors="replace") if isinstance(line, bytes) else line
+    return line.decode(errors="replace") if isinstance(line, bytes) else storable(line)
 
 
 def _count(verdict: Verdict, line: str | bytes, result: PageResult, batch: Batch, at: str) -> None:
@@ -355,11 +356,10 @@ def _count(verdict: Verdict, line: str | bytes, result: PageResult, batch: Batch
         result.applied += 1
         result.created += verdict.genesis
         result.nullified += len(verdict.displaced)
-    else:
-        rule, cid = verdict.rule, verdict.cid
-        batch.rejected.append(
-            Rejection(verdict.did, cid, verdict.created_at, rule, verdict.message, text, at)
-        )
+    else:  # what the line claims may hold anything JSON can escape
+        rule, cid = verdict.rule, storable(verdict.cid)
+        created, message = storable(verdict.created_at), storable(verdict.message)
+        batch.rejected.append(Rejection(verdict.did, cid, created, rule, message, text, at))
         batch.flags.setdefault(
             verdict.did, (f"the upstream serves op {cid}, which breaks {rule}", at)
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -57,6 +58,7 @@ CREATE TABLE IF NOT EXISTS plc_bad_lines (
     entry TEXT NOT NULL,
     seen_at TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS plc_bad_lines_seen ON plc_bad_lines (seen_at, digest);
 CREATE TABLE IF NOT EXISTS plc_flags (
     did TEXT PRIMARY KEY,
     reason TEXT NOT NULL,
@@ -65,6 +67,7 @@ CREATE TABLE IF NOT EXISTS plc_flags (
 """
 ENTRY_CAP = 8192  # characters of a refused entry kept as evidence
 BAD_LINES_KEPT = 10_000  # the newest lines that did not parse, kept as evidence
+BAD_LINES_SLACK = 1_000  # kept past that between two prunes (a prune walks the whole table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +96,20 @@ class Rejection:
     seen_at: str
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """`text` as a database can hold it: a lone surrogate (JSON may escape one: `"\\ud800"`)
+    becomes U+FFFD instead of failing the whole page's write."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
 @dataclass(frozen=True, slots=True)
 class BadLine:
     """A line the upstream served that the mirror could not use, and why: kept once (by its
-    digest, however often it is served), the newest `BAD_LINES_KEPT` of them."""
+    digest, however often it is served), the newest `BAD_LINES_KEPT` of them (and up to
+    `BAD_LINES_SLACK` more between two prunes)."""
 
     digest: str
     reason: str
@@ -107,7 +120,7 @@ class BadLine:
     def of(cls, line: str | bytes, reason: str, seen_at: str) -> BadLine:
         raw = line if isinstance(line, bytes) else line.encode("utf-8", "surrogatepass")
         text = raw[: ENTRY_CAP * 4].decode("utf-8", "replace")[:ENTRY_CAP]
-        return cls(hashlib.sha256(raw).hexdigest(), reason, text, seen_at)
+        return cls(hashlib.sha256(raw).hexdigest(), storable(reason), text, seen_at)
 
 
 @dataclass(slots=True)
@@ -141,6 +154,7 @@ class SqlMirrorStore:
         self._read_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._next_seq = 1 + (self._one("SELECT COALESCE(MAX(seq), 0) FROM plc_ops") or 0)
+        self._bad_since_prune = BAD_LINES_SLACK  # the first write with bad lines prunes
 
     def _sql(self, text: str) -> str:
         return text if self._placeholder == "?" else text.replace("?", self._placeholder)
@@ -257,70 +271,82 @@ class SqlMirrorStore:
         }
 
     def write(self, batch: Batch) -> None:
-        sql = self._sql
+        """One transaction: all of `batch`, or (on any failure, raised) none of it, the
+        connection left ready for the next write."""
         with self._write_lock:
             cursor = self._writer.cursor()
             self._begin(cursor)
-            first = self._next_seq
+            try:
+                self._write_batch(cursor, batch)
+            except BaseException:
+                self._writer.rollback()
+                raise
+            self._writer.commit()
+            self._next_seq += len(batch.ops)
+
+    def _write_batch(self, cursor: Any, batch: Batch) -> None:
+        sql = self._sql
+        first = self._next_seq
+        cursor.executemany(
+            sql(
+                "INSERT INTO plc_ops (seq, did, cid, created_at, entry, signer) "
+                "VALUES (?, ?, ?, ?, ?, ?)"
+            ),
+            [(first + i, *op) for i, op in enumerate(batch.ops)],
+        )
+        cursor.executemany(
+            sql("UPDATE plc_ops SET nullified = 1 WHERE did = ? AND cid = ?"), batch.nullified
+        )
+        cursor.executemany(
+            sql(
+                "INSERT INTO plc_dids (did, state, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (did) DO UPDATE SET state = excluded.state, "
+                "updated_at = excluded.updated_at"
+            ),
+            [(did, state, at) for did, (state, at) in batch.states.items()],
+        )
+        cursor.executemany(
+            sql(
+                "INSERT INTO plc_rejected VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (did, cid) DO NOTHING"
+            ),
+            [
+                (r.did, r.cid, r.created_at, r.rule, r.message, r.entry[:ENTRY_CAP], r.seen_at)
+                for r in batch.rejected
+            ],
+        )
+        cursor.executemany(
+            sql(
+                "INSERT INTO plc_flags VALUES (?, ?, ?) ON CONFLICT (did) DO UPDATE "
+                "SET reason = excluded.reason"
+            ),
+            [(did, reason, since) for did, (reason, since) in batch.flags.items()],
+        )
+        if batch.bad_lines:
             cursor.executemany(
                 sql(
-                    "INSERT INTO plc_ops (seq, did, cid, created_at, entry, signer) "
-                    "VALUES (?, ?, ?, ?, ?, ?)"
+                    "INSERT INTO plc_bad_lines VALUES (?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING"
                 ),
-                [(first + i, *op) for i, op in enumerate(batch.ops)],
+                [(b.digest, b.reason, b.entry, b.seen_at) for b in batch.bad_lines],
             )
-            cursor.executemany(
-                sql("UPDATE plc_ops SET nullified = 1 WHERE did = ? AND cid = ?"), batch.nullified
-            )
-            cursor.executemany(
-                sql(
-                    "INSERT INTO plc_dids (did, state, updated_at) VALUES (?, ?, ?) "
-                    "ON CONFLICT (did) DO UPDATE SET state = excluded.state, "
-                    "updated_at = excluded.updated_at"
-                ),
-                [(did, state, at) for did, (state, at) in batch.states.items()],
-            )
-            cursor.executemany(
-                sql(
-                    "INSERT INTO plc_rejected VALUES (?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (did, cid) DO NOTHING"
-                ),
-                [
-                    (r.did, r.cid, r.created_at, r.rule, r.message, r.entry[:ENTRY_CAP], r.seen_at)
-                    for r in batch.rejected
-                ],
-            )
-            cursor.executemany(
-                sql(
-                    "INSERT INTO plc_flags VALUES (?, ?, ?) ON CONFLICT (did) DO UPDATE "
-                    "SET reason = excluded.reason"
-                ),
-                [(did, reason, since) for did, (reason, since) in batch.flags.items()],
-            )
-            if batch.bad_lines:
-                cursor.executemany(
-                    sql(
-                        "INSERT INTO plc_bad_lines VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT (digest) DO NOTHING"
-                    ),
-                    [(b.digest, b.reason, b.entry, b.seen_at) for b in batch.bad_lines],
-                )
+            self._bad_since_prune += len(batch.bad_lines)
+            if self._bad_since_prune >= BAD_LINES_SLACK:
                 cursor.execute(
                     sql(
                         "DELETE FROM plc_bad_lines WHERE digest IN (SELECT digest FROM "
-                        "plc_bad_lines ORDER BY seen_at DESC, digest LIMIT 1000000000 OFFSET ?)"
+                        "plc_bad_lines ORDER BY seen_at DESC, digest "
+                        "LIMIT 1000000000 OFFSET ?)"
                     ),
                     (BAD_LINES_KEPT,),
                 )
-            cursor.executemany(
-                sql(
-                    "INSERT INTO plc_meta VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
-                    "SET value = excluded.value"
-                ),
-                list(batch.meta.items()),
-            )
-            self._writer.commit()
-            self._next_seq = first + len(batch.ops)
+                self._bad_since_prune = 0
+        cursor.executemany(
+            sql(
+                "INSERT INTO plc_meta VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
+                "SET value = excluded.value"
+            ),
+            list(batch.meta.items()),
+        )
 
     def flag(self, did: str, reason: str, since: str) -> None:
         self.write(Batch(flags={did: (reason, since)}))

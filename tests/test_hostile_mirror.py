@@ -283,3 +283,55 @@ def test_order_page_rules() -> None:
     )
     assert order_page(legacy[:1], "2026-01-01T00:00:00.006Z").usable == 0
     assert order_page([b'{"seq": 99999999999999999999}'], "0").moved is None
+
+
+def test_bad_lines_kept_are_bounded_newest_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The evidence of unparseable lines is bounded: the newest `BAD_LINES_KEPT`, and up to
+    `BAD_LINES_SLACK` more between two prunes, whatever an upstream sends."""
+    from mirror import store as stores
+
+    monkeypatch.setattr(stores, "BAD_LINES_KEPT", 5)
+    monkeypatch.setattr(stores, "BAD_LINES_SLACK", 3)
+    store = SqliteMirrorStore(tmp_path / "bounded.db")
+    try:
+        for n in range(40):
+            line = stores.BadLine.of(
+                f"garbage {n}".encode(), "not JSON", f"2026-01-01T00:00:{n:02d}Z"
+            )
+            store.write(stores.Batch(bad_lines=[line]))
+            assert store.counts()["bad_lines"] <= 5 + 3
+        kept = [b.entry for b in store.bad_lines(100)]
+        assert kept[0] == "garbage 39" and "garbage 0" not in kept
+    finally:
+        store.close()
+
+
+def test_escaped_surrogates_never_wedge_the_store(tmp_path: Path) -> None:
+    """Found by `make fuzz`: a line whose claimed CID (or time) is a JSON-escaped lone
+    surrogate made the page's write fail and left the transaction open, so every later
+    write failed too: one line froze the mirror. The claim is kept as evidence (U+FFFD),
+    and a write that fails leaves nothing behind and the store usable."""
+    from mirror import store as stores
+
+    log = _three_ops("surrogate")
+    forged = copy.deepcopy(log.entries[1])
+    forged["cid"] = "\ud800"
+    forged["createdAt"] = "\udfff"
+    store = SqliteMirrorStore(tmp_path / "surrogates.db")
+    try:
+        replica = Replica(store)
+        result = replica.apply([json.dumps(log.entries[0]), json.dumps(forged)])
+        assert (result.applied, result.rejected) == (1, 1)
+        refused = store.rejected(10)[0]
+        assert refused.cid == "\ufffd" and refused.created_at == "\ufffd"
+        assert replica.apply([json.dumps(log.entries[1])]).applied == 1  # still writable
+        before = store.counts()
+        with pytest.raises(UnicodeEncodeError):
+            store.write(stores.Batch(ops=[(log.did, "\ud800", "t", "{}", 0)], meta={"a": "b"}))
+        assert store.counts() == before and "a" not in store.meta()  # none of it
+        store.write(stores.Batch(meta={"a": "b"}))
+        assert store.meta()["a"] == "b"
+    finally:
+        store.close()

@@ -30,8 +30,9 @@ from bench.serve_load import free_port, rotate_script, wait_for, wrk
 from devnet.atwhois import ATWHOIS
 from devnet.postgres import scratch_database
 from devnet.synthetic_plc import write_export
+from mirror.records import Batch
 from mirror.replica import Verifier
-from mirror.store import Batch, SqliteMirrorStore
+from mirror.store import SqliteMirrorStore
 from resolver.plc.encoding import dag_cbor, unsigned
 from resolver.plc.export import export_entry
 from resolver.plc.signature import decode_signature, verify

@@ -34,7 +34,8 @@ from resolver.syntax import check_plc_did
 from resolver.untrusted import BadNumber, parse_count
 
 from .follow import MirrorState
-from .store import SqlMirrorStore, StoredOp
+from .records import StoredOp
+from .store import SqlMirrorStore
 
 PROFILES = ("directory", "reference")
 _JSON = "application/json; charset=utf-8"

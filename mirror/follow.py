@@ -33,8 +33,9 @@ from foundation import Backoff, defaults
 from resolver.errors import ResponseTooLarge, UpstreamFailure
 from resolver.plc.document import compare_state, state_from_data
 
+from .records import BadLine, Batch
 from .replica import Page, PageResult, Replica
-from .store import BadLine, Batch, SqlMirrorStore
+from .store import SqlMirrorStore
 from .upstream import PAGE_SIZE, Upstream, UpstreamFault, order_page
 
 STALL_AFTER = 300.0  # seconds without progress before /_health says the follower is stalled

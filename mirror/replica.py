@@ -32,16 +32,8 @@ from resolver.plc.audit import Replay
 from resolver.plc.document import state_data
 from resolver.plc.export import export_entry, route
 
-from .store import (
-    ENTRY_CAP,
-    BadLine,
-    Batch,
-    Rejection,
-    SqlMirrorStore,
-    StoredOp,
-    open_mirror_store,
-    storable,
-)
+from .records import ENTRY_CAP, BadLine, Batch, Rejection, StoredOp, storable
+from .store import SqlMirrorStore, open_mirror_store
 
 MAX_REPLAYS = 250_000  # DIDs whose replay stays in memory, per worker (about 3.3 KiB each)
 

@@ -10,18 +10,16 @@ the placeholder (`?` against `%s`) and in a few words of DDL.
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import json
-import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from foundation import data_path
 from resolver.errors import AtwhoisError, SchemaMismatch
+
+from .records import ENTRY_CAP, BadLine, Batch, Rejection, StoredOp
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -65,76 +63,8 @@ CREATE TABLE IF NOT EXISTS plc_flags (
     since TEXT NOT NULL
 );
 """
-ENTRY_CAP = 8192  # characters of a refused entry kept as evidence
 BAD_LINES_KEPT = 10_000  # the newest lines that did not parse, kept as evidence
 BAD_LINES_SLACK = 1_000  # kept past that between two prunes (a prune walks the whole table)
-
-
-@dataclass(frozen=True, slots=True)
-class StoredOp:
-    seq: int
-    did: str
-    cid: str
-    created_at: str
-    entry: str  # the export line as the upstream served it, verified
-    signer: int  # which of the rotation keys in force signed it
-    nullified: bool
-
-    @property
-    def operation(self) -> Any:
-        return json.loads(self.entry)["operation"]
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    did: str
-    cid: str
-    created_at: str
-    rule: str
-    message: str
-    entry: str  # the export line as the upstream served it (capped)
-    seen_at: str
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def storable(text: str) -> str:
-    """`text` as a database can hold it: a lone surrogate (JSON may escape one: `"\\ud800"`)
-    becomes U+FFFD instead of failing the whole page's write."""
-    return _SURROGATE.sub("\ufffd", text)
-
-
-@dataclass(frozen=True, slots=True)
-class BadLine:
-    """A line the upstream served that the mirror could not use, and why: kept once (by its
-    digest, however often it is served), the newest `BAD_LINES_KEPT` of them (and up to
-    `BAD_LINES_SLACK` more between two prunes)."""
-
-    digest: str
-    reason: str
-    entry: str  # the line as served (capped)
-    seen_at: str
-
-    @classmethod
-    def of(cls, line: str | bytes, reason: str, seen_at: str) -> BadLine:
-        raw = line if isinstance(line, bytes) else line.encode("utf-8", "surrogatepass")
-        text = raw[: ENTRY_CAP * 4].decode("utf-8", "replace")[:ENTRY_CAP]
-        return cls(hashlib.sha256(raw).hexdigest(), storable(reason), text, seen_at)
-
-
-@dataclass(slots=True)
-class Batch:
-    """One page's worth of changes, written in one transaction with the new cursor."""
-
-    # did, cid, createdAt, the line, the index of the rotation key that signed it
-    ops: list[tuple[str, str, str, str, int]] = field(default_factory=list)
-    nullified: list[tuple[str, str]] = field(default_factory=list)  # did, cid
-    states: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # did: state, at
-    rejected: list[Rejection] = field(default_factory=list)
-    flags: dict[str, tuple[str, str]] = field(default_factory=dict)  # did: reason, since
-    meta: dict[str, str] = field(default_factory=dict)
-    bad_lines: list[BadLine] = field(default_factory=list)
 
 
 class SqlMirrorStore:

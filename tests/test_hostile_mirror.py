@@ -290,10 +290,11 @@ def test_bad_lines_kept_are_bounded_newest_first(
 ) -> None:
     """The evidence of unparseable lines is bounded: the newest `BAD_LINES_KEPT`, and up to
     `BAD_LINES_SLACK` more between two prunes, whatever an upstream sends."""
-    from mirror import store as stores
+    from mirror import records as stores
+    from mirror import store as bounds
 
-    monkeypatch.setattr(stores, "BAD_LINES_KEPT", 5)
-    monkeypatch.setattr(stores, "BAD_LINES_SLACK", 3)
+    monkeypatch.setattr(bounds, "BAD_LINES_KEPT", 5)
+    monkeypatch.setattr(bounds, "BAD_LINES_SLACK", 3)
     store = SqliteMirrorStore(tmp_path / "bounded.db")
     try:
         for n in range(40):
@@ -313,7 +314,7 @@ def test_escaped_surrogates_never_wedge_the_store(tmp_path: Path) -> None:
     surrogate made the page's write fail and left the transaction open, so every later
     write failed too: one line froze the mirror. The claim is kept as evidence (U+FFFD),
     and a write that fails leaves nothing behind and the store usable."""
-    from mirror import store as stores
+    from mirror import records as stores
 
     log = _three_ops("surrogate")
     forged = copy.deepcopy(log.entries[1])

@@ -19,8 +19,8 @@ from devnet.plc_ops import AuditLog, Key, log_entry, plc_operation
 from devnet.postgres import scratch_database
 from devnet.synthetic_plc import export_lines
 from mirror import Follower, MirrorApi, MirrorFetcher, MirrorState, Replica, Upstream
+from mirror.records import Batch
 from mirror.store import (
-    Batch,
     PostgresMirrorStore,
     SqliteMirrorStore,
     SqlMirrorStore,

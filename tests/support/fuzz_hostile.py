@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from devnet import relay_frames
 from devnet.synthetic_plc import export_lines
 from mirror import Follower, MirrorApi, MirrorState, Replica
-from mirror.store import Batch, SqliteMirrorStore
+from mirror.records import Batch
+from mirror.store import SqliteMirrorStore
 from resolver.errors import UpstreamFailure
 from resolver.untrusted import BadNumber, parse_count
 from stream.subscriber import MemoryCursor, Subscriber

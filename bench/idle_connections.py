@@ -12,8 +12,6 @@ its log grew by.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import selectors
 import socket
 import statistics
@@ -29,6 +27,7 @@ import httpx
 from bench import Row
 from devnet.atwhois import Daemon, running_daemon
 from devnet.network import running_devnet
+from devnet.process import open_sockets
 
 HEAD = b"GET /_health HTTP/1.1\r\nHost: idle\r\n"  # never finished
 
@@ -80,15 +79,6 @@ def _latencies(url: str, paths: list[str], requests: int) -> list[float]:
     return timings
 
 
-def _sockets(pid: int) -> int:
-    """The process's open sockets: connections, its listener, its own clients."""
-    held = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(FileNotFoundError):  # closed meanwhile
-            held += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-    return held
-
-
 def _p(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
 
@@ -116,7 +106,7 @@ def measure(what: str, daemon: Daemon, paths: list[str], args: argparse.Namespac
 
     def sample() -> None:
         while not stop.is_set():
-            most_files[0] = max(most_files[0], _sockets(daemon.process.pid))
+            most_files[0] = max(most_files[0], open_sockets(daemon.process.pid))
             stop.wait(0.2)
 
     sampler = threading.Thread(target=sample)

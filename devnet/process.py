@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -62,3 +63,12 @@ def wait_for_line(child: Child, log: Path, prefix: str, *, timeout: float) -> st
             raise RuntimeError(f"{child.argv[0]} exited early; see {log}:\n{log.read_text()}")
         time.sleep(0.05)
     raise TimeoutError(f"{child.argv[0]} did not print {prefix!r} in {timeout}s; see {log}")
+
+
+def open_sockets(pid: int) -> int:
+    """The open sockets of process `pid` (listening, connections, its own clients)."""
+    held = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed meanwhile
+            held += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+    return held

@@ -211,30 +211,6 @@ def test_short_answers_for_scripts(devnet_env: dict[str, str], devnet: DevnetSta
 
 def test_no_color_on_a_terminal_too(devnet_env: dict[str, str]) -> None:
     """Issue 31, item 11: `--no-color` beside NO_COLOR, on a real terminal."""
-    import pty
-    import subprocess
-
-    from devnet.atwhois import ATWHOIS
-
-    def on_a_terminal(*flags: str) -> str:
-        leader, follower = pty.openpty()
-        env = {k: v for k, v in devnet_env.items() if k != "NO_COLOR"}
-        process = subprocess.Popen(
-            [ATWHOIS, "alice.test", *flags], stdout=follower, stderr=follower, env=env
-        )
-        os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        process.wait(60)
-        os.close(leader)
-        return b"".join(chunks).decode()
-
-    assert ESC in on_a_terminal()
-    assert ESC not in on_a_terminal("--no-color")
+    env = {k: v for k, v in devnet_env.items() if k != "NO_COLOR"}
+    assert ESC in _in_terminal(["alice.test"], env)
+    assert ESC not in _in_terminal(["alice.test", "--no-color"], env)

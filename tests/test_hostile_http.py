@@ -7,9 +7,7 @@ shared store comes back."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from cache.stores.tiered import TieredStore
 from devnet.atwhois import Daemon, running_daemon
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
+from devnet.process import open_sockets
 from devnet.redis_server import RedisServer
 from tests.support.http import TOKEN, XRPC, get, xrpc_error
 from tests.support.waiting import until
@@ -138,15 +137,6 @@ def test_answers_that_depend_on_the_origin_say_so(devnet: DevnetState, tmp_path:
             assert allowed == ("https://app.example" if origin == "https://app.example" else None)
 
 
-def _sockets(pid: int) -> int:
-    """The process's open sockets (listening, connections, its own clients)."""
-    held = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(FileNotFoundError):  # closed meanwhile
-            held += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-    return held
-
-
 def _idle(url: str, count: int) -> list[socket.socket]:
     host, port = url.removeprefix("http://").split(":")
     opened = []
@@ -184,7 +174,7 @@ def test_idle_connections_are_bounded_and_clients_are_still_served(
     with context as served:
         if surface == "plc mirror":
             caught_up(served.url, devnet.plc_url)
-        before = _sockets(served.process.pid)
+        before = open_sockets(served.process.pid)
         idle = _idle(served.url, 1500)
         try:
             for _ in range(5):
@@ -194,7 +184,7 @@ def test_idle_connections_are_bounded_and_clients_are_still_served(
                 answer = get(served, XRPC + "resolveHandle", handle="alice.test")
                 assert answer.status_code == 200
             # an evicted connection's socket is closed by the event loop, a moment later
-            until(lambda: _sockets(served.process.pid) <= before + 1000, 5)
+            until(lambda: open_sockets(served.process.pid) <= before + 1000, 5)
             time.sleep(6.5)  # the idle timeout
             assert all(_closed(conn) for conn in idle)
         finally:

@@ -76,6 +76,12 @@ class LabelTooLong(AtwhoisError, ValueError):
     """A watch label over `LABEL_MAX` characters."""
 
 
+def check_label(label: str | None) -> None:
+    """Raises `LabelTooLong` for a label over `LABEL_MAX` characters (None: no label)."""
+    if label is not None and len(label) > LABEL_MAX:
+        raise LabelTooLong(f"a label of {len(label)} characters; at most {LABEL_MAX}")
+
+
 def default_audit_path() -> Path:
     return data_path("audit.db")
 
@@ -154,10 +160,7 @@ class AuditStore:
         self._db.execute("BEGIN")
         try:
             for identifier, label in entries:
-                if label is not None and len(label) > LABEL_MAX:
-                    raise LabelTooLong(
-                        f"the label of {identifier} is {len(label)} characters; at most {LABEL_MAX}"
-                    )
+                check_label(label)
                 known = self._db.execute("SELECT 1 FROM watch WHERE identifier=?", (identifier,))
                 new += known.fetchone() is None
                 self._db.execute(

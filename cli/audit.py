@@ -19,7 +19,7 @@ import uvloop
 from audit import Auditor, AuditStore, Check, RunReport, Severity, Watched, default_audit_path
 from audit.processes import CheckerPool, open_cache, split
 from audit.report import Report
-from audit.store import LABEL_MAX
+from audit.store import LabelTooLong, check_label
 from audit.webhook import Webhook
 from cache import CachedResolver
 from foundation import iso_time
@@ -63,8 +63,10 @@ def _edit_watch_list(args: argparse.Namespace, edit: Callable[[AuditStore, str],
 
 
 def watch_add(args: argparse.Namespace) -> int:
-    if args.label is not None and len(args.label) > LABEL_MAX:
-        print(f"{args.prog}: a label is at most {LABEL_MAX} characters", file=sys.stderr)
+    try:
+        check_label(args.label)
+    except LabelTooLong as err:
+        print(f"{args.prog}: {err}", file=sys.stderr)
         return 2
     return _edit_watch_list(
         args, lambda store, name: "added" if store.watch_add(name, args.label) else "updated"
@@ -110,8 +112,10 @@ def watch_import(args: argparse.Namespace) -> int:
         if fields[0].strip() == "identifier" and number == 1:  # watch export's header
             continue
         label = fields[1].strip() if len(fields) > 1 and fields[1].strip() else None
-        if label is not None and len(label) > LABEL_MAX:
-            bad.append(f"line {number}: a label of {len(label)} characters; at most {LABEL_MAX}")
+        try:
+            check_label(label)
+        except LabelTooLong as err:
+            bad.append(f"line {number}: {err}")
         try:
             entries.append((parse_lookup(fields[0].strip(), dev=config.dev).value, label))
         except InvalidInput as err:

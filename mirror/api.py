@@ -179,7 +179,8 @@ class MirrorApi:
         """A page of the export: `after` a seq (ASCII digits, within 64 bits) or a time
         (one that the databases can hold); anything else is a 400, never a 500."""
         try:
-            count = min(parse_count(query.get("count", "1000"), name="count", low=1), EXPORT_MAX)
+            asked = query.get("count", str(EXPORT_MAX))
+            count = min(parse_count(asked, name="count", low=1), EXPORT_MAX)
         except BadNumber:
             return _message(400, "Invalid count parameter")
         after = query.get("after")

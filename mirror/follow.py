@@ -31,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from foundation import Backoff, defaults
 from resolver.errors import ResponseTooLarge, UpstreamFailure
+from resolver.identity import now_iso
 from resolver.plc.document import compare_state, state_from_data
 
 from .records import BadLine, Batch
@@ -241,7 +242,7 @@ class Follower:
 
     def _fault_evidence(self, cursor: str, line: bytes, fault: str) -> BadLine:
         reason = f"{self.upstream.url}/export?after={cursor}, {fault}"
-        return BadLine.of(line, reason, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        return BadLine.of(line, reason, now_iso())  # as the verdicts' evidence is stamped
 
     def _recover(self) -> None:
         """After a failure mid-backfill: the verifiers saw pages that may not be stored,

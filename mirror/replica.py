@@ -101,7 +101,7 @@ class Verifier:
         # What is kept, by the CID the mirror computed for an op it accepted: a refused line
         # is evidence, never a reason to skip the genuine op served later (P-CID-1).
         known = self.store.known(dids) | self._previous_pairs
-        refused = self.store.refusals(dids)
+        refused: dict[tuple[str, str], str] | None = None  # read once a line is refused
         fresh: set[tuple[str, str]] = set()
         for did, ops in self.store.logs(d for d in dids if d not in self._replays).items():
             self._rebuild(did, ops)
@@ -132,13 +132,16 @@ class Verifier:
                     )
                 )
                 changed[did] = run
-            elif refused.get((did, cid)) == _as_text(line)[:ENTRY_CAP]:
-                verdicts.append(Verdict(index, "duplicate", did, cid))  # refused before, as it is
             else:
-                finding = record.findings[0]
-                verdicts.append(
-                    Verdict(index, "refused", did, cid, created, finding.rule, finding.message)
-                )
+                if refused is None:  # read once, and only for a page that has a refusal
+                    refused = self.store.refusals(dids)
+                if refused.get((did, cid)) == _as_text(line)[:ENTRY_CAP]:  # refused as it is
+                    verdicts.append(Verdict(index, "duplicate", did, cid))
+                else:
+                    finding = record.findings[0]
+                    verdicts.append(
+                        Verdict(index, "refused", did, cid, created, finding.rule, finding.message)
+                    )
             run.findings.clear()
             run.prune()
         states = {}

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -102,9 +102,17 @@ class PageOrder:
     fault: str | None = None
 
 
-def _position(line: bytes) -> tuple[int | None, str] | None:
-    """A line's `seq` (None in the legacy format) and `createdAt`, or None: it does not
-    parse, or says neither."""
+class _Position(NamedTuple):
+    """Where a line says it is: its `seq` (None in the legacy format), its `createdAt`, and
+    that time parsed (legacy lines only: a seq line is placed by its seq)."""
+
+    seq: int | None
+    created: str
+    moment: datetime.datetime | None
+
+
+def _position(line: bytes) -> _Position | None:
+    """Where a line is, or None: it does not parse, or says neither a seq nor a time."""
     try:
         entry = parse_json(line)
     except ValueError:
@@ -113,13 +121,12 @@ def _position(line: bytes) -> tuple[int | None, str] | None:
         return None
     seq, created = entry.get("seq"), entry.get("createdAt")
     if isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= 2**63 - 1:
-        return seq, str(created or "")
+        return _Position(seq, str(created or ""), None)
     if isinstance(created, str):
         try:
-            parse_time(created)
+            return _Position(None, created, parse_time(created))
         except (ValueError, OverflowError):
             return None
-        return None, created
     return None
 
 
@@ -133,12 +140,12 @@ def order_page(lines: list[bytes], cursor: str) -> PageOrder:
     in_seqs = last_seq is not None and last_seq > 0
     last_time = None if last_seq is not None else _moment_or_none(cursor)
     moved: tuple[str, str] | None = None
-    parsed: list[tuple[int | None, str]] = []
+    parsed: list[_Position] = []
     for index, line in enumerate(lines):
         position = _position(line)
         if position is None:
             continue  # evidence, and skipped: the verifier records it
-        seq, created = position
+        seq, created, moment = position
         if seq is not None:
             if last_seq is not None and seq <= last_seq:
                 fault = f"line {index + 1}: seq {seq} is not after {last_seq}"
@@ -148,14 +155,14 @@ def order_page(lines: list[bytes], cursor: str) -> PageOrder:
             fault = f"line {index + 1}: no seq after seq {last_seq}"
             return PageOrder(index, moved, fault)
         else:
-            moment = _moment(created)
+            assert moment is not None  # a legacy line is placed by its time
             if last_time is not None and moment < last_time:
                 fault = f"line {index + 1}: createdAt {created} goes back"
                 return PageOrder(index, moved, fault)
             last_time = moment
         parsed.append(position)
         moved = (str(seq), created) if seq is not None else None
-    if parsed and parsed[-1][0] is None:
+    if parsed and parsed[-1].seq is None:
         moved = _time_cursor(parsed)
     return PageOrder(len(lines), moved)
 
@@ -163,25 +170,22 @@ def order_page(lines: list[bytes], cursor: str) -> PageOrder:
 def _moment_or_none(stamp: str) -> datetime.datetime | None:
     """A time cursor's moment; None for the start ("", "0") or one that is not a time."""
     try:
-        return _moment(stamp) if stamp not in ("", "0") else None
+        return parse_time(stamp) if stamp not in ("", "0") else None
     except (ValueError, OverflowError):
         return None
 
 
-def _moment(stamp: str) -> datetime.datetime:
-    return parse_time(stamp)
-
-
-def _time_cursor(parsed: list[tuple[int | None, str]]) -> tuple[str, str]:
+def _time_cursor(parsed: list[_Position]) -> tuple[str, str]:
     """The legacy format's cursor: the last `createdAt` less a millisecond (ops sharing
     the boundary's millisecond are served again and skipped as kept); past it when a whole
     page shares one millisecond, not to loop."""
-    created = parsed[-1][1]
-    if len(parsed) > 1 and parsed[0][1] == created:
-        return created, created
-    earlier = _moment(created) - datetime.timedelta(milliseconds=1)
+    last = parsed[-1]
+    if len(parsed) > 1 and parsed[0].created == last.created:
+        return last.created, last.created
+    assert last.moment is not None  # a legacy line
+    earlier = last.moment - datetime.timedelta(milliseconds=1)
     stamp = earlier.astimezone(datetime.UTC).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z"), created
+    return stamp.replace("+00:00", "Z"), last.created
 
 
 def next_cursor(lines: list[bytes]) -> tuple[str, str]:

@@ -354,3 +354,20 @@ def test_audit_input_mistakes_say_where_and_what_to_do(tmp_path: Path) -> None:
     assert code == 0 and out == ""
     assert "the watch-list is empty" in err and "atwhois watch add" in err
     assert "atwhois watch import" in err
+
+
+def test_a_watch_label_over_the_cap_is_refused_by_the_command_too(tmp_path: Path) -> None:
+    """The label cap (`audit.store.check_label`) on the command line: `watch add` and
+    `watch import` (named by its line) refuse it and change nothing."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    audit_db = ("--audit-db", str(tmp_path / "audit.db"))
+    code, _, err = run_cli(
+        ["watch", "add", "alice.test", "--dev", "--label", "x" * 201, *audit_db], env
+    )
+    assert code == 2 and "a label of 201 characters; at most 200" in err
+    listing = tmp_path / "watch.csv"
+    listing.write_text("alice.test,ours\nbob.test," + "y" * 300 + "\n")
+    code, _, err = run_cli(["watch", "import", str(listing), "--dev", *audit_db], env)
+    assert code == 2 and "line 2: a label of 300 characters; at most 200" in err
+    code, out, _ = run_cli(["watch", "list", *audit_db], env)
+    assert code == 0 and out == ""

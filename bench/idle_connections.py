@@ -1,7 +1,8 @@
 """Idle and trickling connections against the daemon and the mirror (issue 36): 20,000
 connections that send half a request head and then nothing, held by two helper processes
-that open a new one whenever one is closed. Meanwhile a client asks `/_health` and an XRPC
-method (the daemon) or a did:plc document (the mirror), one request at a time; its p50 and
+that open a new one whenever one is closed. Meanwhile a client asks `/_health` and
+resolveIdentity (the daemon) or did:plc documents (the mirror) for several identities in turn,
+one request at a time, every answer required to be a 200; its p50 and
 p99 are compared with the same requests with no idle connection, measured in the same run.
 Also reported: the most sockets the process had open (against its bound) and how many lines
 its log grew by.
@@ -30,6 +31,8 @@ from devnet.network import running_devnet
 from devnet.process import open_sockets
 
 HEAD = b"GET /_health HTTP/1.1\r\nHost: idle\r\n"  # never finished
+# verified did:plc identities of the test network: the requests rotate over them
+IDENTITIES = ("alice.test", "carol.test", "grace.test", "henry.test")
 
 
 def hold(url: str, count: int, seconds: float) -> None:
@@ -145,7 +148,8 @@ def main(argv: list[str]) -> list[Row]:
         with running_daemon(
             devnet.env(), Path(tmp) / "serve.log", "--cache", "memory:", *limits
         ) as daemon:
-            paths = ["/_health", "/xrpc/com.atproto.identity.resolveHandle?handle=alice.test"]
+            xrpc = "/xrpc/com.atproto.identity.resolveIdentity?identifier="
+            paths = ["/_health", *(xrpc + name for name in IDENTITIES)]
             rows += measure("serve", daemon, paths, args)
         mirror_args = ("--plc-db", str(Path(tmp) / "mirror.db"), "--max-connections")
         with running_daemon(
@@ -160,7 +164,8 @@ def main(argv: list[str]) -> list[Row]:
             while httpx.get(f"{mirror.url}/{alice}", timeout=10).status_code != 200:
                 assert time.monotonic() < deadline, "the mirror did not catch up"
                 time.sleep(0.2)
-            rows += measure("plc mirror", mirror, ["/_health", f"/{alice}"], args)
+            dids = [f"/{devnet.did(name.removesuffix('.test'))}" for name in IDENTITIES]
+            rows += measure("plc mirror", mirror, ["/_health", *dids], args)
     return rows
 
 

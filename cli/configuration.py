@@ -9,7 +9,6 @@ import argparse
 import difflib
 import math
 import os
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,6 +147,8 @@ def load(
     given: Loaded = {}
     path = getattr(args, "config", None) or environ.get(CONFIG_ENV)
     if path:
+        import tomllib  # here: most runs have no settings file
+
         try:
             data = tomllib.loads(Path(path).read_text())
         except OSError as err:

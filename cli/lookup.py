@@ -40,7 +40,8 @@ def lookup(args: argparse.Namespace) -> int:
             where = args.file or "standard input"
             print(f"atwhois: cannot read identifiers from {where}: {err}", file=sys.stderr)
             return 2
-        return run(_batch(_directory(args, resolved), identifier_lines(text), args))
+        lines = identifier_lines(text)
+        return run(_batch(_directory(args, resolved), lines, args), many=len(lines) > 1)
     if not args.identifier:
         raise UsageError(args.prog, "give an identifier, - for standard input, or --file FILE")
     identifier = args.identifier.strip()
@@ -59,9 +60,12 @@ def _directory(args: argparse.Namespace, resolved: Resolved) -> Directory:
     """Where the answers come from: a running daemon (`--server`), or a resolver here, in
     front of a cache when one is configured."""
     if args.server:
-        from resolver.remote import RemoteDirectory
+        from resolver.remote import NotADaemonUrl, RemoteDirectory
 
-        return RemoteDirectory(args.server)
+        try:
+            return RemoteDirectory(args.server)
+        except NotADaemonUrl as err:
+            raise UsageError(args.prog, f"--server: {err}") from None
     from cache import CachedResolver, open_store
     from resolver import Resolver
 

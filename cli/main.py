@@ -54,8 +54,9 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser(running: Sequence[str] | None = None) -> Parser:
     """The command tree. Given the path of the command that runs (`route` found it), only
-    that command gets its flags and arguments: the others are named, with their help, but
-    not built, which would cost a `--help` or a typo a fifth of its time."""
+    that command gets its flags and arguments, and only its group's commands are named
+    (argparse builds a parser for each name: with all of them, a lookup of bad input spends
+    a sixth of its time on parsers it never uses); `--help` names them all."""
     top = Parser(
         prog="atwhois",
         description="Resolve an ATProto handle, DID or at:// URI and verify the binding both "
@@ -66,7 +67,10 @@ def build_parser(running: Sequence[str] | None = None) -> Parser:
     top.add_argument("--version", action="version", version=VERSION)
     commands = _subcommands(top, "commands (lookup is the default: atwhois IDENTIFIER)")
     groups: dict[str, Any] = {}
+    group_running = running[0] if running and running[0] in TREE else None
     for command in COMMANDS:
+        if group_running is not None and command.path[0] != group_running:
+            continue
         where = commands
         if len(command.path) > 1:
             group = command.path[0]

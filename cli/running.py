@@ -32,15 +32,19 @@ def configure(args: argparse.Namespace) -> Resolved:
     return resolve(load(args, args.settings))
 
 
-def run(work: Coroutine[Any, Any, T]) -> T:
+def run(work: Coroutine[Any, Any, T], *, many: bool = False) -> T:
+    """Run `work` on an event loop. `many` lookups run on uvloop's, as `serve` and `audit`
+    resolve: its TLS and sockets cost less CPU per lookup than asyncio's (python -m bench
+    cold). One lookup does not earn back its import (python -m bench startup)."""
     # here, not at the top: `--help` and bad input never need an event loop
     import asyncio
 
-    import uvloop
+    loop_factory = None
+    if many:
+        import uvloop
 
-    # uvloop, as `serve` and `audit` resolve: its TLS and sockets cost less CPU per lookup
-    # than asyncio's (python -m bench cold)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(work)
 
 

@@ -27,9 +27,9 @@ from aiohttp import web
 
 from foundation import defaults
 from resolver.errors import AtwhoisError, InvalidDid, ResponseTooLarge
-from resolver.fetch import MIRROR_HEADER, Response
 from resolver.plc.audit import parse_time
 from resolver.plc.document import build_document, state_from_data
+from resolver.response import MIRROR_HEADER, Response
 from resolver.syntax import check_plc_did
 from resolver.untrusted import BadNumber, parse_count
 

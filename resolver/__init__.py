@@ -4,25 +4,27 @@ from resolver import Resolver, Config
 async with Resolver(Config(plc_url="https://plc.directory")) as resolver:
     identity = await resolver.lookup("alice.example.com")
 
-`Resolver` (and with it the network stack: aiohttp, dnspython) is imported on first use, so
-that what needs only the pure parts (syntax, configuration, the report) starts quickly.
+The report (`Identity`, `Evidence`) and `Resolver` (and with it, once it first goes to the
+network, aiohttp and dnspython) are imported on first use, so that what needs only the
+configuration (`atwhois --help`, a settings error) starts quickly.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from .config import Config, Nameserver
-from .identity import Evidence, Identity
 from .outcome import Outcome, Status
 
 if TYPE_CHECKING:
+    from .identity import Evidence, Identity
     from .resolver import Resolver
 
 __all__ = ["Config", "Evidence", "Identity", "Nameserver", "Outcome", "Resolver", "Status"]
 
+_ON_FIRST_USE = {"Evidence": ".identity", "Identity": ".identity", "Resolver": ".resolver"}
+
 
 def __getattr__(name: str) -> Any:
-    if name == "Resolver":
-        from .resolver import Resolver
-
-        return Resolver
+    if name in _ON_FIRST_USE:
+        return getattr(importlib.import_module(_ON_FIRST_USE[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

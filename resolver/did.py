@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .config import Config
 from .errors import DidDeactivated, NotFound, UpstreamFailure
-from .fetch import Response
+from .response import Response
 from .syntax import did_method, parse_did_web
 from .untrusted import parse_json
 

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import re
 import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -38,37 +37,11 @@ from .errors import (
     UpstreamFailure,
     UpstreamTimeout,
 )
+from .response import MIRROR_HEADER, Response
 
 _REDIRECTS = {301, 302, 303, 307, 308}
 _STRANGER_KEEPALIVE = 0.25  # seconds an idle connection to a guarded host is kept
-MIRROR_HEADER = "Atwhois-Plc-Mirror"
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    url: str  # after redirects
-    status: int
-    body: bytes
-    # An atwhois PLC mirror says where its answer comes from (its `Atwhois-Plc-Mirror`
-    # header): verified, from which upstream, how far behind.
-    provenance: str | None = None
-
-
-class Getter(Protocol):
-    """What the resolver asks of a fetcher (a `Fetcher`, or an in-process PLC mirror)."""
-
-    async def get(
-        self,
-        url: str,
-        *,
-        max_bytes: int,
-        timeout: float,
-        max_redirects: int = 0,
-        accept: str = "*/*",
-    ) -> Response: ...
-
-    async def aclose(self) -> None: ...
 
 
 class AddressGuard:
@@ -164,6 +137,13 @@ class GuardedResolver(AbstractResolver):
         return None
 
 
+@functools.cache
+def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
+    """One TLS context per trust store, shared by every fetcher of the process: loading the
+    system's certificates takes longer than a lookup on a near network."""
+    return ssl.create_default_context(cafile=ca_bundle)
+
+
 class Fetcher:
     """GETs with caps and deadlines. `guarded` fetchers are for hosts strangers choose;
     an unguarded one is for URLs the operator configured (the PLC directory)."""
@@ -171,7 +151,7 @@ class Fetcher:
     def __init__(self, config: Config, dns: DnsClient, *, guarded: bool = True) -> None:
         self._config = config
         self._guard = AddressGuard(config, dns) if guarded else None
-        self._ssl = ssl.create_default_context(cafile=config.ca_bundle)
+        self._ssl = tls_context(config.ca_bundle)
         self._session: aiohttp.ClientSession | None = None
         self._headers = {"User-Agent": config.user_agent, **dict(config.extra_headers)}
         if guarded:

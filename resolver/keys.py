@@ -9,8 +9,6 @@ from enum import StrEnum
 
 import coincurve
 import libipld
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from .errors import AtwhoisError
 
@@ -26,10 +24,6 @@ class Curve(StrEnum):
 
 # CRYPTO-ENC-1: varint multicodec prefixes of the compressed public keys.
 _MULTICODEC = {Curve.P256: b"\x80\x24", Curve.K256: b"\xe7\x01"}
-_EC_CURVES: dict[Curve, ec.EllipticCurve] = {
-    Curve.P256: ec.SECP256R1(),
-    Curve.K256: ec.SECP256K1(),
-}
 # DOC-KEY-3: the legacy verification-method types and the curve each names.
 LEGACY_KEY_TYPES = {
     "EcdsaSecp256r1VerificationKey2019": Curve.P256,
@@ -69,24 +63,31 @@ class PublicKey:
         """The 65-byte SEC1 point (what legacy verification methods carry, CRYPTO-ENC-2)."""
         if self.curve is Curve.K256:
             return coincurve.PublicKey(self.compressed).format(compressed=False)
-        key = ec.EllipticCurvePublicKey.from_encoded_point(_EC_CURVES[self.curve], self.compressed)
-        return key.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+        return _p256_point(self.compressed, compressed=False)
 
 
 def _point(curve: Curve, sec1: bytes) -> PublicKey:
     """Validate a SEC1 point (compressed or not) on `curve` and keep it compressed."""
     if len(sec1) not in (33, 65):
         raise InvalidKey(f"a {curve} point is 33 or 65 bytes, not {len(sec1)}")
-    if curve is Curve.K256:  # libsecp256k1 parses (and validates) ten times faster
-        try:
-            return PublicKey(curve, coincurve.PublicKey(sec1).format(compressed=True))
-        except ValueError as err:
-            raise InvalidKey(f"not a point on {curve}: {err}") from None
     try:
-        key = ec.EllipticCurvePublicKey.from_encoded_point(_EC_CURVES[curve], sec1)
+        if curve is Curve.K256:  # libsecp256k1 parses (and validates) ten times faster
+            return PublicKey(curve, coincurve.PublicKey(sec1).format(compressed=True))
+        return PublicKey(curve, _p256_point(sec1, compressed=True))
     except ValueError as err:
         raise InvalidKey(f"not a point on {curve}: {err}") from None
-    return PublicKey(curve, key.public_bytes(Encoding.X962, PublicFormat.CompressedPoint))
+
+
+def _p256_point(sec1: bytes, *, compressed: bool) -> bytes:
+    """A P-256 point validated by cryptography, in the form asked. Imported here: most
+    atproto keys are K-256, and a lookup answered from the cache should not load the
+    other curve's library (python -m bench startup)."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    key = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), sec1)
+    form = PublicFormat.CompressedPoint if compressed else PublicFormat.UncompressedPoint
+    return key.public_bytes(Encoding.X962, form)
 
 
 def _multibase(text: str) -> bytes:

@@ -1,12 +1,23 @@
 """`RemoteDirectory`: a running `atwhois serve` as a `Directory` (`lookup --server URL`),
 which shares its cache with everyone who asks it. It reads `/v1/identity/{identifier}`,
-the same report a local lookup gives, answered from the daemon's cache."""
+the same report a local lookup gives, answered from the daemon's cache.
+
+It speaks HTTP through the standard library's `http.client`, one request on a worker
+thread: the daemon is the operator's own, at an address they gave, so none of the fetcher's
+guards against strangers' hosts apply, and asking it should cost the command line no more
+than the answer. httpx would cost a third of a second to import (and with trio installed,
+twice that); aiohttp as much. The answer still has a deadline and a size cap, and
+redirects are not followed.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import http.client
+import json
+import ssl
+import time
 import urllib.parse
-
-import httpx
 
 from .errors import AtwhoisError
 from .identity import Identity, now_iso
@@ -14,25 +25,39 @@ from .outcome import Status
 from .untrusted import parse_json
 
 _REFRESH = "/xrpc/com.atproto.identity.refreshIdentity"
+_MAX_BYTES = 4 * 1024 * 1024  # a report with its document is a few KiB
+_CHUNK = 64 * 1024
 
 
 class PurgeNotOffered(AtwhoisError):
     """The daemon's API has no purge: it is purged where it runs (`atwhois cache purge`)."""
 
 
+class NotADaemonUrl(AtwhoisError, ValueError):
+    """The daemon's address is not an http:// or https:// URL."""
+
+
+class DaemonUnanswered(AtwhoisError):
+    """The daemon gave no usable answer (unreachable, too slow, too large)."""
+
+
 class RemoteDirectory:
     def __init__(self, url: str, timeout: float = 30.0, *, token: str | None = None) -> None:
         """`token`: the daemon's refresh token, which `refresh` needs."""
         self.url = url.rstrip("/")
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise NotADaemonUrl(f"{url!r} is not an http:// or https:// URL")
+        self._parts = parts
+        self._timeout = timeout
         self._token = token
-        self._client = httpx.AsyncClient(base_url=self.url, timeout=timeout)
 
     async def lookup(self, identifier: str) -> Identity:
         path = "/v1/identity/" + urllib.parse.quote(identifier, safe="")
         try:
-            response = await self._client.get(path)
-            return Identity.from_json(parse_json(response.content))
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+            _, body = await self._ask("GET", path)
+            return Identity.from_json(parse_json(body))
+        except (DaemonUnanswered, ValueError, KeyError, TypeError) as err:
             return self._unanswered(identifier, f"did not answer: {err or type(err).__name__}")
 
     async def refresh(self, identifier: str) -> Identity:
@@ -40,15 +65,14 @@ class RemoteDirectory:
         its report."""
         if self._token is None:
             return self._unanswered(identifier, "refreshes only with its token (refresh_token)")
-        headers = {"Authorization": f"Bearer {self._token}"}
+        headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
+        body = json.dumps({"identifier": identifier}).encode()
         try:
-            response = await self._client.post(
-                _REFRESH, json={"identifier": identifier}, headers=headers
-            )
-        except httpx.HTTPError as err:
-            return self._unanswered(identifier, f"did not answer: {err or type(err).__name__}")
-        if response.status_code in (401, 403):
-            return self._unanswered(identifier, f"refused the refresh ({response.status_code})")
+            status, _ = await self._ask("POST", _REFRESH, body, headers)
+        except DaemonUnanswered as err:
+            return self._unanswered(identifier, f"did not answer: {err}")
+        if status in (401, 403):
+            return self._unanswered(identifier, f"refused the refresh ({status})")
         return await self.lookup(identifier)
 
     async def purge(self, identifier: str) -> list[str]:
@@ -64,5 +88,48 @@ class RemoteDirectory:
             error=f"atwhois serve at {self.url} {why}",
         )
 
+    async def _ask(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        return await asyncio.to_thread(self._exchange, method, path, body, headers or {})
+
+    def _exchange(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
+        """One request on its own connection; the status and the whole body, read within
+        the deadline and the cap."""
+        deadline = time.monotonic() + self._timeout
+        parts = self._parts
+        connection: http.client.HTTPConnection
+        if parts.scheme == "https":
+            tls = ssl.create_default_context()
+            connection = http.client.HTTPSConnection(
+                parts.hostname or "", parts.port, timeout=self._timeout, context=tls
+            )
+        else:
+            connection = http.client.HTTPConnection(
+                parts.hostname or "", parts.port, timeout=self._timeout
+            )
+        try:
+            connection.request(method, parts.path + path, body=body, headers=headers)
+            response = connection.getresponse()
+            chunks, size = [], 0
+            while chunk := response.read1(_CHUNK):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > _MAX_BYTES:
+                    raise DaemonUnanswered(f"an answer over {_MAX_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise DaemonUnanswered(f"no complete answer within {self._timeout}s")
+            return response.status, b"".join(chunks)
+        except (OSError, http.client.HTTPException) as err:
+            raise DaemonUnanswered(str(err) or type(err).__name__) from None
+        finally:
+            connection.close()
+
     async def aclose(self) -> None:
-        await self._client.aclose()
+        return None

@@ -2,7 +2,9 @@
 
 The flow goes one way: syntax -> evidence (DNS TXT and HTTPS well-known at once; the DID
 document) -> the verdict tables -> an `Identity`. The network edges (`DnsClient`,
-`Fetcher`) are built from the config, or injected.
+`Fetcher`) are injected, or built from the config when first used: a resolver that only
+parses, or whose cache answers, never loads the network stack (dnspython and aiohttp are
+most of a command-line lookup's start-up).
 """
 
 from __future__ import annotations
@@ -11,14 +13,12 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import Config
 from .did import check_http_response, check_plc_response, document_url, mirror_note
-from .dns import DnsClient
 from .document import parse_json_document
 from .errors import InvalidInput, MalformedAnswer, ResolutionError
-from .fetch import Fetcher, Getter
 from .handle import (
     WELL_KNOWN_MAX_BYTES,
     WELL_KNOWN_PATH,
@@ -29,9 +29,8 @@ from .handle import (
 )
 from .identity import Evidence, Identity, invalid_input, now_iso
 from .outcome import Outcome
-from .plc import Audit, compare, replay
-from .plc.summary import summarize
 from .report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
+from .response import Getter
 from .syntax import (
     Query,
     check_plc_did,
@@ -40,6 +39,11 @@ from .syntax import (
     parse_lookup,
 )
 from .untrusted import parse_json
+
+if TYPE_CHECKING:
+    from .dns import DnsClient
+    from .fetch import Fetcher
+    from .plc import Audit
 
 _CONNECTION_WAIT = 0.5  # seconds a did.json fetch waits for the well-known fetch's connection
 
@@ -58,9 +62,36 @@ class Resolver:
         plc: Getter | None = None,
     ) -> None:
         self.config = config or Config()
-        self.dns = dns or DnsClient(self.config)
-        self.web = web or Fetcher(self.config, self.dns, guarded=True)
-        self.plc: Getter = plc or Fetcher(self.config, self.dns, guarded=False)
+        self._dns = dns
+        self._web: Getter | None = web
+        self._plc: Getter | None = plc
+
+    @property
+    def dns(self) -> DnsClient:
+        if self._dns is None:
+            from .dns import DnsClient
+
+            self._dns = DnsClient(self.config)
+        return self._dns
+
+    @property
+    def web(self) -> Getter:
+        """The guarded fetcher, for hosts strangers choose."""
+        if self._web is None:
+            self._web = self._fetcher(guarded=True)
+        return self._web
+
+    @property
+    def plc(self) -> Getter:
+        """The fetcher for the configured PLC directory (or an in-process mirror)."""
+        if self._plc is None:
+            self._plc = self._fetcher(guarded=False)
+        return self._plc
+
+    def _fetcher(self, *, guarded: bool) -> Fetcher:
+        from .fetch import Fetcher
+
+        return Fetcher(self.config, self.dns, guarded=guarded)
 
     async def __aenter__(self) -> Resolver:
         return self
@@ -69,7 +100,7 @@ class Resolver:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await asyncio.gather(self.web.aclose(), self.plc.aclose())
+        await asyncio.gather(*(edge.aclose() for edge in (self._web, self._plc) if edge))
 
     async def lookup(self, identifier: str) -> Identity:
         """Resolve a handle (a leading @ allowed), a DID or an at:// URI, and verify it."""
@@ -209,6 +240,9 @@ class Resolver:
         )
         if audit is None:
             return dataclasses.replace(fetched, plc=evidence)
+        from .plc import compare  # here: only --verify-plc loads the replay (libipld)
+        from .plc.summary import summarize
+
         findings = list(audit.findings)
         if fetched.evidence.outcome in (Outcome.OK, Outcome.NOT_FOUND):
             findings += compare(audit, fetched.document)
@@ -275,6 +309,8 @@ class Resolver:
             log = parse_json(response.body)
         except ValueError:
             raise MalformedAnswer("the audit log is not JSON") from None
+        from .plc import replay
+
         return replay(did, log)
 
 

@@ -22,7 +22,8 @@ from devnet.network import DevnetState
 from devnet.redis_server import REDIS_URL
 from resolver import Config, Resolver, Status
 from resolver.dns import DnsClient
-from resolver.fetch import Fetcher, Response
+from resolver.fetch import Fetcher
+from resolver.response import Response
 from tests.support.clock import Clock
 
 

@@ -1,5 +1,6 @@
 """`atwhois` answers what needs no network without loading the network stack: help, the
-version, a typo'd identifier. Pinned by what gets imported (timing is `bench startup`'s)."""
+version, a typo'd identifier, a fresh answer from its cache; and a lookup loads one HTTP
+client stack, not two. Pinned by what gets imported (timing is `bench startup`'s)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from devnet.atwhois import ATWHOIS, run
+from devnet.atwhois import ATWHOIS, Daemon, run
+from devnet.network import DevnetState
 
 HEAVY = ("aiohttp", "httpx", "dns", "redis", "asyncio", "sqlite3", "cryptography", "coincurve")
 PROBE = """
@@ -26,9 +28,12 @@ print(code, " ".join(loaded), file=sys.stderr)
 """
 
 
-def loaded_by(args: list[str]) -> tuple[str, list[str]]:
+def loaded_by(args: list[str], env: dict[str, str] | None = None) -> tuple[str, list[str]]:
     probe = PROBE.format(args=args, heavy=HEAVY)
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    environ = {**os.environ, **(env or {})}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=environ
+    )
     code, *modules = done.stderr.strip().splitlines()[-1].split(" ")
     return code, [m for m in modules if m]
 
@@ -60,6 +65,32 @@ def test_a_lookup_does_load_the_network_stack() -> None:
         ["--plc-url", "http://127.0.0.1:9", "--timeout", "0.2", "did:plc:" + "a" * 24]
     )
     assert "aiohttp" in loaded and code == "3"
+
+
+def test_a_lookup_loads_one_http_client_stack(devnet: DevnetState) -> None:
+    """Resolving here: aiohttp (the fetcher) and dnspython, never httpx as well."""
+    code, loaded = loaded_by(["alice.test"], devnet.env())
+    assert code == "0"
+    assert {"aiohttp", "dns"} <= set(loaded) and "httpx" not in loaded
+
+
+def test_a_fresh_cache_hit_loads_no_network_stack(devnet: DevnetState, tmp_path: Path) -> None:
+    """The resolver's edges are built when first used: an answer the cache holds fresh is
+    given without importing aiohttp, dnspython or httpx (a miss, first, does load them),
+    nor cryptography for a K-256 key (coincurve checks those; P-256 loads it)."""
+    cache = ["--cache", f"sqlite:///{tmp_path / 'cache.db'}", "alice.test"]
+    assert loaded_by(cache, devnet.env())[0] == "0"  # the miss that fills the cache
+    code, loaded = loaded_by(cache, devnet.env())
+    assert code == "0"
+    assert not {"aiohttp", "dns", "httpx", "cryptography"} & set(loaded), loaded
+
+
+def test_asking_a_daemon_loads_no_client_library(devnet: DevnetState, daemon: Daemon) -> None:
+    """`--server`: the standard library's http.client, neither httpx nor aiohttp (nor
+    dnspython: the daemon resolves)."""
+    code, loaded = loaded_by(["--server", daemon.url, "alice.test"], devnet.env())
+    assert code == "0"
+    assert not {"aiohttp", "dns", "httpx"} & set(loaded), loaded
 
 
 def test_a_reader_that_leaves_is_no_error(tmp_path: Path) -> None:

@@ -31,9 +31,9 @@ from mirror.upstream import next_cursor
 from resolver import Config, Outcome, Resolver
 from resolver.did import mirror_note
 from resolver.errors import UpstreamFailure
-from resolver.fetch import Response
 from resolver.plc.document import state_from_data
 from resolver.plc.export import route
+from resolver.response import Response
 
 T0 = datetime.datetime(2025, 3, 1, tzinfo=datetime.UTC)
 

@@ -18,7 +18,8 @@ from resolver import Config, Nameserver, Outcome, Resolver, Status
 from resolver.did import check_plc_response
 from resolver.dns import DnsClient
 from resolver.errors import ResolutionError
-from resolver.fetch import Fetcher, Response
+from resolver.fetch import Fetcher
+from resolver.response import Response
 from tests.support.lookup_cases import CASES, NF, OK, SKIP, Case
 
 

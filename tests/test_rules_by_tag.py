@@ -26,13 +26,13 @@ from devnet.plc_ops import Key, plc_operation
 from resolver import Config, Outcome, Resolver, Status, document, errors, syntax
 from resolver.did import check_http_response, check_plc_response, document_url, mirror_note
 from resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
-from resolver.fetch import Response
 from resolver.handle import WELL_KNOWN_MAX_BYTES, WELL_KNOWN_PATH, did_from_well_known
 from resolver.keys import Curve, PublicKey, b58encode, parse_did_key, parse_legacy_multibase
 from resolver.plc.document import build_document
 from resolver.plc.encoding import dag_cbor, did_of_genesis
 from resolver.plc.operation import parse_operation
 from resolver.plc.signature import verify, why_unverified
+from resolver.response import Response
 from resolver.verdict import Step, with_plc_log
 
 DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"

@@ -393,6 +393,47 @@ async def test_a_running_daemon_is_a_directory(daemon: Daemon, devnet: DevnetSta
     assert _refreshes_requested(daemon) == before + 1  # neither reached a resolution
 
 
+async def test_a_daemon_that_misbehaves_is_a_transient_failure_within_the_deadline() -> None:
+    """`--server` points at the operator's own daemon, yet its answer is still held to a
+    size cap and a deadline, and a redirect is not followed: each is `unavailable`, said
+    as such, and the wait ends when the deadline does."""
+    from resolver.remote import RemoteDirectory
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = (await reader.readuntil(b"\r\n\r\n")).decode()
+        if "/v1/identity/huge" in request:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+            for _ in range(80):  # 5 MiB, over the 4 MiB cap, with no length announced
+                writer.write(b"x" * 65536)
+                await writer.drain()
+        elif "/v1/identity/trickle" in request:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+            for _ in range(100):
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        else:
+            writer.write(b"HTTP/1.1 301 Moved\r\nLocation: http://127.0.0.1:9/\r\n\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    remote = RemoteDirectory(f"http://127.0.0.1:{port}", timeout=1.0)
+    try:
+        async with server:
+            huge = await remote.lookup("huge")
+            started = time.monotonic()
+            trickle = await remote.lookup("trickle")
+            waited = time.monotonic() - started
+            moved = await remote.lookup("moved")
+    finally:
+        await remote.aclose()
+    assert huge.status is Status.UNAVAILABLE and "over 4194304 bytes" in (huge.error or "")
+    assert trickle.status is Status.UNAVAILABLE and "within 1.0s" in (trickle.error or "")
+    assert waited < 3  # the deadline (1 s) plus one read's timeout at most
+    assert moved.status is Status.UNAVAILABLE and "did not answer" in (moved.error or "")
+
+
 async def test_a_resolver_is_a_directory_that_keeps_nothing(devnet_config: Config) -> None:
     async with Resolver(devnet_config) as resolver:
         refreshed = await resolver.refresh("alice.test")

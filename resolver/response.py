@@ -1,0 +1,37 @@
+"""What an HTTP answer is to the resolver, and what it asks of whoever fetches: a `Fetcher`
+(the hardened network edge) or an in-process PLC mirror. Apart from `fetch` so that the
+rules over answers (`did`) and a resolver answered from a cache do not load the network
+stack (aiohttp costs a command-line lookup a third of a second to import)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+# An atwhois PLC mirror says where its answer comes from: verified, from which upstream,
+# how far behind.
+MIRROR_HEADER = "Atwhois-Plc-Mirror"
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    url: str  # after redirects
+    status: int
+    body: bytes
+    provenance: str | None = None  # the `MIRROR_HEADER` of an atwhois PLC mirror's answer
+
+
+class Getter(Protocol):
+    """What the resolver asks of a fetcher."""
+
+    async def get(
+        self,
+        url: str,
+        *,
+        max_bytes: int,
+        timeout: float,
+        max_redirects: int = 0,
+        accept: str = "*/*",
+    ) -> Response: ...
+
+    async def aclose(self) -> None: ...

@@ -252,7 +252,7 @@ def _serve(
     args: argparse.Namespace, values: Values, store: SqlMirrorStore, follower: Follower
 ) -> int:
     host, _, port = args.listen.rpartition(":")
-    api = MirrorApi(store, follower.state, profile=values.plc_mirror_profile)
+    api = MirrorApi(store, follower.state, profile=values.plc_mirror_profile, poke=follower.poke)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per poll says nothing
 

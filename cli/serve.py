@@ -27,6 +27,7 @@ from aiohttp import web
 
 from audit import Auditor, AuditStore, default_audit_path
 from cache import CachedResolver, Lifetime, Policy, open_store
+from cache.revalidate import Revalidator
 from foundation.defaults import MIB
 from mirror import Follower as MirrorFollower
 from mirror import MirrorApi, MirrorFetcher
@@ -115,12 +116,16 @@ async def serve(
     )
     audits = AuditApi(service, auditor, values.audit_interval)
     audits.attach(app)
+    # What a source says changed (an event stream's #identity, an operation the PLC mirror
+    # here applied) is re-verified in the background; the audits hear of it.
+    revalidator = Revalidator(cached, watchers=[audits.recheck])
+    service.metric_sources.append(revalidator.metrics)
     if values.firehose:
         follower = Follower(
             cached,
             values.firehose,
-            watchers=[audits.recheck],
             watched=auditor.store.is_watched,
+            revalidator=revalidator,
         )
         service.health_sources["streams"] = follower.health
         service.health_problems.append(follower.problems)
@@ -128,7 +133,8 @@ async def serve(
         app.on_startup.append(lambda _: follower.start())
         app.on_shutdown.append(lambda _: follower.stop())  # before the stores close
     if plc_mirror is not None:
-        _serve_plc_mirror(app, service, *plc_mirror)
+        _serve_plc_mirror(app, service, *plc_mirror, revalidator)
+    app.on_shutdown.append(lambda _: revalidator.stop())  # once no source tells it more
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)
     runner = await service.runner(app, **runner_settings(values.idle_timeout), shutdown_timeout=30)
@@ -155,27 +161,44 @@ async def serve(
 def _plc_mirror(values: Values) -> tuple[MirrorApi, MirrorFollower]:
     store = mirror_store_from(values)
     follower = mirror_follower_from(values, store)
-    return MirrorApi(store, follower.state, profile=values.plc_mirror_profile), follower
+    api = MirrorApi(store, follower.state, profile=values.plc_mirror_profile, poke=follower.poke)
+    return api, follower
 
 
 def _serve_plc_mirror(
-    app: web.Application, service: Service, api: MirrorApi, follower: MirrorFollower
+    app: web.Application,
+    service: Service,
+    api: MirrorApi,
+    follower: MirrorFollower,
+    revalidator: Revalidator,
 ) -> None:
     """The PLC read API beside XRPC, the follower on a thread of its own, its state in
-    /_health and /metrics; on shutdown the follower stops before its store closes."""
+    /_health and /metrics; each DID whose state it changes while following is re-verified
+    in the cache (no event stream needed for did:plc changes); on shutdown the follower
+    stops telling, and stops before its store closes."""
     api.attach(app)
     service.health_sources["plc_mirror"] = api.state.to_json
     service.health_problems.append(lambda: [p] if (p := api.state.problem()) else [])
     service.metric_sources.append(api.state.metrics)
 
     async def start(_: web.Application) -> None:
+        loop = asyncio.get_running_loop()
+
+        def applied(dids: list[str]) -> None:  # on the follower's thread
+            loop.call_soon_threadsafe(revalidator.changed_many, dids)
+
+        follower.on_applied = applied
         follower.start()
+
+    async def detach(_: web.Application) -> None:
+        follower.on_applied = None
 
     async def stop(_: web.Application) -> None:
         await asyncio.to_thread(follower.stop)
         api.store.close()
 
     app.on_startup.append(start)
+    app.on_shutdown.append(detach)
     app.on_cleanup.append(stop)
 
 

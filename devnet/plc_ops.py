@@ -1,8 +1,9 @@
 """PLC operations signed in Python (K-256 through libsecp256k1), for synthetic exports and for
 live identities on the test network's reference directory, which checks every one of them.
 
-`PlcAccount` creates a did:plc and changes it (handles, tombstone) in a few milliseconds per
-operation, so tests can change the world as often as they like between two lookups.
+`PlcAccount` creates a did:plc and changes it (handles, PDS, keys, tombstone) in a few
+milliseconds per operation, so tests can change the world as often as they like between two
+lookups.
 """
 
 from __future__ import annotations
@@ -38,14 +39,16 @@ class Key:
         return {**op, "sig": b64url(compact)}
 
 
-def plc_operation(prev: str | None, keys: list[Key], aliases: list[str]) -> dict[str, Any]:
+def plc_operation(
+    prev: str | None, keys: list[Key], aliases: list[str], pds: str = PDS
+) -> dict[str, Any]:
     """An unsigned `plc_operation`: every key may rotate, the first one signs for atproto."""
     return {
         "type": "plc_operation",
         "rotationKeys": [k.did_key for k in keys],
         "verificationMethods": {"atproto": keys[0].did_key},
         "alsoKnownAs": aliases,
-        "services": {"atproto_pds": {"type": "AtprotoPersonalDataServer", "endpoint": PDS}},
+        "services": {"atproto_pds": {"type": "AtprotoPersonalDataServer", "endpoint": pds}},
         "prev": prev,
     }
 
@@ -62,6 +65,7 @@ class PlcAccount:
         self.plc_url = plc_url.rstrip("/")
         self.key = Key(seed or uuid.uuid4().hex)
         self._handle = handle
+        self._pds = PDS
         genesis = self.key.sign(plc_operation(None, [self.key], _aliases(handle)))
         self.did = did_of_genesis(dag_cbor(genesis))
         self._head = ""
@@ -70,13 +74,21 @@ class PlcAccount:
     def set_handle(self, handle: str | None) -> None:
         """Declare `handle` (None: declare none) from now on."""
         self._handle = handle
-        self._send(self.key.sign(plc_operation(self._head, [self.key], _aliases(handle))))
+        self._send(self._operation([self.key]))
+
+    def move_pds(self, endpoint: str) -> None:
+        """Name another PDS from now on (an account migration, as the directory sees it)."""
+        self._pds = endpoint
+        self._send(self._operation([self.key]))
+
+    def _operation(self, keys: list[Key]) -> dict[str, Any]:
+        """The next operation, signed by the current key: these keys, the handle, the PDS."""
+        return self.key.sign(plc_operation(self._head, keys, _aliases(self._handle), self._pds))
 
     def rotate_key(self, seed: str) -> Key:
         """Hand the identity to a new key (rotation and signing), signed by the old one."""
         new = Key(seed)
-        handle = self._handle
-        self._send(self.key.sign(plc_operation(self._head, [new], _aliases(handle))))
+        self._send(self._operation([new]))
         self.key = new
         return new
 

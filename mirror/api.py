@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,11 @@ _JSON = "application/json; charset=utf-8"
 _DID_JSON = "application/did+ld+json; charset=utf-8"
 EXPORT_MAX = 1000
 DOCUMENT_CACHE = 65536  # documents kept made, by state (about 1 KiB each)
+# How long a question about a DID the mirror does not know waits for the follower's next
+# read of the upstream (which starts at most a poke gap after the last one, and takes a
+# round trip): past that, the mirror answers the 404 it has, as not current.
+CURRENT_WAIT = 3.0
+_CURRENT_CHECK = 0.02  # seconds between looks at whether that read is done
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +56,16 @@ class Reply:
     body: bytes
     content_type: str = _JSON
     headers: dict[str, str] = field(default_factory=dict)
+    unregistered: bool = False  # a 404 for a DID the mirror does not know (yet)
 
 
 def _message(status: int, text: str) -> Reply:
     return Reply(status, json.dumps({"message": text}).encode())
+
+
+def _unregistered(did: str) -> Reply:
+    body = json.dumps({"message": f"DID not registered: {did}"}).encode()
+    return Reply(404, body, unregistered=True)
 
 
 def _json(value: Any, content_type: str = _JSON) -> Reply:
@@ -86,16 +98,23 @@ class MirrorApi:
         state: MirrorState,
         *,
         profile: str = defaults.PLC_MIRROR_PROFILE,
+        poke: Callable[[], None] | None = None,
     ) -> None:
+        """`poke`: asks the follower in this process to read the upstream now (a DID it
+        does not know may have been created since its last read)."""
         if profile not in PROFILES:
             raise UnknownProfile(f"PLC mirror profile must be one of {', '.join(PROFILES)}")
         self.store = store
         self.state = state
         self.profile = profile
+        self._poke = poke
         self._documents: OrderedDict[str, bytes] = OrderedDict()
 
-    def answer(self, method: str, path: str, query: dict[str, str]) -> Reply:
-        """The reply to a request (HEAD is answered as GET; the server sends no body)."""
+    def answer(
+        self, method: str, path: str, query: dict[str, str], asked_at: float | None = None
+    ) -> Reply:
+        """The reply to a request that came at `asked_at` (now, if not given); HEAD is
+        answered as GET (the server sends no body)."""
         reading = method in ("GET", "HEAD")
         parts = path.strip("/").split("/")
         if parts == ["export"] and reading:
@@ -104,7 +123,7 @@ class MirrorApi:
         try:
             check_plc_did(did)
         except InvalidDid:
-            return _message(404, f"DID not registered: {did[:200]}")
+            return _message(404, f"DID not registered: {did[:200]}")  # never will be
         if not reading:
             reply = _message(
                 405,
@@ -117,7 +136,7 @@ class MirrorApi:
             reply = self._backfilling()
         else:
             reply = self._about(did, parts[1:])
-        reply.headers[MIRROR_HEADER] = self.state.provenance()
+        reply.headers[MIRROR_HEADER] = self.state.provenance(asked_at or time.time())
         return reply
 
     def _backfilling(self) -> Reply:
@@ -138,7 +157,7 @@ class MirrorApi:
         if rest in ([], ["data"]):
             known, state_json = self.store.state(did)
             if not known:
-                return _message(404, f"DID not registered: {did}")
+                return _unregistered(did)
             if state_json is None:  # the store keeps no state for a tombstoned DID
                 status = 410 if self.profile == "directory" else 404
                 return _message(status, f"DID not available: {did}")
@@ -149,7 +168,7 @@ class MirrorApi:
             return _message(404, "not found")
         log = self.store.log(did)
         if not log:
-            return _message(404, f"DID not registered: {did}")
+            return _unregistered(did)
         if rest == ["log", "audit"]:
             return _json([_entry(op) for op in log])
         in_force = [op for op in log if not op.nullified]
@@ -224,11 +243,38 @@ class MirrorApi:
             headers={"Content-Type": reply.content_type, **reply.headers},
         )
 
-    async def run(self, method: str, path: str, query: dict[str, str]) -> Reply:
-        """`answer`, off the event loop when the store is a network database."""
+    async def run(
+        self, method: str, path: str, query: dict[str, str], *, wait: float = CURRENT_WAIT
+    ) -> Reply:
+        """`answer`, off the event loop when the store is a network database. A DID the
+        mirror does not know may have been created since it last read the upstream (a
+        sign-up looked up at once): the follower here reads it again, and the question is
+        answered once it has, or after `wait` seconds with the 404 the mirror has, which
+        then says it is not current (P-API-2)."""
+        asked_at = time.time()
+        reply = await self._answer(method, path, query, asked_at)
+        can_read_again = self._poke is not None and self.state.role == "writer"
+        if reply.unregistered and can_read_again and await self._current_for(asked_at, wait):
+            reply = await self._answer(method, path, query, asked_at)
+        return reply
+
+    async def _answer(
+        self, method: str, path: str, query: dict[str, str], asked_at: float
+    ) -> Reply:
         if self.store.name == "sqlite":
-            return self.answer(method, path, query)
-        return await asyncio.to_thread(self.answer, method, path, query)
+            return self.answer(method, path, query, asked_at)
+        return await asyncio.to_thread(self.answer, method, path, query, asked_at)
+
+    async def _current_for(self, asked_at: float, wait: float) -> bool:
+        """Pokes the follower and waits until its view is complete as of `asked_at`."""
+        assert self._poke is not None
+        self._poke()
+        give_up = time.monotonic() + wait
+        while not self.state.current_for(asked_at):
+            if time.monotonic() >= give_up:
+                return False
+            await asyncio.sleep(_CURRENT_CHECK)
+        return True
 
     async def _report(self, request: web.Request) -> web.Response:
         try:
@@ -306,7 +352,7 @@ class MirrorFetcher:
     ) -> Response:
         parts = urlsplit(url)
         query = dict(p.partition("=")[::2] for p in parts.query.split("&") if p)
-        reply = await self.api.run("GET", parts.path, query)
+        reply = await self.api.run("GET", parts.path, query, wait=min(CURRENT_WAIT, timeout))
         if len(reply.body) > max_bytes:
             raise ResponseTooLarge(f"PLC mirror: body of {len(reply.body)} bytes, cap {max_bytes}")
         return Response(url, reply.status, reply.body, reply.headers.get(MIRROR_HEADER))

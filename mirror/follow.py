@@ -41,6 +41,11 @@ from .upstream import PAGE_SIZE, Upstream, UpstreamFault, order_page
 
 STALL_AFTER = 300.0  # seconds without progress before /_health says the follower is stalled
 STOP_WAIT = 3.0  # seconds `stop` waits for the follower's thread, whatever the upstream does
+# A poke (a reader asked about a DID the mirror does not know) starts a poll early, but polls
+# start at least this many seconds apart: 404s asked in a flood cost the upstream at most
+# one more request a second.
+POKE_GAP = 1.0
+NOTIFY_CHUNK = 10_000  # DIDs told to `on_applied` at once, at most, while catching up
 DOCUMENT_CHECKS = 16  # upstream documents compared per poll, once caught up
 
 
@@ -58,6 +63,9 @@ class MirrorState:
     cursor: str | None = None
     cursor_time: str | None = None  # createdAt of the last op applied
     caught_up_at: float | None = None  # when a page last came back short (wall clock)
+    # when the last complete read of the export began: the mirror holds every op the
+    # upstream had then (P-API-2)
+    complete_as_of: float | None = None
     documents_checked: int = 0
     disagreements: int = 0
     errors: int = 0
@@ -79,8 +87,14 @@ class MirrorState:
         """The cursor and the last catch-up as stored (by this process or the writer)."""
         meta = store.meta()
         self.cursor, self.cursor_time = meta.get("cursor"), meta.get("cursor_time")
-        caught_up = meta.get("caught_up_at")
+        caught_up, complete = meta.get("caught_up_at"), meta.get("complete_as_of")
         self.caught_up_at = float(caught_up) if caught_up else None
+        self.complete_as_of = float(complete) if complete else None
+
+    def current_for(self, asked_at: float) -> bool:
+        """Whether the mirror's view is complete as of `asked_at` (a request's arrival): its
+        404 then confirms absence (P-API-2)."""
+        return self.complete_as_of is not None and self.complete_as_of >= asked_at
 
     def behind_seconds(self, now: float | None = None) -> float | None:
         """At most how far behind the upstream: the time since the export was last read
@@ -101,11 +115,17 @@ class MirrorState:
             return f"no progress from {self.upstream} for {idle:.0f} s"
         return None
 
-    def provenance(self) -> str:
-        """The `Atwhois-Plc-Mirror` header: what a lookup through the mirror cites."""
+    def provenance(self, asked_at: float) -> str:
+        """The `Atwhois-Plc-Mirror` header of an answer to a request that came at
+        `asked_at`: what a lookup through the mirror cites, and whether the mirror had
+        read its upstream since (`current`: its 404 is then a confirmed absence)."""
         behind = self.behind_seconds()
         lag = f"behind={behind:.1f}s" if behind is not None else "behind=backfilling"
-        return f"verified; upstream={self.upstream}; {lag}; cursor={self.cursor_time or '-'}"
+        current = "yes" if self.current_for(asked_at) else "no"
+        return (
+            f"verified; upstream={self.upstream}; {lag}; cursor={self.cursor_time or '-'}; "
+            f"current={current}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -181,7 +201,11 @@ class Follower:
         progress: Callable[[MirrorState], None] | None = None,
         check_documents: int = DOCUMENT_CHECKS,
         stall_after: float = STALL_AFTER,
+        on_applied: Callable[[list[str]], None] | None = None,
     ) -> None:
+        """`on_applied`: told, on the follower's thread, of the DIDs whose state changed,
+        once written, while following live (not while backfilling): what the daemon's
+        cache re-verifies."""
         self.replica = replica
         self.upstream = upstream
         self.interval = interval
@@ -192,7 +216,9 @@ class Follower:
         self._progress = progress
         self._check_documents = check_documents
         self._suspects: list[str] = []  # disagreed once: checked again after the next poll
+        self.on_applied = on_applied
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set: poll now (a poke, or stopping)
         self._thread: threading.Thread | None = None
 
     def catch_up(self) -> MirrorState:
@@ -207,9 +233,12 @@ class Follower:
 
     def _catch_up(self) -> MirrorState:
         state, in_hand = self.state, None
+        began = time.time()
+        live = state.caught_up_at is not None  # following, not backfilling: tell of changes
         cursor = state.cursor or "0"
         result = PageResult()
         fault = None
+        changed: list[str] = []
         while not self._stop.is_set():
             lines = self.upstream.page(cursor, self.page_size)
             full = len(lines) >= self.page_size
@@ -219,6 +248,10 @@ class Follower:
             page = self.replica.submit(lines[: order.usable], evidence) if lines else None
             if in_hand is not None:
                 result = self._commit(*in_hand, pipelined=True)
+                changed += result.touched if live else []
+                if len(changed) >= NOTIFY_CHUNK:
+                    self._tell_applied(changed)
+                    changed = []
             in_hand = (page, order.moved) if page is not None else None
             if fault is not None or not full:
                 break
@@ -228,17 +261,27 @@ class Follower:
             cursor = order.moved[0]
         if in_hand is not None:
             result = self._commit(*in_hand, pipelined=False)
-        self.replica.flush()
+            changed += result.touched if live else []
+        self._tell_applied(changed)
         if fault is not None:  # what the page had is judged and kept; then the fault
             state.faults += 1
             raise UpstreamFault(f"{self.upstream.url}/export {fault}")
         if not self._stop.is_set():
             state.caught_up_at = time.time()
+            state.complete_as_of = began
             state.progress_at = state.caught_up_at
-            # for the processes that read this store: how far behind it is
-            self.replica.store.write(Batch(meta={"caught_up_at": repr(state.caught_up_at)}))
+            # for the processes that read this store: how far behind it is, and as of when
+            # it is complete
+            meta = {"caught_up_at": repr(state.caught_up_at), "complete_as_of": repr(began)}
+            self.replica.store.write(Batch(meta=meta))
             self._compare_documents(result.touched)
         return state
+
+    def _tell_applied(self, dids: list[str]) -> None:
+        """The DIDs whose state changed, once their pages are written (readers see them)."""
+        self.replica.flush()
+        if dids and self.on_applied is not None:
+            self.on_applied(dids)
 
     def _fault_evidence(self, cursor: str, line: bytes, fault: str) -> BadLine:
         reason = f"{self.upstream.url}/export?after={cursor}, {fault}"
@@ -293,7 +336,22 @@ class Follower:
                 continue
             backoff.reset()
             self.state.last_error = None
-            self._stop.wait(self.interval)
+            self._rest()
+
+    def _rest(self) -> None:
+        """Between polls: the interval, or less when poked; but polls start at least
+        `POKE_GAP` (or the interval, if shorter) apart."""
+        self._wake.wait(self.interval)
+        self._wake.clear()
+        began = self.state.complete_as_of or 0.0
+        gap = min(POKE_GAP, self.interval) - (time.time() - began)
+        if gap > 0:
+            self._stop.wait(gap)
+
+    def poke(self) -> None:
+        """Poll now rather than at the end of the interval (coalesced: one poll for any
+        number of pokes)."""
+        self._wake.set()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="plc-mirror", daemon=True)
@@ -304,6 +362,7 @@ class Follower:
         whatever the upstream is doing: the answer being read is given up (a page not
         written is read again by the next run, from the stored cursor)."""
         self._stop.set()
+        self._wake.set()
         self.upstream.closing.set()
         if self._thread is not None:
             self._thread.join(timeout=STOP_WAIT)

@@ -5,7 +5,7 @@ Pure functions over the config and a fetched `Response` (the fetch itself is the
 from __future__ import annotations
 
 from .config import Config
-from .errors import DidDeactivated, NotFound, UpstreamFailure
+from .errors import DidDeactivated, NotFound, UnconfirmedAbsence, UpstreamFailure
 from .response import Response
 from .syntax import did_method, parse_did_web
 from .untrusted import parse_json
@@ -46,10 +46,30 @@ def check_plc_response(response: Response, did: str) -> None:
     if response.status == 410 or (response.status == 404 and "not available" in message):
         raise DidDeactivated(f"{did} is deactivated (tombstoned): HTTP {response.status}")
     if response.status == 404:
+        if not mirror_was_current(response):
+            raise UnconfirmedAbsence(
+                f"{did} is not known to the PLC mirror, which had not read its upstream since "
+                "this lookup began: a DID created meanwhile is not known yet [P-API-2]"
+            )
         raise NotFound(f"{did} is not registered in the PLC directory")
     # Any other status says nothing about the DID: a 403 from a firewall, a 429, a 400 for
     # a syntactically valid DID are the directory's trouble, to be retried, never absence.
     raise UpstreamFailure(f"PLC directory: HTTP {response.status}")
+
+
+def mirror_was_current(response: Response) -> bool:
+    """Whether the answer rests on a view of the directory as it was when it was asked
+    (P-API-2): the directory itself always; an atwhois PLC mirror when it says `current=yes`
+    (it read its upstream after the request came; one that does not say so may be behind)."""
+    if response.provenance is None:
+        return True
+    return _mirror_fields(response).get("current") == "yes"
+
+
+def _mirror_fields(response: Response) -> dict[str, str]:
+    """The `Atwhois-Plc-Mirror` header's `name=value` fields (and `verified`), as sent."""
+    text = (response.provenance or "")[:400]
+    return dict(part.strip().partition("=")[::2] for part in text.split(";"))
 
 
 def mirror_note(response: Response) -> str | None:
@@ -58,7 +78,7 @@ def mirror_note(response: Response) -> str | None:
     fields are read, and only printable text, capped: a header is the server's to write."""
     if not response.provenance:
         return None
-    fields = dict(part.strip().partition("=")[::2] for part in response.provenance[:400].split(";"))
+    fields = _mirror_fields(response)
     if "verified" not in fields:
         return None
     upstream = "".join(c for c in fields.get("upstream", "?") if c.isprintable())

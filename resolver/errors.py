@@ -76,6 +76,12 @@ class UpstreamTimeout(UpstreamFailure):
     """The step ran out of time."""
 
 
+class UnconfirmedAbsence(UpstreamFailure):
+    """A source that may be behind does not know the DID: absence as of its last read of
+    the upstream, which cannot confirm a DID created since (a sign-up looked up at once).
+    Transient, like any answer that confirms nothing: never cached as absence."""
+
+
 class InvalidData(ResolutionError):
     """The other side answered, with something that is not acceptable."""
 

@@ -1,7 +1,7 @@
 """The daemon following event streams (`atwhois serve --firehose URL`): one `Subscriber` per
 URL, cursors in the cache store, and on each `#identity` event a re-verification of the DID
-and of its handles in the background, so that the next reader finds a fresh verified answer
-(or a fresh refusal) instead of an hour-old one, and never a miss made on purpose. An
+and of its handles in the background (`cache.Revalidator`, which the PLC mirror in the
+process tells of its changes too). An
 `#account` event that says an account is not active (deactivated, takendown, suspended,
 deleted) makes every answer about its DID say so at once (`CachedResolver.mark_account`, kept
 in the store across restarts); `active` again lifts it. Watchers (the audits) hear of both.
@@ -11,30 +11,22 @@ from a PDS's own stream only about DIDs whose document names that PDS (a PDS spe
 accounts it hosts). It is kept only for DIDs this daemon holds or watches (the network's
 other accounts are nobody's question here), a row per DID, bounded in number. An `#identity`
 event asserts nothing that is believed: it only makes the daemon verify the DID afresh from
-the sources themselves, so it is taken from any stream.
-
-A refresh replaces cached parts by the policy's table (a transient failure keeps what was
-there); refreshes of one DID are coalesced: an event during a refresh of the same DID runs
-one more afterwards, not one per event."""
+the sources themselves, so it is taken from any stream."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cache import CachedResolver
+from cache.revalidate import Revalidator, Watcher
 
 from .frames import AccountEvent, IdentityEvent
 from .subscriber import StoreCursor, StreamState, Subscriber
-
-log = logging.getLogger("atwhois.stream")
-Watcher = Callable[[set[str]], Awaitable[None]]  # told the DID and handles that changed
 
 
 class Follower:
@@ -43,13 +35,15 @@ class Follower:
         cached: CachedResolver,
         urls: list[str],
         *,
-        concurrency: int = 8,
         watchers: list[Watcher] | None = None,
         watched: Callable[[str], bool] = lambda did: False,
         quiet_after: float = 30.0,
+        revalidator: Revalidator | None = None,
     ) -> None:
+        """`revalidator`: shared with the other sources of changes (the PLC mirror); by
+        default one of its own, telling `watchers`."""
         self.cached = cached
-        self.watchers = watchers or []
+        self.revalidator = revalidator or Revalidator(cached, watchers=watchers)
         self.watched = watched  # whether a DID is on the audits' watch-list
         self.subscribers = []
         for url in urls:
@@ -59,10 +53,6 @@ class Follower:
             subscriber.on_event = self._from(subscriber)
             self.subscribers.append(subscriber)
         self.ignored: dict[str, int] = {"not_held": 0, "not_its_account": 0, "over_bound": 0}
-        self.revalidations = 0
-        self.revalidation_failures = 0
-        self._gate = asyncio.Semaphore(concurrency)
-        self._running: dict[str, bool] = {}  # DID -> another event came during its refresh
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
@@ -74,6 +64,7 @@ class Follower:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.revalidator.stop()
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.create_task(work)
@@ -93,11 +84,7 @@ class Follower:
         if isinstance(event, AccountEvent):
             await self._account(event, source)
             return
-        if event.did in self._running:
-            self._running[event.did] = True  # once more when the one under way ends
-            return
-        self._running[event.did] = False
-        self._spawn(self._revalidate(event.did, event.handle))
+        self.revalidator.changed(event.did, event.handle)
 
     async def _account(self, event: AccountEvent, source: StreamState | None) -> None:
         status = None if event.active else event.status or "inactive"
@@ -113,7 +100,7 @@ class Follower:
             return
         refused = self.cached.accounts.refused
         if await self.cached.mark_account(did, status):
-            self._tell({did})
+            self.revalidator.tell({did})
         elif self.cached.accounts.refused > refused:
             self.ignored["over_bound"] += 1
 
@@ -128,43 +115,6 @@ class Follower:
         if pds is None:  # not held: resolved, for a watched DID
             pds = (await self.cached.lookup(did)).pds
         return pds is not None and urlsplit(pds).hostname == source.pds_host
-
-    def _tell(self, changed: set[str]) -> None:
-        for watcher in self.watchers:
-            self._spawn(watcher(changed))
-
-    async def _revalidate(self, did: str, hinted: str | None) -> None:
-        try:
-            again = True
-            while again:
-                async with self._gate:
-                    await self._refresh(did, hinted)
-                again = self._running[did]
-                self._running[did] = False
-        finally:
-            del self._running[did]
-
-    async def _refresh(self, did: str, hinted: str | None) -> None:
-        """The DID afresh, then every handle it was or is bound to: the one the cached
-        answer declared (it may point elsewhere now), the one it declares now, and the
-        event's hint (checked like any other). Only a DID this daemon holds: the network's
-        other identities are nobody's question here, and resolving each of them on every
-        event would flood the upstreams."""
-        held, declared = await self.cached.held(did)
-        if not held:
-            return
-        self.revalidations += 1
-        try:
-            after = await self.cached.refresh(did)
-            handles = {declared, after.declared_handle, hinted} - {None}
-            for handle in sorted(h for h in handles if h is not None):
-                await self.cached.refresh(handle)
-            self._tell({did, *(h for h in handles if h is not None)})
-        except Exception as err:  # one bad identity never stops the stream
-            self.revalidation_failures += 1
-            log.warning(
-                json.dumps({"event": "revalidation_failed", "did": did, "error": repr(err)})
-            )
 
     def health(self) -> list[dict[str, Any]]:
         return [s.state.to_json() for s in self.subscribers]
@@ -202,11 +152,4 @@ class Follower:
             connected.add_metric([state.url], int(state.connected))
             if state.lag_s is not None:
                 lag.add_metric([state.url], state.lag_s)
-        revalidations = CounterMetricFamily(
-            "atwhois_stream_revalidations",
-            "Identities re-verified because of an #identity event, and those that failed.",
-            labels=["result"],
-        )
-        revalidations.add_metric(["done"], self.revalidations - self.revalidation_failures)
-        revalidations.add_metric(["failed"], self.revalidation_failures)
-        yield from (events, reconnects, malformed, lag, connected, revalidations)
+        yield from (events, reconnects, malformed, lag, connected)

@@ -19,6 +19,7 @@ from devnet.plc_ops import AuditLog, Key, log_entry, plc_operation
 from devnet.postgres import scratch_database
 from devnet.synthetic_plc import export_lines
 from mirror import Follower, MirrorApi, MirrorFetcher, MirrorState, Replica, Upstream
+from mirror.follow import POKE_GAP
 from mirror.records import Batch
 from mirror.store import (
     PostgresMirrorStore,
@@ -33,7 +34,8 @@ from resolver.did import mirror_note
 from resolver.errors import UpstreamFailure
 from resolver.plc.document import state_from_data
 from resolver.plc.export import route
-from resolver.response import Response
+from resolver.response import MIRROR_HEADER, Response
+from tests.support.waiting import until
 
 T0 = datetime.datetime(2025, 3, 1, tzinfo=datetime.UTC)
 
@@ -326,9 +328,14 @@ def test_a_lookup_cites_the_mirror_as_it_describes_itself() -> None:
         return mirror_note(Response("https://mirror.example/did:plc:x", 200, b"{}", header))
 
     state = MirrorState("https://plc.directory", cursor_time="2026-12-01T00:00:00.000Z")
-    assert note(state.provenance()) == "verified PLC mirror of https://plc.directory (backfilling)"
+    asked = time.time()
+    assert note(state.provenance(asked)) == (
+        "verified PLC mirror of https://plc.directory (backfilling)"
+    )
     state.caught_up_at = time.time() - 2
-    assert note(state.provenance()) == "verified PLC mirror of https://plc.directory (2.0s behind)"
+    assert note(state.provenance(asked)) == (
+        "verified PLC mirror of https://plc.directory (2.0s behind)"
+    )
     assert note(None) is None
     assert note("cached; upstream=https://x") is None  # only a mirror that says it verified
     hostile = note("verified; upstream=https://x\x1b[31m" + "y" * 5000 + "; behind=1s")
@@ -449,3 +456,41 @@ async def test_a_mirror_still_catching_up_claims_neither_absence_nor_currency(
         document = await resolver.resolve_document(unknown)
     assert document.evidence.outcome is Outcome.FAILED  # transient: never cached as absence
     assert document.evidence.error_kind == "UpstreamFailure"
+
+
+async def test_p_api_2_a_mirror_reads_its_upstream_again_before_it_denies_a_did(
+    tmp_path: Path,
+) -> None:
+    """A follower resting for a minute between polls: the DIDs a live poll changes are told
+    (once written; a backfill tells nothing), a poke polls at once, and a question about a
+    DID the mirror does not know is answered after that read, as current: a DID created
+    meanwhile is found, an absent one is a 404 that says `current=yes`. Without a follower to
+    poke, the 404 says `current=no` at once."""
+    lines = list(export_lines(24, 2))[:30]  # 24 genesis operations, then 6 updates
+    export = ExportFile(lines[:12])  # what the upstream has at first
+    told: list[list[str]] = []
+    store = SqliteMirrorStore(tmp_path / "mirror.db")
+    follower = Follower(Replica(store), export, interval=60, page_size=5, on_applied=told.append)
+    api = MirrorApi(store, follower.state, poke=follower.poke)
+    follower.start()
+    try:
+        until(lambda: follower.state.caught_up_at is not None, 10)
+        assert told == []  # a backfill: every DID is new, nobody holds one yet
+        export.lines = [line.encode() for line in lines]  # the upstream moves on
+        newcomer = json.loads(lines[20])["did"]  # created since the mirror's last read
+        started = time.monotonic()
+        found = await api.run("GET", f"/{newcomer}", {})
+        assert found.status == 200 and "current=yes" in found.headers[MIRROR_HEADER]
+        assert time.monotonic() - started < 2  # a poke, not the minute's interval
+        changed = {json.loads(line)["did"] for line in lines[12:]}
+        assert {did for dids in told for did in dids} == changed
+        stranger = "did:plc:" + "q" * 24
+        absent = await api.run("GET", f"/{stranger}", {})
+        assert absent.status == 404 and "current=yes" in absent.headers[MIRROR_HEADER]
+        # its read started a poke gap after the one before: 404s in a flood cost the
+        # upstream one more read a second at most
+        assert time.monotonic() - started >= POKE_GAP
+        unpoked = await MirrorApi(store, follower.state).run("GET", f"/{stranger}", {}, wait=5)
+        assert unpoked.status == 404 and "current=no" in unpoked.headers[MIRROR_HEADER]
+    finally:
+        follower.stop()

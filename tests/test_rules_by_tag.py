@@ -27,6 +27,7 @@ from resolver import Config, Outcome, Resolver, Status, document, errors, syntax
 from resolver.did import check_http_response, check_plc_response, document_url, mirror_note
 from resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
 from resolver.handle import WELL_KNOWN_MAX_BYTES, WELL_KNOWN_PATH, did_from_well_known
+from resolver.identity import Evidence
 from resolver.keys import Curve, PublicKey, b58encode, parse_did_key, parse_legacy_multibase
 from resolver.plc.document import build_document
 from resolver.plc.encoding import dag_cbor, did_of_genesis
@@ -413,6 +414,27 @@ def test_p_api_1_the_directorys_statuses_and_what_they_say() -> None:
         check_plc_response(Response("u", 404, b"{}"), DID)
     with pytest.raises(errors.DidDeactivated, match=f"{DID} is deactivated.*HTTP 410"):
         check_plc_response(Response("u", 410, b"{}"), DID)
+
+
+def test_p_api_2_a_mirror_that_may_be_behind_cannot_confirm_an_absence() -> None:
+    """A 404 from a mirror that had not read its upstream since the question came is a
+    transient answer (a DID created meanwhile is not known yet); from one that had
+    (`current=yes`), or from the directory itself, it is absence. A tombstone is one
+    whatever the mirror's currency (the DID existed: a mirror never invents one)."""
+    behind = "verified; upstream=https://plc.directory; behind=2.0s; cursor=-; current=no"
+    current = behind.replace("current=no", "current=yes")
+    older = "verified; upstream=https://plc.directory; behind=2.0s; cursor=-"  # says nothing
+    for header in (behind, older):
+        with pytest.raises(errors.UnconfirmedAbsence, match=r"not known yet \[P-API-2\]"):
+            check_plc_response(Response("u", 404, b"{}", header), DID)
+    with pytest.raises(NotFound):
+        check_plc_response(Response("u", 404, b"{}", current), DID)
+    with pytest.raises(NotFound):
+        check_plc_response(Response("u", 404, b"{}"), DID)
+    with pytest.raises(errors.DidDeactivated):
+        check_plc_response(Response("u", 410, b"{}", behind), DID)
+    failed = Evidence.failure(errors.UnconfirmedAbsence("not yet"), 1.0, "u")
+    assert failed.outcome is Outcome.FAILED and not failed.confirmed  # never cached as absence
 
 
 def test_d_syn_9_and_d_web_3_what_a_lookup_takes_in_development() -> None:

@@ -196,10 +196,10 @@ async def test_events_for_one_did_are_coalesced_into_at_most_one_more_refresh() 
     for _ in range(5):
         await follower.on_event(event)
         await asyncio.sleep(0.005)
-    await eventually(lambda: not follower._running)
-    assert refreshed.count(f.DID) == 2 and follower.revalidations == 2
+    await eventually(lambda: not follower.revalidator._running)
+    assert refreshed.count(f.DID) == 2 and follower.revalidator.revalidations == 2
     assert refreshed.count("alice.example.com") == 2  # the handle it declares, each time
     # a DID this daemon does not hold: nobody asked, nothing is resolved
     await follower.on_event(IdentityEvent(2, "did:plc:" + "b" * 24, f.TIME, "x.example.com"))
-    await eventually(lambda: not follower._running)
-    assert follower.revalidations == 2 and "x.example.com" not in refreshed
+    await eventually(lambda: not follower.revalidator._running)
+    assert follower.revalidator.revalidations == 2 and "x.example.com" not in refreshed

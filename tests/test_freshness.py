@@ -1,0 +1,145 @@
+"""Freshness you can prove (issue 32): what the daemon serves after the world changed, step
+by step, on the test network (the reference PDS and PLC directory, Knot).
+
+`serve --plc-mirror` with no event stream: the mirror in the process is the source of
+did:plc changes. A sign-up looked up at once is read through (P-API-2: the mirror reads its
+upstream again before it answers that it does not know a DID), never answered from a cached
+absence; each operation the mirror applies to a DID the cache holds has the identity
+re-verified at once (a handle change, a PDS move, a tombstone), within the polling interval
+and a second, though the cached answers were given an hour to live."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from devnet import world
+from devnet.atwhois import Daemon, running_daemon
+from devnet.network import DevnetState
+from devnet.pds import create_account
+from devnet.plc_ops import PlcAccount, new_handle
+from tests.support import metrics
+from tests.test_plc_mirror_network import caught_up
+
+HOUR = ("--ttl-verified", "3600:86400", "--ttl-absent", "3600:3600")
+
+
+def serve_with_mirror(devnet: DevnetState, tmp_path: Path, interval: float) -> Any:
+    return running_daemon(
+        devnet.env(),
+        tmp_path / "serve.log",
+        "--plc-mirror",
+        "--plc-db",
+        str(tmp_path / "mirror.db"),
+        "--plc-mirror-interval",
+        str(interval),
+        "--cache",
+        "memory:",
+        *HOUR,
+    )
+
+
+def identity(daemon: Daemon, identifier: str) -> dict[str, Any]:
+    answer = httpx.get(f"{daemon.url}/v1/identity/{identifier}", timeout=30)
+    report: dict[str, Any] = answer.json()
+    return report
+
+
+def within(seconds: float, condition: Callable[[], bool]) -> float:
+    """Seconds until `condition()` held; fails past `seconds`."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < seconds, f"not within {seconds} s"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def test_a_sign_up_looked_up_at_once_verifies_and_is_never_a_cached_absence(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """P-API-2. The mirror polls every 5 s; an account made on the real PDS is looked up
+    the moment it exists: the mirror reads its upstream again for the unknown DID, and the
+    first answer is already the verified one (every answer within the 2 s is verified or a
+    transient failure, never `did_not_found`, never `HandleNotFound`)."""
+    with serve_with_mirror(devnet, tmp_path, interval=5.0) as daemon:
+        caught_up(daemon.url, devnet.plc_url)
+        name = f"new{uuid.uuid4().hex[:8]}"
+        did = create_account(devnet.pds_url, name)
+        handle = name + world.LIVE_HANDLE_SUFFIX
+        answers: list[str] = []
+
+        def verified() -> bool:
+            report = identity(daemon, handle)
+            answers.append(report["status"])
+            return report["status"] == "verified" and report["did"] == did
+
+        within(2, verified)
+        assert set(answers) <= {"verified", "unavailable"}, answers
+        assert answers[0] == "verified"  # read through, not waited out
+        resolved = httpx.get(
+            f"{daemon.url}/xrpc/com.atproto.identity.resolveHandle",
+            params={"handle": handle},
+            timeout=30,
+        )
+        assert resolved.status_code == 200 and resolved.json()["did"] == did
+        # a DID nobody registered: the mirror read its upstream after the question came,
+        # so its 404 is an absence it can confirm, and the report says so
+        stranger = "did:plc:" + "z" * 24
+        report = identity(daemon, stranger)
+        assert report["status"] == "did_not_found"
+        assert "current=yes" not in str(report)  # the header is read, not pasted
+        assert report["evidence"]["did_doc"]["error_kind"] == "NotFound"
+
+
+def test_plc_operations_reach_the_cache_without_an_event_stream(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """A did:plc cached for an hour changes by real operations on the reference directory:
+    a handle change, a PDS move, a tombstone. The mirror polls every second; each change is
+    what `resolveHandle`, `resolveDid` and the report give within 2 s (the interval and a
+    second), from the cache (re-verified in the background, not missed on purpose)."""
+    interval = 1.0
+    first, second = new_handle("fresh"), new_handle("fresh")
+    account = PlcAccount(devnet.plc_url, first)
+    did = account.did
+    devnet.set_txts({first: [f"did={did}"], second: [f"did={did}"]})
+    with serve_with_mirror(devnet, tmp_path, interval=interval) as daemon:
+        caught_up(daemon.url, devnet.plc_url)
+        before = identity(daemon, first)
+        assert before["status"] == "verified" and before["did"] == did
+        assert identity(daemon, did)["cache"]["state"] == "fresh"  # held, for an hour
+
+        account.set_handle(second)
+        within(interval + 1, lambda: identity(daemon, did)["handle"] == second)
+        report = identity(daemon, did)
+        assert report["status"] == "verified" and report["cache"]["state"] == "fresh"
+        assert resolve(daemon, "resolveHandle", handle=second).json()["did"] == did
+        old = resolve(daemon, "resolveHandle", handle=first)  # its TXT names the DID still
+        assert old.status_code == 400 and old.json()["error"] == "InvalidRequest"
+        assert identity(daemon, first)["status"] == "handle_mismatch"
+        document = resolve(daemon, "resolveDid", did=did).json()["didDoc"]
+        assert document["alsoKnownAs"] == [f"at://{second}"]
+
+        account.move_pds("https://elsewhere.test")
+        within(interval + 1, lambda: identity(daemon, did)["pds"] == "https://elsewhere.test")
+        document = resolve(daemon, "resolveDid", did=did).json()["didDoc"]
+        assert document["service"][0]["serviceEndpoint"] == "https://elsewhere.test"
+
+        account.tombstone()
+        within(interval + 1, lambda: identity(daemon, did)["status"] == "did_deactivated")
+        gone = resolve(daemon, "resolveDid", did=did)
+        assert gone.status_code == 404 and gone.json()["error"] == "DidDeactivated"
+        handle = identity(daemon, second)
+        assert handle["status"] == "did_deactivated"  # by its handle too, from the cache
+        exposition = httpx.get(f"{daemon.url}/metrics", timeout=10).text
+        done = metrics.value(exposition, "atwhois_stream_revalidations_total", result="done")
+        assert done >= 3
+
+
+def resolve(daemon: Daemon, method: str, **params: str) -> httpx.Response:
+    return httpx.get(f"{daemon.url}/xrpc/com.atproto.identity.{method}", params=params, timeout=30)

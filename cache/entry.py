@@ -27,6 +27,10 @@ class Entry:
     stale_until: float
     refresh_error: str | None = None
     retry_at: float = 0.0  # no background refresh before this (after a failed one)
+    # A source said the DID changed (an event) and this resolution does not show it yet: what
+    # it said; the entry is stale from the start while the claim is re-checked.
+    revalidating: str | None = None
+    changed_by: str | None = None  # the claim this resolution saw the change for, and when
     body: bytes | None = None  # a DID document's bytes, as served
 
     def encode(self) -> bytes:

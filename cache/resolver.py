@@ -41,7 +41,9 @@ from resolver.outcome import Outcome
 from resolver.report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
 from resolver.syntax import Query
 
+from . import claims
 from .accounts import AccountStates
+from .claims import Claim
 from .entry import DECODERS, Cached, Entry
 from .keys import did_key, handle_key
 from .policy import Action, Answer, Policy, replacement
@@ -87,6 +89,7 @@ class CachedResolver:
         # shared with the daemon's other resolvers (`accounts`): what the event streams say
         self.accounts = accounts or AccountStates()
         self._observers: list[Callable[[Upstream], None]] = []  # told of each upstream step
+        self.claims: dict[str, Claim] = {}  # by DID key: changes a source said, not seen yet
 
     async def __aenter__(self) -> CachedResolver:
         return self
@@ -112,7 +115,7 @@ class CachedResolver:
             return invalid_input(identifier, err, now_iso())
         cached = await self._from_cache(query)
         if cached is not None:
-            identity, stale, retry_at = cached
+            identity, stale, retry_at = cached  # stale: or revalidating
             self._counters["stale" if stale else "fresh"] += 1
             if stale and retry_at <= self.clock():
                 self._refresh_in_background(query)
@@ -150,6 +153,34 @@ class CachedResolver:
             return False
         self.store.announce([did_key(did)])  # answers about it change
         return True
+
+    async def claim(self, did: str, what: str, window: float) -> bool:
+        """A source says `did`'s document changed (`what`: the event, as reports name it):
+        the answer held is stale from now on, and for `window` seconds a resolution that
+        does not show the change is stored stale too (`claims`). False: the DID is not
+        held. The claim's re-checks are the caller's (`refresh`; `claim_open`)."""
+        key = did_key(did)
+        cached = await self._cached(key)
+        if cached is None or not isinstance(cached.part, DocumentResolution):
+            return False
+        now = self.clock()
+        claim = Claim(what, now, now + window, claims.seen(cached.part))
+        self.claims[key] = claim
+        entry = claims.marked(claim, Entry.decode(cached.raw))
+        await self.store.put(key, entry.encode(), entry.stale_until)
+        return True
+
+    def claim_open(self, did: str) -> bool:
+        """Whether a claim about `did` waits for its change still (within its window)."""
+        claim = self.claims.get(did_key(did))
+        if claim is not None and self.clock() >= claim.until:
+            del self.claims[did_key(did)]
+            return False
+        return claim is not None
+
+    def drop_claim(self, did: str) -> None:
+        """What the source says from now on is taken as it is."""
+        self.claims.pop(did_key(did), None)
 
     async def restore_accounts(self) -> None:
         """The account states an earlier run kept in the store."""
@@ -267,7 +298,7 @@ class CachedResolver:
         if handle is None or document is None:
             return None
         info = self._cache_info(entries, resolved_now=False)
-        stale = info.state == "stale"
+        stale = info.state != "fresh"
         identity = compose(query, _iso(min(e.checked_at for e in entries)), handle, document)
         return _with_cache(identity, info), stale, max(e.retry_at for e in entries)
 
@@ -276,13 +307,18 @@ class CachedResolver:
         now = self.clock()
         errors = [e.refresh_error for e in basis if e.refresh_error]
         stale = any(now >= e.fresh_until for e in basis)
+        claimed = [e.revalidating for e in basis if e.revalidating]
+        revalidating = claimed[0] if stale and claimed else None
+        state = "revalidating" if revalidating else "stale" if stale else "fresh"
         return CacheInfo(
             not resolved_now or stale,
             now - min(e.checked_at for e in basis),
-            "stale" if stale else ("miss" if resolved_now else "fresh"),
+            "miss" if resolved_now and not stale else state,
             errors[0] if errors else None,
             fresh_for_s=max(0.0, min(e.fresh_until for e in basis) - now),
             servable_for_s=min(e.stale_until for e in basis) - now,
+            revalidating=revalidating,
+            changed_by=next((e.changed_by for e in basis if e.changed_by), None),
         )
 
     # --- resolving ------------------------------------------------------------------
@@ -373,6 +409,7 @@ class CachedResolver:
                     entry = Entry(
                         new.to_json(), start, start + life.fresh, start + life.max_age, body=body
                     )
+                    entry = claims.as_claimed(self.claims, key, new, entry, now, held)
                     await self.store.put(key, entry.encode(), entry.stale_until)
                     run.basis[key] = entry
                 case Action.KEEP:

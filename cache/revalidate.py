@@ -10,22 +10,39 @@ transient failure keeps what was there). Only DIDs the cache holds (as an answer
 absence): the network's other identities are nobody's question here, and resolving each on
 every change would flood the upstreams. Changes of one DID are coalesced: one during its
 refresh runs one more afterwards, not one per change. Watchers (the audits) hear of what
-was re-verified."""
+was re-verified.
+
+An event names a change the document's source may not serve yet (a replica behind, a mirror
+between two polls): it is a claim (`cache.claims`). The answer held is served as
+revalidating from then on, and the DID is re-checked with back-off (0.5 s, doubling, up to
+8 s) until a resolution shows the change or the claim's window (30 s) ends; what the source
+says then is taken as it is. A PLC mirror's changes are no claim: its document is the one
+the operation it just applied makes."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, Metric
+
+from resolver import Identity
 
 from .resolver import CachedResolver
 
 log = logging.getLogger("atwhois.revalidate")
+CLAIM_WINDOW = 30.0  # seconds a claim waits for its change to show
+FIRST_RECHECK, LAST_RECHECK = 0.5, 8.0  # the back-off between re-checks
 Watcher = Callable[[set[str]], Awaitable[None]]  # told the DID and handles that changed
+
+
+class Change(NamedTuple):
+    hinted: str | None  # the handle the source says the DID has now
+    claim: str | None  # what said so, when the document's source may lag behind it
 
 
 class Revalidator:
@@ -41,16 +58,19 @@ class Revalidator:
         self.revalidations = 0
         self.failures = 0
         self._gate = asyncio.Semaphore(concurrency)
-        self._running: dict[str, bool] = {}  # DID -> another change came during its refresh
+        # DID -> the change that came during its refresh (None: none): once more, after
+        self._running: dict[str, Change | None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def changed(self, did: str, hinted: str | None = None) -> None:
-        """`did` changed (`hinted`: the handle the source says it has now)."""
+    def changed(self, did: str, hinted: str | None = None, claim: str | None = None) -> None:
+        """`did` changed (`hinted`: the handle the source says it has now; `claim`: what
+        said so, when it may be ahead of the document's source)."""
+        change = Change(hinted, claim)
         if did in self._running:
-            self._running[did] = True  # once more when the one under way ends
+            self._running[did] = change  # once more when the one under way ends
             return
-        self._running[did] = False
-        self.spawn(self._revalidate(did, hinted))
+        self._running[did] = None
+        self.spawn(self._revalidate(did, change))
 
     def changed_many(self, dids: Iterable[str]) -> None:
         for did in dids:
@@ -71,25 +91,25 @@ class Revalidator:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _revalidate(self, did: str, hinted: str | None) -> None:
+    async def _revalidate(self, did: str, change: Change | None) -> None:
         try:
-            again = True
-            while again:
+            while change is not None:
                 async with self._gate:
-                    await self._refresh(did, hinted)
-                again = self._running[did]
-                self._running[did] = False
+                    await self._refresh(did, change)
+                change, self._running[did] = self._running[did], None
         finally:
             del self._running[did]
 
-    async def _refresh(self, did: str, hinted: str | None) -> None:
+    async def _refresh(self, did: str, change: Change) -> None:
         held, declared = await self.cached.held(did)
         if not held:
             return
         self.revalidations += 1
         try:
-            after = await self.cached.refresh(did)
-            handles = {declared, after.declared_handle, hinted} - {None}
+            if change.claim is not None:
+                await self.cached.claim(did, change.claim, CLAIM_WINDOW)
+            after = await self._until_settled(did)
+            handles = {declared, after.declared_handle, change.hinted} - {None}
             for handle in sorted(h for h in handles if h is not None):
                 await self.cached.refresh(handle)
             self.tell({did, *(h for h in handles if h is not None)})
@@ -98,6 +118,20 @@ class Revalidator:
             log.warning(
                 json.dumps({"event": "revalidation_failed", "did": did, "error": repr(err)})
             )
+
+    async def _until_settled(self, did: str) -> Identity:
+        """Refreshes `did` until no claim about it is open: the change showed, or the
+        window ended (then once more, taken as it is)."""
+        after = await self.cached.refresh(did)
+        delay, started = FIRST_RECHECK, time.monotonic()
+        while self.cached.claim_open(did):
+            if time.monotonic() - started + delay >= CLAIM_WINDOW:
+                self.cached.drop_claim(did)
+                return await self.cached.refresh(did)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, LAST_RECHECK)
+            after = await self.cached.refresh(did)
+        return after
 
     def metrics(self) -> Iterator[Metric]:
         revalidations = CounterMetricFamily(

@@ -11,7 +11,10 @@ that forwards every request to the reference directory, and can lie or fail on c
   ever), `"down"` (nothing listening: connections refused), `"trickle"` (the real answer's
   length announced, then one byte every `trickle_every` seconds);
 - `export_script` answers `/export` itself, from its query (a scripted upstream whose pages
-  misbehave on command: seqs that go back, lines that do not parse, forged copies).
+  misbehave on command: seqs that go back, lines that do not parse, forged copies);
+- `lag` makes it a replica that many seconds behind: a read of a DID (`/{did}`, its log)
+  answers what the directory answered before, until `lag` seconds after the stand-in first
+  saw the directory answer otherwise (it re-serves the directory's own bytes, delayed).
 
 It runs on its own thread and loop, so the code under test may call it from anywhere, and
 a test may switch faults between two requests.
@@ -23,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -46,6 +50,9 @@ class PlcStandIn:
         self.export_edit: Edit | None = None  # a change of each line of /export answers
         self.export_script: Callable[[dict[str, str]], list[str]] | None = None
         self.trickle_every = 1.0
+        self.lag = 0.0
+        # path -> the directory's answers to it, each with when it was first seen, oldest first
+        self._seen: dict[str, list[tuple[float, tuple[int, bytes]]]] = {}
         self.requests = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -149,6 +156,8 @@ class PlcStandIn:
             status, answer = 200, "\n".join(script(query)).encode()
         else:
             status, answer = await self._forward(method, path, body)
+            if self.lag and method == "GET" and not path.startswith("/export"):
+                status, answer = self._lagged(path, (status, answer))
         if status == 200 and path in self.edits:
             answer = json.dumps(self.edits[path](json.loads(answer))).encode()
         if status == 200 and path.startswith("/export") and self.export_edit is not None:
@@ -170,6 +179,16 @@ class PlcStandIn:
             await writer.drain()
             return False
         return await _send(writer, status, answer, "application/json")
+
+    def _lagged(self, path: str, answer: tuple[int, bytes]) -> tuple[int, bytes]:
+        """What a replica `lag` seconds behind would answer: the newest answer first seen
+        at least `lag` seconds ago (the first one ever seen, if none is that old)."""
+        now = time.monotonic()
+        seen = self._seen.setdefault(path, [])
+        if not seen or seen[-1][1] != answer:
+            seen.append((now, answer))
+        old_enough = [kept for at, kept in seen if now - at >= self.lag]
+        return old_enough[-1] if old_enough else seen[0][1]
 
     async def _forward(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         assert self._session is not None

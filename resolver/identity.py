@@ -84,10 +84,14 @@ class CacheInfo:
 
     cached: bool
     age_s: float
-    state: str  # "fresh", "stale" or "miss"
+    state: str  # "fresh", "stale", "revalidating" or "miss"
     refresh_error: str | None = None  # the upstream failure a stale answer is standing in for
     fresh_for_s: float = 0.0  # how much longer it is fresh (0: stale, or not cacheable)
     servable_for_s: float = 0.0  # how much longer it may be served at all
+    # "revalidating": a source said the DID changed, and the answer is re-checked until the
+    # change shows (the claim); `changed_by`: the claim whose change this answer shows
+    revalidating: str | None = None
+    changed_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -97,6 +101,8 @@ class CacheInfo:
             "refresh_error": self.refresh_error,
             "fresh_for_s": round(self.fresh_for_s),
             "servable_for_s": round(self.servable_for_s),
+            "revalidating": self.revalidating,
+            "changed_by": self.changed_by,
         }
 
 

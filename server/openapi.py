@@ -101,10 +101,12 @@ _CACHE = object_of(
     {
         "cached": {"type": "boolean"},
         "age_s": {"type": "number"},
-        "state": {"type": "string", "enum": ["fresh", "stale", "miss"]},
+        "state": {"type": "string", "enum": ["fresh", "stale", "revalidating", "miss"]},
         "refresh_error": nullable("string"),
         "fresh_for_s": {"type": "number"},
         "servable_for_s": {"type": "number"},
+        "revalidating": nullable("string"),
+        "changed_by": nullable("string"),
     }
 )
 _IDENTITY_FIELDS = {

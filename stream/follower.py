@@ -84,7 +84,11 @@ class Follower:
         if isinstance(event, AccountEvent):
             await self._account(event, source)
             return
-        self.revalidator.changed(event.did, event.handle)
+        # The event may be ahead of the document's source (a directory's replica, a mirror
+        # between polls): a claim, re-checked until the change shows (`cache.claims`).
+        where = source.url if source is not None else "a stream"
+        claim = f"#identity seq {event.seq} from {where} ({event.time})"
+        self.revalidator.changed(event.did, event.handle, claim)
 
     async def _account(self, event: AccountEvent, source: StreamState | None) -> None:
         status = None if event.active else event.status or "inactive"

@@ -6,7 +6,12 @@ did:plc changes. A sign-up looked up at once is read through (P-API-2: the mirro
 upstream again before it answers that it does not know a DID), never answered from a cached
 absence; each operation the mirror applies to a DID the cache holds has the identity
 re-verified at once (a handle change, a PDS move, a tombstone), within the polling interval
-and a second, though the cached answers were given an hour to live."""
+and a second, though the cached answers were given an hour to live.
+
+`serve --firehose` in front of a PLC replica that lags: an `#identity` event is a claim that
+the DID changed; the answer held is served as revalidating (never with a fresh `max-age`)
+and re-checked with back-off until the replica serves the change, and the report names the
+event that settled it."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import httpx
 
 from devnet import world
 from devnet.atwhois import Daemon, running_daemon
+from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
 from devnet.pds import create_account
 from devnet.plc_ops import PlcAccount, new_handle
@@ -143,3 +149,61 @@ def test_plc_operations_reach_the_cache_without_an_event_stream(
 
 def resolve(daemon: Daemon, method: str, **params: str) -> httpx.Response:
     return httpx.get(f"{daemon.url}/xrpc/com.atproto.identity.{method}", params=params, timeout=30)
+
+
+def test_an_event_ahead_of_a_lagging_replica_is_re_checked_until_the_change_shows(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """The daemon resolves did:plc through a replica that serves each DID's previous answer
+    for 3 s after the directory changed it, and follows the PDS's event stream. A handle
+    change through the PDS's own API (`updateHandle`): the first refresh after the event
+    reads the old document; the daemon never serves the old binding as fresh from the moment
+    it heard the event (revalidating, `max-age=0`), re-checks, and answers the new handle
+    within 5 s, naming the event in its report."""
+    name = f"lag{uuid.uuid4().hex[:8]}"
+    did = create_account(devnet.pds_url, name)
+    old, new = name + world.LIVE_HANDLE_SUFFIX, f"{name}-new{world.LIVE_HANDLE_SUFFIX}"
+    with PlcStandIn(devnet.plc_url) as replica:
+        replica.lag = 3.0
+        env = {**devnet.env(), "ATWHOIS_PLC_URL": replica.url}
+        stream = devnet.pds_url.replace("http://", "ws://")
+        follow = ("--firehose", stream, "--cache", "memory:", *HOUR)
+        with running_daemon(env, tmp_path / "serve.log", *follow) as daemon:
+            assert identity(daemon, old)["status"] == "verified"  # held, for an hour
+            within(20, lambda: httpx.get(daemon.url + "/_health").json()["streams"][0]["connected"])
+            session = _pds(
+                devnet,
+                "com.atproto.server.createSession",
+                {"identifier": old, "password": world.live_password(name)},
+            )
+            _pds(devnet, "com.atproto.identity.updateHandle", {"handle": new}, session["accessJwt"])
+            served: list[tuple[str | None, str, str]] = []  # declared handle, state, max-age
+
+            def settled() -> bool:
+                answer = httpx.get(f"{daemon.url}/v1/identity/{did}", timeout=30)
+                report = answer.json()
+                control = answer.headers.get("Cache-Control", "")
+                served.append((report["declared_handle"], report["cache"]["state"], control))
+                return report["declared_handle"] == new and report["status"] == "verified"
+
+            took = within(5, settled)
+            states = [state for _, state, _ in served]
+            assert "revalidating" in states, served  # the first refresh read the old document
+            heard = states.index("revalidating")
+            for handle, state, control in served[heard:]:
+                if handle == old:  # the old binding, after the event: never as fresh
+                    assert state == "revalidating" and "max-age=0" in control, served
+            assert took >= 2  # the replica's lag, waited out, not skipped
+            report = identity(daemon, did)
+            assert report["cache"]["state"] == "fresh" and report["handle"] == new
+            assert report["cache"]["changed_by"].startswith("#identity seq ")
+            assert stream in report["cache"]["changed_by"]
+            resolved = resolve(daemon, "resolveHandle", handle=new)
+            assert resolved.status_code == 200 and resolved.json()["did"] == did
+
+
+def _pds(devnet: DevnetState, method: str, body: dict[str, Any], token: str | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    answer = httpx.post(f"{devnet.pds_url}/xrpc/{method}", json=body, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json() if answer.content else None

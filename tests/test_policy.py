@@ -3,10 +3,12 @@ table), and what a resolved part is worth to it (`cache.worth`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 
+from cache import claims
 from cache.entry import Cached, Entry
 from cache.policy import Action, Answer, Held, Kind, replacement
 from cache.worth import document_answer, failure_of, handle_answer, held_kind, lifetime_kind
@@ -106,3 +108,49 @@ def test_why_a_refresh_failed_names_the_unconfirmed_step() -> None:
     assert failure_of(HandleResolution.of("a.example.com", ANSWER, TIMEOUT)) == "took too long"
     assert failure_of(DocumentResolution(DID, ANSWER, plc=TIMEOUT)) == "took too long"
     assert failure_of(DocumentResolution(DID, ANSWER)) == "transient failure"
+
+
+# --- claims: an event says a DID changed, the source may not show it yet ----------------
+
+DID = "did:plc:" + "c" * 24
+
+
+def _document(body: bytes | None, outcome: Outcome = Outcome.OK) -> DocumentResolution:
+    return DocumentResolution(DID, Evidence(outcome, (DID,) if body else ()), None, body)
+
+
+def test_a_claim_holds_the_old_document_stale_until_a_resolution_shows_the_change() -> None:
+    """An open claim: a resolution showing the document held is stored stale from the start
+    (revalidating, no background refresh before the window ends); one showing another
+    document, an absence or a tombstone settles and closes it, naming it; past the window,
+    what the source says is taken as it is; a did:web document (its own host) settles at
+    once."""
+    old, new = _document(b'{"v":1}'), _document(b'{"v":2}')
+    claim = claims.Claim("#identity seq 7", 100.0, 130.0, claims.seen(old))
+    entry = Entry({}, 101.0, 101.0 + 3600, 101.0 + 86400)
+    open_claims = {"d:x": claim}
+    same = claims.as_claimed(open_claims, "d:x", old, entry, 101.0, None)
+    assert same.fresh_until == 100.0 and same.revalidating == "#identity seq 7"
+    assert same.retry_at == 130.0 and "d:x" in open_claims
+    for shown in (new, _document(None, Outcome.NOT_FOUND)):
+        still = {"d:x": claim}
+        changed = claims.as_claimed(still, "d:x", shown, entry, 102.5, None)
+        assert changed.fresh_until == entry.fresh_until and changed.revalidating is None
+        assert changed.changed_by == "#identity seq 7; the change showed 2.5 s after it"
+        assert still == {}
+    expired = {"d:x": claim}
+    late = claims.as_claimed(expired, "d:x", old, entry, 130.0, None)
+    assert late == entry and expired == {}
+    web = DocumentResolution("did:web:example.com", old.evidence, None, old.body)
+    assert claims.settles(claim, web)
+
+
+def test_the_change_a_claim_settled_stays_named_while_the_document_is_the_same() -> None:
+    """The handles re-verified after a claim settles resolve the document again: the same
+    document keeps the claim it settled; another one does not."""
+    old, new = _document(b'{"v":1}'), _document(b'{"v":2}')
+    settled = dataclasses.replace(Entry({}, 1.0, 2.0, 3.0), changed_by="#identity seq 7; …")
+    held = Cached(settled, new, b"")
+    entry = Entry({}, 5.0, 6.0, 7.0)
+    assert claims.as_claimed({}, "d:x", new, entry, 5.0, held).changed_by == settled.changed_by
+    assert claims.as_claimed({}, "d:x", old, entry, 5.0, held).changed_by is None

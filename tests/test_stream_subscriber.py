@@ -190,7 +190,16 @@ async def test_events_for_one_did_are_coalesced_into_at_most_one_more_refresh() 
     async def held(did: str) -> tuple[bool, str | None]:
         return (True, "alice.example.com") if did == f.DID else (False, None)
 
-    cached = SimpleNamespace(refresh=refresh, held=held, store=MemoryStore())
+    async def claim(did: str, what: str, window: float) -> bool:
+        return True
+
+    cached = SimpleNamespace(
+        refresh=refresh,
+        held=held,
+        claim=claim,
+        claim_open=lambda did: False,  # the first refresh shows the change
+        store=MemoryStore(),
+    )
     follower = Follower(cached, [])  # type: ignore[arg-type]
     event = IdentityEvent(1, f.DID, f.TIME, None)
     for _ in range(5):

@@ -42,7 +42,7 @@ from resolver.report import NO_DOCUMENT, DocumentResolution, HandleResolution, c
 from resolver.syntax import Query
 
 from . import claims
-from .accounts import AccountStates
+from .accounts import AccountStates, Mark
 from .claims import Claim
 from .entry import DECODERS, Cached, Entry
 from .keys import did_key, handle_key
@@ -136,20 +136,23 @@ class CachedResolver:
         return self._with_account(await self._shared(query, timeout, reuse=False))
 
     def _with_account(self, identity: Identity) -> Identity:
-        status = self.accounts.status(identity.did) if identity.did else None
-        if status is None or identity.status in (Status.INVALID_INPUT, Status.UNAVAILABLE):
+        """The answer as the account's status makes it (`accounts.STATUSES`)."""
+        mark = self.accounts.get(identity.did) if identity.did else None
+        if mark is None or identity.status in (Status.INVALID_INPUT, Status.UNAVAILABLE):
             return identity
+        if mark.serves:
+            return dataclasses.replace(identity, warnings=(*identity.warnings, mark.warning))
         return dataclasses.replace(
             identity,
             status=Status.DID_DEACTIVATED,
-            error=f"{identity.did}: the account is {status} (an event stream says so)",
+            error=f"{identity.did}: {mark.reason}; an event stream says so",
         )
 
-    async def mark_account(self, did: str, status: str | None) -> bool:
-        """An event stream says `did`'s account is `status` (None: active again): every
-        answer about the DID says so from now on, here and in the daemon's other processes
-        (their kept answers are dropped), and after a restart. Whether it changed."""
-        if not await self.accounts.mark(self.store, did, status, time.time()):
+    async def mark_account(self, did: str, mark: Mark | None) -> bool:
+        """An event stream says how `did`'s account is (None: plainly active): every answer
+        about the DID says so from now on, here and in the daemon's other processes (their
+        kept answers are dropped), and after a restart. Whether it changed."""
+        if not await self.accounts.mark(self.store, did, mark, time.time()):
             return False
         self.store.announce([did_key(did)])  # answers about it change
         return True

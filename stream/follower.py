@@ -1,10 +1,11 @@
 """The daemon following event streams (`atwhois serve --firehose URL`): one `Subscriber` per
 URL, cursors in the cache store, and on each `#identity` event a re-verification of the DID
 and of its handles in the background (`cache.Revalidator`, which the PLC mirror in the
-process tells of its changes too). An
-`#account` event that says an account is not active (deactivated, takendown, suspended,
-deleted) makes every answer about its DID say so at once (`CachedResolver.mark_account`, kept
-in the store across restarts); `active` again lifts it. Watchers (the audits) hear of both.
+process tells of its changes too). An `#account` event makes every answer about its DID say
+what its status means at once (`cache.accounts.STATUSES`: not active is `did_deactivated`
+with the status as the reason; `desynchronized` or `throttled` while active is a warning),
+kept in the store across restarts (`CachedResolver.mark_account`); plainly active again
+lifts it. Watchers (the audits) hear of both.
 
 Authority per source: an `#account` event is taken from a relay as the relay asserts it, and
 from a PDS's own stream only about DIDs whose document names that PDS (a PDS speaks for the
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cache import CachedResolver
+from cache.accounts import mark_of
 from cache.revalidate import Revalidator, Watcher
 
 from .frames import AccountEvent, IdentityEvent
@@ -91,10 +93,10 @@ class Follower:
         self.revalidator.changed(event.did, event.handle, claim)
 
     async def _account(self, event: AccountEvent, source: StreamState | None) -> None:
-        status = None if event.active else event.status or "inactive"
+        mark = mark_of(event.active, event.status)  # what it means: `cache.accounts`
         did = event.did
-        marked = self.cached.accounts.status(did) is not None
-        if not marked and status is not None:
+        marked = self.cached.accounts.get(did) is not None
+        if not marked and mark is not None:
             held, _ = await self.cached.held(did)
             if not (held or self.watched(did)):
                 self.ignored["not_held"] += 1
@@ -103,7 +105,7 @@ class Follower:
             self.ignored["not_its_account"] += 1
             return
         refused = self.cached.accounts.refused
-        if await self.cached.mark_account(did, status):
+        if await self.cached.mark_account(did, mark):
             self.revalidator.tell({did})
         elif self.cached.accounts.refused > refused:
             self.ignored["over_bound"] += 1

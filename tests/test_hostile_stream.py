@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from cache import CachedResolver
-from cache.accounts import PREFIX, AccountStates
+from cache.accounts import PREFIX, STATUSES, AccountStates, Mark
 from cache.stores.memory import MemoryStore
 from devnet import relay_frames as f
 from devnet.network import DevnetState
@@ -264,12 +264,12 @@ async def test_marks_are_bounded_in_number() -> None:
     """Past `max_marked`, a new mark is refused and counted; lifting one makes room."""
     store, states = MemoryStore(), AccountStates(max_marked=2)
     dids = [f"did:plc:{n:024d}" for n in range(3)]
-    assert await states.mark(store, dids[0], "takendown", time.time())
-    assert await states.mark(store, dids[1], "takendown", time.time())
-    assert not await states.mark(store, dids[2], "takendown", time.time())
+    assert await states.mark(store, dids[0], Mark(False, "takendown"), time.time())
+    assert await states.mark(store, dids[1], Mark(False, "takendown"), time.time())
+    assert not await states.mark(store, dids[2], Mark(False, "takendown"), time.time())
     assert states.refused == 1 and states.status(dids[2]) is None
     assert await states.mark(store, dids[0], None, time.time())
-    assert await states.mark(store, dids[2], "deleted", time.time())
+    assert await states.mark(store, dids[2], Mark(False, "deleted"), time.time())
     assert sorted(k for k, _ in await store.scan(PREFIX, 10)) == [PREFIX + d for d in dids[1:]]
 
 
@@ -283,3 +283,82 @@ async def test_a_stored_cursor_that_is_no_number_is_dropped() -> None:
         assert await cursor.load() is None, text
     await cursor.save(42)
     assert await cursor.load() == 42
+
+
+@pytest.mark.parametrize(
+    ("active", "status"),
+    [(False, status) for status in STATUSES]
+    + [(False, None), (False, "a-status-not-known-yet")]
+    + [(True, status) for status, meaning in STATUSES.items() if meaning.serves],
+)
+async def test_every_account_status_is_what_a_reader_sees(
+    serve_stream: Callable[[Stream], Awaitable[Stream]],
+    cached: CachedResolver,
+    devnet: DevnetState,
+    active: bool,
+    status: str | None,
+) -> None:
+    """Sync 1.1, one row of `cache.accounts.STATUSES` each, through the follower and a
+    relay stand-in: not active (any status, a new one too) is `did_deactivated` with the
+    status and its meaning as the reason; `desynchronized` or `throttled` while active is
+    still verified, with a warning, never deactivated; plainly active lifts either."""
+    alice = devnet.did("alice")
+    assert (await cached.lookup("alice.test")).status is Status.VERIFIED
+    frames = [f.account(1, active, status, did=alice), f.account(2, True, None, did=alice)]
+    stream = await _account_events(serve_stream, frames[:1], None)
+    follower = Follower(cached, [stream.url], quiet_after=5)
+    await follower.start()
+    try:
+        await eventually(lambda: follower.subscribers[0].state.cursor == 1, 10)
+    finally:
+        await follower.stop()
+    seen = await cached.lookup("alice.test")
+    meaning = STATUSES.get(status or "")
+    if active:
+        assert meaning is not None and meaning.serves
+        assert seen.status is Status.VERIFIED and f"account_{status}" in seen.warnings
+    else:
+        assert seen.status is Status.DID_DEACTIVATED
+        assert f"the account is {status or 'inactive'}" in (seen.error or "")
+        if meaning is not None:
+            assert meaning.means in (seen.error or "")
+    lifting = await _account_events(serve_stream, frames[1:], None)
+    follower = Follower(cached, [lifting.url], quiet_after=5)
+    await follower.start()
+    try:
+        await eventually(lambda: follower.subscribers[0].state.cursor == 2, 10)
+    finally:
+        await follower.stop()
+    lifted = await cached.lookup("alice.test")
+    assert lifted.status is Status.VERIFIED and not any(
+        w.startswith("account_") for w in lifted.warnings
+    )
+
+
+async def test_an_identity_event_without_a_handle_still_re_verifies_the_handle(
+    serve_stream: Callable[[Stream], Awaitable[Stream]],
+    cached: CachedResolver,
+    devnet: DevnetState,
+) -> None:
+    """A relay may drop an `#identity` event's handle: the handle the DID declares is
+    resolved afresh all the same."""
+    alice = devnet.did("alice")
+    assert (await cached.lookup("alice.test")).status is Status.VERIFIED
+    await asyncio.sleep(1.0)
+    aged = (await cached.lookup("alice.test")).cache
+    assert aged is not None and aged.age_s >= 1.0
+    stream = await _account_events(serve_stream, [f.identity(1, did=alice, handle=None)], None)
+    follower = Follower(cached, [stream.url], quiet_after=5)
+    await follower.start()
+    try:
+
+        async def refreshed() -> bool:
+            info = (await cached.lookup("alice.test")).cache
+            return info is not None and info.age_s < 1.0
+
+        deadline = time.monotonic() + 10
+        while not await refreshed():
+            assert time.monotonic() < deadline, "the handle was not re-verified"
+            await asyncio.sleep(0.05)
+    finally:
+        await follower.stop()

@@ -230,3 +230,49 @@ def _wait(condition: Any, timeout: float = 20) -> float:
         assert time.monotonic() - started < timeout, f"not within {timeout} s"
         time.sleep(0.05)
     return time.monotonic() - started
+
+
+def test_a_takedown_and_a_deletion_by_the_pds_are_what_readers_see(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """The PDS's administrator takes an account down, lifts it, then deletes the account
+    (its own admin API): the daemon following its stream answers `DidDeactivated` with the
+    status as the reason (`takendown`, then `deleted`), and verifies it again between."""
+    name = f"adm{uuid.uuid4().hex[:8]}"
+    did = create_account(devnet.pds_url, name)
+    handle = name + world.LIVE_HANDLE_SUFFIX
+    stream_url = devnet.pds_url.replace("http://", "ws://")
+    args = ("--firehose", stream_url, "--cache", "memory:", "--ttl-verified", "3600:86400")
+    subject = {"$type": "com.atproto.admin.defs#repoRef", "did": did}
+    with running_daemon(devnet.env(), tmp_path / "serve.log", *args) as daemon:
+        assert resolve_handle(daemon, handle) == (200, did)
+        _wait(lambda: httpx.get(daemon.url + "/_health").json()["streams"][0]["connected"])
+
+        def refused_for(status: str) -> bool:
+            answer = xrpc_get(daemon, "resolveDid", did=did)
+            body = answer.json()
+            return answer.status_code == 404 and status in body.get("message", "")
+
+        for applied in (True, False):
+            admin(devnet, "com.atproto.admin.updateSubjectStatus", {
+                "subject": subject, "takedown": {"applied": applied, "ref": "test"},
+            })  # fmt: skip
+            if applied:
+                _wait(lambda: refused_for("takendown"), timeout=5)
+                gone = xrpc_get(daemon, "resolveDid", did=did).json()
+                assert gone["error"] == "DidDeactivated" and "moderation" in gone["message"]
+            else:
+                _wait(lambda: xrpc_get(daemon, "resolveDid", did=did).status_code == 200, 5)
+        admin(devnet, "com.atproto.admin.deleteAccount", {"did": did})
+        _wait(lambda: refused_for("deleted"), timeout=5)
+
+
+def admin(devnet: DevnetState, method: str, body: dict[str, Any]) -> None:
+    """A procedure of the PDS's admin API (HTTP Basic, the test network's admin password)."""
+    response = httpx.post(
+        f"{devnet.pds_url}/xrpc/{method}",
+        json=body,
+        auth=("admin", world.LIVE_PDS_ADMIN_PASSWORD),
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text

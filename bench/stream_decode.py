@@ -4,6 +4,12 @@ identity resolver acts on) against the atproto SDK's way (`Frame.from_bytes`, th
 commits with 0.5 to 6 KB of blocks, identity, account and sync events), interleaved, medians
 of R rounds. Only a correct decoding counts: every frame must yield its sequence number.
 
+Jetstream beside it: the same stream re-encoded as Jetstream's JSON (`devnet.jetstream`;
+its commits carry their operation, not the record), decoded by `stream.decode_jetstream`
+and applied through `Subscriber.feed`, against the raw library (`json.loads`, nothing
+checked). The daemon asks a Jetstream for no commits, so what it decodes is the identity
+and account messages; the rate over every kind is the upper bound of its cost.
+
     python -m bench stream [--frames 20000] [--rounds 5]
 """
 
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -18,9 +25,11 @@ from collections.abc import Callable
 from atproto_client.subscriptions import parse_com_atproto_sync_subscribe_repos_message
 from atproto_subscription.frames import Frame
 
+from devnet.jetstream import jetstream_message
 from devnet.relay_frames import stream
 from stream import AccountEvent, IdentityEvent, Skipped, decode
-from stream.subscriber import MemoryCursor, Subscriber
+from stream.frames import decode_jetstream
+from stream.subscriber import JETSTREAM, MemoryCursor, Subscriber, Wire
 
 TARGET = 3.0  # events/s over the SDK's, on the same core
 RELAY_RATE = (
@@ -37,9 +46,30 @@ def ours(frames: list[bytes]) -> int:
     return seqs
 
 
+def jetstream(messages: list[bytes]) -> int:
+    seqs = 0
+    for raw in messages:
+        event = decode_jetstream(raw)
+        if isinstance(event, IdentityEvent | AccountEvent | Skipped) and event.seq is not None:
+            seqs += 1
+    return seqs
+
+
+def json_loads(messages: list[bytes]) -> int:
+    return sum(1 for raw in messages if json.loads(raw)["time_us"])
+
+
 def applied(frames: list[bytes]) -> int:
     """Decoded and applied as the daemon does: through `Subscriber.feed` (the cursor kept,
     counters, identity and account events handed to a handler), one event loop."""
+    return _applied(frames, None)
+
+
+def jetstream_applied(messages: list[bytes]) -> int:
+    return _applied(messages, JETSTREAM)
+
+
+def _applied(frames: list[bytes], wire: Wire | None) -> int:
     handled = 0
 
     async def on_event(_: IdentityEvent | AccountEvent) -> None:
@@ -48,6 +78,8 @@ def applied(frames: list[bytes]) -> int:
 
     async def run() -> int:
         subscriber = Subscriber("ws://bench", on_event, MemoryCursor(), save_every=3600)
+        if wire is not None:
+            subscriber.wire = wire
         for raw in frames:
             await subscriber.feed(raw)
         events = subscriber.state.events
@@ -83,15 +115,23 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     frames = stream(args.frames)
     megabytes = sum(map(len, frames)) / 1e6
+    encoded = (jetstream_message(frame, 1_000_000 + n) for n, frame in enumerate(frames))
+    messages = [json.dumps(m).encode() for m in encoded if m is not None]
     rates: dict[str, list[float]] = {
         "stream.decode (libipld)": [],
         "decoded and applied": [],
         "atproto SDK models": [],
+        "Jetstream: decode_jetstream": [],
+        "Jetstream: decoded, applied": [],
+        "Jetstream: json.loads alone": [],
     }
     for _ in range(args.rounds):  # interleaved: the machine's noise falls on all alike
         rates["stream.decode (libipld)"].append(timed(ours, frames))
         rates["decoded and applied"].append(timed(applied, frames))
         rates["atproto SDK models"].append(timed(sdks, frames))
+        rates["Jetstream: decode_jetstream"].append(timed(jetstream, messages))
+        rates["Jetstream: decoded, applied"].append(timed(jetstream_applied, messages))
+        rates["Jetstream: json.loads alone"].append(timed(json_loads, messages))
     print(
         f"{args.frames:,} frames ({megabytes:.1f} MB), medians of {args.rounds} rounds, CPU time:"
     )
@@ -107,4 +147,12 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"  decoded and applied on one core: {applied_rate / RELAY_RATE:.0f}x the network's "
         f"{RELAY_RATE:,} events/s (sustained relay traffic, docs.bsky.app/blog/relay-ops)"
+    )
+    jet = statistics.median(rates["Jetstream: decode_jetstream"])
+    raw = statistics.median(rates["Jetstream: json.loads alone"])
+    jet_applied = statistics.median(rates["Jetstream: decoded, applied"])
+    print(
+        f"  Jetstream ({len(messages):,} messages): decoding costs {raw / jet:.1f}x json.loads "
+        f"alone; decoded and applied on one core: {jet_applied / RELAY_RATE:.0f}x the "
+        f"network's {RELAY_RATE:,} events/s"
     )

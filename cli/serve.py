@@ -120,10 +120,11 @@ async def serve(
     # here applied) is re-verified in the background; the audits hear of it.
     revalidator = Revalidator(cached, watchers=[audits.recheck])
     service.metric_sources.append(revalidator.metrics)
-    if values.firehose:
+    if values.firehose or values.jetstream:
         follower = Follower(
             cached,
             values.firehose,
+            jetstreams=values.jetstream,
             watched=auditor.store.is_watched,
             revalidator=revalidator,
         )
@@ -229,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
 
 # Settings whose work runs in one process: event streams and scheduled audits would run once
 # per worker, and a stream's account statuses would reach only the worker following it.
-_ONE_PROCESS = ("firehose", "plc_mirror", "audit_interval")
+_ONE_PROCESS = ("firehose", "jetstream", "plc_mirror", "audit_interval")
 
 
 def _serve_here(

@@ -218,6 +218,14 @@ class Values:
         shown="none",
         metavar="URL",
     )
+    jetstream: list[str] = _setting(
+        SERVICE,
+        "follow this Jetstream (the event stream as JSON) as --firehose follows a relay "
+        "(ws:// or wss:// base URL; repeatable)",
+        [],
+        shown="none",
+        metavar="URL",
+    )
     cors_origin: list[str] = _setting(
         SERVICE,
         "a browser origin that may read the XRPC and /v1 endpoints (repeatable; * for any)",

@@ -28,7 +28,7 @@ from cache.accounts import mark_of
 from cache.revalidate import Revalidator, Watcher
 
 from .frames import AccountEvent, IdentityEvent
-from .subscriber import StoreCursor, StreamState, Subscriber
+from .subscriber import FIREHOSE, JETSTREAM, StoreCursor, StreamState, Subscriber
 
 
 class Follower:
@@ -41,17 +41,19 @@ class Follower:
         watched: Callable[[str], bool] = lambda did: False,
         quiet_after: float = 30.0,
         revalidator: Revalidator | None = None,
+        jetstreams: list[str] | None = None,
     ) -> None:
-        """`revalidator`: shared with the other sources of changes (the PLC mirror); by
-        default one of its own, telling `watchers`."""
+        """`urls`: relays' or PDSes' event streams; `jetstreams`: Jetstreams, followed the
+        same way. `revalidator`: shared with the other sources of changes (the PLC mirror);
+        by default one of its own, telling `watchers`."""
         self.cached = cached
         self.revalidator = revalidator or Revalidator(cached, watchers=watchers)
         self.watched = watched  # whether a DID is on the audits' watch-list
         self.subscribers = []
-        for url in urls:
-            subscriber = Subscriber(
-                url, self.on_event, StoreCursor(cached.store, url), quiet_after=quiet_after
-            )
+        wired = [(url, FIREHOSE) for url in urls] + [(url, JETSTREAM) for url in jetstreams or []]
+        for url, wire in wired:
+            cursor = StoreCursor(cached.store, url)
+            subscriber = Subscriber(url, self.on_event, cursor, quiet_after=quiet_after, wire=wire)
             subscriber.on_event = self._from(subscriber)
             self.subscribers.append(subscriber)
         self.ignored: dict[str, int] = {"not_held": 0, "not_its_account": 0, "over_bound": 0}

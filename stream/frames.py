@@ -8,6 +8,10 @@ resolver acts on becomes an event (`#identity`, `#account`, `#info`, error frame
 other message (`#commit`, `#sync`, types this code does not know) is a `Skipped` that keeps
 only its sequence number, for the cursor.
 
+Jetstream (`decode_jetstream`) re-encodes the same stream as JSON, one object a message:
+its `identity` and `account` messages become the same events, their cursor the message's
+`time_us` (Jetstream replays from a time, in microseconds), and every other kind is skipped.
+
 A relay is a stranger: a frame that is not what the lexicon says is a `MalformedFrame`
 (invalid data), never a crash and never a half-read event.
 """
@@ -21,6 +25,7 @@ import libipld
 
 from resolver.errors import InvalidData
 from resolver.syntax import is_valid_did, is_valid_handle
+from resolver.untrusted import parse_json
 
 MAX_FRAME_BYTES = 5 * 1024 * 1024  # the reference relay's own bound on a message
 
@@ -107,6 +112,40 @@ def decode(frame: bytes) -> Event:
         return InfoEvent(_text(body, "name"), _optional_text(body, "message"))
     seq = body.get("seq")
     return Skipped(kind, seq if _is_seq(seq) else None)
+
+
+def decode_jetstream(message: bytes) -> Event:
+    """One Jetstream message. Raises `MalformedFrame`."""
+    if len(message) > MAX_FRAME_BYTES:
+        raise MalformedFrame(f"a message of {len(message)} bytes (at most {MAX_FRAME_BYTES})")
+    try:
+        data = parse_json(message)
+    except ValueError as err:
+        raise MalformedFrame(f"not JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise MalformedFrame("a Jetstream message is a JSON object")
+    cursor = data.get("time_us")
+    if not isinstance(cursor, int) or not _is_seq(cursor):
+        raise MalformedFrame(f"`time_us` is not a time in microseconds: {cursor!r:.40}")
+    kind = data.get("kind")
+    if not isinstance(kind, str):
+        raise MalformedFrame("a Jetstream message without its `kind`")
+    if kind not in ("identity", "account"):
+        return Skipped(kind, cursor)
+    body = data.get(kind)
+    if not isinstance(body, dict):
+        raise MalformedFrame(f"a Jetstream {kind} message without its `{kind}` object")
+    did = _did(body)
+    if data.get("did") != did:
+        raise MalformedFrame(f"the message's `did` is not its {kind}'s")
+    if kind == "identity":
+        handle = _optional_text(body, "handle")
+        valid = handle if handle is not None and is_valid_handle(handle) else None
+        return IdentityEvent(cursor, did, _text(body, "time"), valid)
+    active = body.get("active")
+    if not isinstance(active, bool):
+        raise MalformedFrame("account without a boolean `active`")
+    return AccountEvent(cursor, did, _text(body, "time"), active, _optional_text(body, "status"))
 
 
 def _is_seq(value: Any) -> bool:

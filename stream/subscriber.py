@@ -1,6 +1,8 @@
-"""Following one relay's (or PDS's) `com.atproto.sync.subscribeRepos`: connect, decode each
-frame (`frames.decode`), hand identity and account events to the daemon, remember the
-cursor in the cache store, and reconnect with jittered back-off when the connection drops.
+"""Following one relay's (or PDS's) `com.atproto.sync.subscribeRepos`, or a Jetstream's
+`/subscribe` (`JETSTREAM`: the same events as JSON): connect, decode each frame
+(`frames.decode`, `frames.decode_jetstream`), hand identity and account events to the
+daemon, remember the cursor in the cache store, and reconnect with jittered back-off when
+the connection drops.
 
 What it does with a frame:
 - `#identity`, `#account`: to `on_event`, in order; their `seq` becomes the cursor.
@@ -35,7 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import aiohttp
 import yarl
@@ -47,16 +49,39 @@ from resolver.untrusted import BadNumber, parse_count, parse_json
 from .frames import (
     AccountEvent,
     ErrorFrame,
+    Event,
     IdentityEvent,
     InfoEvent,
     MalformedFrame,
     Skipped,
     decode,
+    decode_jetstream,
 )
 
 log = logging.getLogger("atwhois.stream")
 OnEvent = Callable[[IdentityEvent | AccountEvent], Awaitable[None]]
 PATH = "/xrpc/com.atproto.sync.subscribeRepos"
+
+
+class Wire(NamedTuple):
+    """How a kind of stream is asked for and read."""
+
+    path: str
+    decode: Callable[[bytes], Event]
+    params: dict[str, str]  # asked of every connection
+    resume: Callable[[int], str]  # the `cursor` parameter that resumes after the last applied
+
+
+FIREHOSE = Wire(PATH, decode, {}, str)  # a relay sends what comes after `cursor`
+# Jetstream replays from a time, inclusive: from the microsecond after the last applied. It
+# sends identity and account messages whatever collections are asked for: asking for one
+# nobody writes leaves out the commits (the bulk of the stream), which say nothing here.
+JETSTREAM = Wire(
+    "/subscribe",
+    decode_jetstream,
+    {"wantedCollections": "blue.atwhois.none"},
+    lambda cursor: str(cursor + 1),
+)
 
 
 class Cursor(Protocol):
@@ -159,8 +184,10 @@ class Subscriber:
         save_every: float = 1.0,
         max_frame: int = 5 * 1024 * 1024,
         quiet_after: float = 30.0,
+        wire: Wire = FIREHOSE,
     ) -> None:
         self.url = url.rstrip("/")
+        self.wire = wire
         self.on_event, self.cursor = on_event, cursor
         self.backoff = backoff or Backoff()
         self.save_every, self.max_frame = save_every, max_frame
@@ -198,9 +225,11 @@ class Subscriber:
                 await asyncio.sleep(wait)
 
     async def _follow(self, session: aiohttp.ClientSession) -> None:
-        params = {} if self.state.cursor is None else {"cursor": str(self.state.cursor)}
+        params = dict(self.wire.params)
+        if self.state.cursor is not None:
+            params["cursor"] = self.wire.resume(self.state.cursor)
         async with session.ws_connect(
-            self.url + PATH,
+            self.url + self.wire.path,
             params=params,
             max_msg_size=self.max_frame,
             autoping=False,  # our pings and their answers are how progress is seen
@@ -223,8 +252,9 @@ class Subscriber:
                 kind = message.type
                 if kind is aiohttp.WSMsgType.PING:
                     await ws.pong(message.data)
-                elif kind is aiohttp.WSMsgType.BINARY:
-                    if not await self.feed(message.data):
+                elif kind in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
+                    data = message.data
+                    if not await self.feed(data.encode() if isinstance(data, str) else data):
                         return
                 elif kind is aiohttp.WSMsgType.ERROR:
                     raise ConnectionError(str(ws.exception()))
@@ -234,7 +264,7 @@ class Subscriber:
                     aiohttp.WSMsgType.CLOSED,
                 ):
                     break
-                else:  # a pong, a text frame: the peer is there
+                else:  # a pong: the peer is there
                     self._progress()
             self.state.last_error = f"closed by the relay ({ws.close_code})"
 
@@ -275,7 +305,7 @@ class Subscriber:
     async def feed(self, raw: bytes) -> bool:
         """One frame; False when the relay said it is closing."""
         try:
-            event = decode(raw)
+            event = self.wire.decode(raw)
         except MalformedFrame as err:
             self.state.malformed += 1
             self.state.last_error = str(err)

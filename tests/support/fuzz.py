@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 import tempfile
@@ -34,6 +35,7 @@ from cache.packing import pack, unpack
 from cli import configuration
 from devnet import relay_frames
 from devnet.atwhois import error_name
+from devnet.jetstream import jetstream_message
 from devnet.synthetic_plc import export_lines
 from mirror import MirrorApi, MirrorState, Replica
 from mirror.store import SqliteMirrorStore
@@ -49,6 +51,7 @@ from resolver.plc.operation import BadOperation, parse_operation
 from server import routes
 from stream import MalformedFrame
 from stream import decode as decode_frame
+from stream.frames import decode_jetstream
 
 from .fuzz_hostile import HOSTILE
 from .fuzz_inputs import (
@@ -207,11 +210,17 @@ def flipped_or_random(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
 
 
 frames = flipped_or_random(FRAMES)
+# Jetstream's JSON for the same frames: mutated as JSON, and as bytes
+JETSTREAM_MESSAGES = [m for n, f in enumerate(FRAMES) if (m := jetstream_message(f, 10**15 + n))]
+jetstream_messages = st.one_of(
+    mutated_json(JETSTREAM_MESSAGES).map(lambda value: json.dumps(value).encode()),
+    flipped_or_random([json.dumps(m).encode() for m in JETSTREAM_MESSAGES]),
+)
 
 
-def _frame(raw: bytes) -> None:
+def _frame(raw: bytes, decoder: Callable[[bytes], object] = decode_frame) -> None:
     with contextlib.suppress(MalformedFrame):
-        event = decode_frame(raw)
+        event = decoder(raw)
         assert type(event).__name__ in (
             "IdentityEvent",
             "AccountEvent",
@@ -282,6 +291,11 @@ TARGETS = [
     Target("export lines", export_pages, _export),
     Target("PLC mirror pages", export_pages, _mirror_page),
     Target("event stream frames", frames, _frame),
+    Target(
+        "Jetstream messages",
+        jetstream_messages,
+        functools.partial(_frame, decoder=decode_jetstream),
+    ),
     Target("cache entries", flipped_or_random(ENTRIES), _entry),
     Target(
         "TOML configuration",

@@ -37,22 +37,17 @@ RELAY_RATE = (
 )
 
 
-def ours(frames: list[bytes]) -> int:
+def ours(frames: list[bytes], decoder: Callable[[bytes], object] = decode) -> int:
     seqs = 0
     for raw in frames:
-        event = decode(raw)
+        event = decoder(raw)
         if isinstance(event, IdentityEvent | AccountEvent | Skipped) and event.seq is not None:
             seqs += 1
     return seqs
 
 
 def jetstream(messages: list[bytes]) -> int:
-    seqs = 0
-    for raw in messages:
-        event = decode_jetstream(raw)
-        if isinstance(event, IdentityEvent | AccountEvent | Skipped) and event.seq is not None:
-            seqs += 1
-    return seqs
+    return ours(messages, decode_jetstream)
 
 
 def json_loads(messages: list[bytes]) -> int:

@@ -15,9 +15,7 @@ event that settled it."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from devnet.network import DevnetState
 from devnet.pds import create_account
 from devnet.plc_ops import PlcAccount, new_handle
 from tests.support import metrics
+from tests.support.waiting import until
 from tests.test_plc_mirror_network import caught_up
 
 HOUR = ("--ttl-verified", "3600:86400", "--ttl-absent", "3600:3600")
@@ -56,15 +55,6 @@ def identity(daemon: Daemon, identifier: str) -> dict[str, Any]:
     return report
 
 
-def within(seconds: float, condition: Callable[[], bool]) -> float:
-    """Seconds until `condition()` held; fails past `seconds`."""
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < seconds, f"not within {seconds} s"
-        time.sleep(0.05)
-    return time.monotonic() - started
-
-
 def test_a_sign_up_looked_up_at_once_verifies_and_is_never_a_cached_absence(
     devnet: DevnetState, tmp_path: Path
 ) -> None:
@@ -84,7 +74,7 @@ def test_a_sign_up_looked_up_at_once_verifies_and_is_never_a_cached_absence(
             answers.append(report["status"])
             return report["status"] == "verified" and report["did"] == did
 
-        within(2, verified)
+        until(verified, 2)
         assert set(answers) <= {"verified", "unavailable"}, answers
         assert answers[0] == "verified"  # read through, not waited out
         resolved = httpx.get(
@@ -121,7 +111,7 @@ def test_plc_operations_reach_the_cache_without_an_event_stream(
         assert identity(daemon, did)["cache"]["state"] == "fresh"  # held, for an hour
 
         account.set_handle(second)
-        within(interval + 1, lambda: identity(daemon, did)["handle"] == second)
+        until(lambda: identity(daemon, did)["handle"] == second, interval + 1)
         report = identity(daemon, did)
         assert report["status"] == "verified" and report["cache"]["state"] == "fresh"
         assert resolve(daemon, "resolveHandle", handle=second).json()["did"] == did
@@ -132,12 +122,12 @@ def test_plc_operations_reach_the_cache_without_an_event_stream(
         assert document["alsoKnownAs"] == [f"at://{second}"]
 
         account.move_pds("https://elsewhere.test")
-        within(interval + 1, lambda: identity(daemon, did)["pds"] == "https://elsewhere.test")
+        until(lambda: identity(daemon, did)["pds"] == "https://elsewhere.test", interval + 1)
         document = resolve(daemon, "resolveDid", did=did).json()["didDoc"]
         assert document["service"][0]["serviceEndpoint"] == "https://elsewhere.test"
 
         account.tombstone()
-        within(interval + 1, lambda: identity(daemon, did)["status"] == "did_deactivated")
+        until(lambda: identity(daemon, did)["status"] == "did_deactivated", interval + 1)
         gone = resolve(daemon, "resolveDid", did=did)
         assert gone.status_code == 404 and gone.json()["error"] == "DidDeactivated"
         handle = identity(daemon, second)
@@ -170,7 +160,7 @@ def test_an_event_ahead_of_a_lagging_replica_is_re_checked_until_the_change_show
         follow = ("--firehose", stream, "--cache", "memory:", *HOUR)
         with running_daemon(env, tmp_path / "serve.log", *follow) as daemon:
             assert identity(daemon, old)["status"] == "verified"  # held, for an hour
-            within(20, lambda: httpx.get(daemon.url + "/_health").json()["streams"][0]["connected"])
+            until(lambda: httpx.get(daemon.url + "/_health").json()["streams"][0]["connected"], 20)
             session = _pds(
                 devnet,
                 "com.atproto.server.createSession",
@@ -186,7 +176,7 @@ def test_an_event_ahead_of_a_lagging_replica_is_re_checked_until_the_change_show
                 served.append((report["declared_handle"], report["cache"]["state"], control))
                 return report["declared_handle"] == new and report["status"] == "verified"
 
-            took = within(5, settled)
+            took = until(settled, 5)
             states = [state for _, state, _ in served]
             assert "revalidating" in states, served  # the first refresh read the old document
             heard = states.index("revalidating")

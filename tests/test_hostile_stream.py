@@ -190,6 +190,17 @@ async def _account_events(
     return await serve_stream(Stream(script, described))
 
 
+async def _followed(cached: CachedResolver, stream: Stream, cursor: int) -> Follower:
+    """A follower of `stream`, run until its cursor is `cursor`, then stopped."""
+    follower = Follower(cached, [stream.url], quiet_after=5)
+    await follower.start()
+    try:
+        await eventually(lambda: follower.subscribers[0].state.cursor == cursor, 10)
+    finally:
+        await follower.stop()
+    return follower
+
+
 async def test_an_account_flood_about_strangers_keeps_nothing(
     serve_stream: Callable[[Stream], Awaitable[Stream]],
     cached: CachedResolver,
@@ -243,12 +254,7 @@ async def test_a_pds_speaks_only_for_the_accounts_it_hosts(
     stream = await _account_events(
         serve_stream, [f.account(1, False, "deactivated", did=alice)], described
     )
-    follower = Follower(cached, [stream.url], quiet_after=5)
-    await follower.start()
-    try:
-        await eventually(lambda: follower.subscribers[0].state.cursor == 1, 10)
-    finally:
-        await follower.stop()
+    follower = await _followed(cached, stream, 1)
     state = follower.subscribers[0].state
     assert state.role == ("relay" if speaker == "relay" else "pds")
     status = (await cached.lookup("alice.test")).status
@@ -305,13 +311,7 @@ async def test_every_account_status_is_what_a_reader_sees(
     alice = devnet.did("alice")
     assert (await cached.lookup("alice.test")).status is Status.VERIFIED
     frames = [f.account(1, active, status, did=alice), f.account(2, True, None, did=alice)]
-    stream = await _account_events(serve_stream, frames[:1], None)
-    follower = Follower(cached, [stream.url], quiet_after=5)
-    await follower.start()
-    try:
-        await eventually(lambda: follower.subscribers[0].state.cursor == 1, 10)
-    finally:
-        await follower.stop()
+    await _followed(cached, await _account_events(serve_stream, frames[:1], None), 1)
     seen = await cached.lookup("alice.test")
     meaning = STATUSES.get(status or "")
     if active:
@@ -322,13 +322,7 @@ async def test_every_account_status_is_what_a_reader_sees(
         assert f"the account is {status or 'inactive'}" in (seen.error or "")
         if meaning is not None:
             assert meaning.means in (seen.error or "")
-    lifting = await _account_events(serve_stream, frames[1:], None)
-    follower = Follower(cached, [lifting.url], quiet_after=5)
-    await follower.start()
-    try:
-        await eventually(lambda: follower.subscribers[0].state.cursor == 2, 10)
-    finally:
-        await follower.stop()
+    await _followed(cached, await _account_events(serve_stream, frames[1:], None), 2)
     lifted = await cached.lookup("alice.test")
     assert lifted.status is Status.VERIFIED and not any(
         w.startswith("account_") for w in lifted.warnings

@@ -7,9 +7,7 @@ restart resumed from the stored cursor with nothing lost and nothing applied twi
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from devnet.jetstream import JetstreamStandIn
 from devnet.network import DevnetState
 from devnet.pds import create_account
 from stream.frames import AccountEvent, IdentityEvent, MalformedFrame, Skipped, decode_jetstream
+from tests.support.waiting import until
 
 DID = "did:plc:" + "a" * 24
 
@@ -79,14 +78,6 @@ def _pds(devnet: DevnetState, method: str, body: dict[str, Any] | None, token: s
     assert answer.status_code == 200, answer.text
 
 
-def _within(seconds: float, condition: Callable[[], bool]) -> float:
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < seconds, f"not within {seconds} s"
-        time.sleep(0.05)
-    return time.monotonic() - started
-
-
 def _did_of(daemon: Daemon, handle: str) -> tuple[int, str | None]:
     answer = httpx.get(
         f"{daemon.url}/xrpc/com.atproto.identity.resolveHandle",
@@ -120,27 +111,27 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
         args = ("--jetstream", jetstream.url, "--cache", cache, "--ttl-verified", "3600:86400")
         with running_daemon(devnet.env(), tmp_path / "a.log", *args) as daemon:
             assert _did_of(daemon, first) == (200, did)  # held, for an hour
-            _within(10, lambda: _stream(daemon)["connected"])
+            until(lambda: _stream(daemon)["connected"], 10)
             _pds(devnet, "com.atproto.identity.updateHandle", {"handle": second}, token)
-            _within(2, lambda: _did_of(daemon, second) == (200, did))
+            until(lambda: _did_of(daemon, second) == (200, did), 2)
             assert _did_of(daemon, first)[0] != 200
             _pds(devnet, "com.atproto.server.deactivateAccount", {}, token)
             resolve_did = f"{daemon.url}/xrpc/com.atproto.identity.resolveDid"
-            _within(2, lambda: httpx.get(resolve_did, params={"did": did}).status_code == 404)
+            until(lambda: httpx.get(resolve_did, params={"did": did}).status_code == 404, 2)
             _pds(devnet, "com.atproto.server.activateAccount", None, token)
-            _within(2, lambda: httpx.get(resolve_did, params={"did": did}).status_code == 200)
+            until(lambda: httpx.get(resolve_did, params={"did": did}).status_code == 200, 2)
             _pds(devnet, "com.atproto.identity.updateHandle", {"handle": third}, token)
-            _within(2, lambda: _did_of(daemon, third) == (200, did))
+            until(lambda: _did_of(daemon, third) == (200, did), 2)
             before = _stream(daemon)
             assert before["role"] == "relay" and before["malformed"] == 0
             applied = before["events"]
         # while no daemon follows: a change it must not miss
         _pds(devnet, "com.atproto.identity.updateHandle", {"handle": fourth}, token)
-        _within(
-            5, lambda: any(e[2]["identity"].get("handle") == fourth for e in _identities(jetstream))
+        until(
+            lambda: any(e[2]["identity"].get("handle") == fourth for e in _identities(jetstream)), 5
         )
         with running_daemon(devnet.env(), tmp_path / "b.log", *args) as daemon:
-            _within(5, lambda: _did_of(daemon, fourth) == (200, did))
+            until(lambda: _did_of(daemon, fourth) == (200, did), 5)
             after = _stream(daemon)
             # resumed after its cursor: only what came while it was away, nothing again
             assert after["events"]["#identity"] == 1

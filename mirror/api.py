@@ -253,7 +253,11 @@ class MirrorApi:
         then says it is not current (P-API-2)."""
         asked_at = time.time()
         reply = await self._answer(method, path, query, asked_at)
-        can_read_again = self._poke is not None and self.state.role == "writer"
+        # a follower whose last poll failed would not read the upstream any sooner: the 404
+        # is answered at once, as not current
+        can_read_again = (
+            self._poke is not None and self.state.role == "writer" and self.state.last_error is None
+        )
         if reply.unregistered and can_read_again and await self._current_for(asked_at, wait):
             reply = await self._answer(method, path, query, asked_at)
         return reply

@@ -492,5 +492,10 @@ async def test_p_api_2_a_mirror_reads_its_upstream_again_before_it_denies_a_did(
         assert time.monotonic() - started >= POKE_GAP
         unpoked = await MirrorApi(store, follower.state).run("GET", f"/{stranger}", {}, wait=5)
         assert unpoked.status == 404 and "current=no" in unpoked.headers[MIRROR_HEADER]
+        follower.state.last_error = "UpstreamFailure: 503"  # a poll would not come sooner
+        started = time.monotonic()
+        failing = await api.run("GET", f"/{stranger}", {}, wait=5)
+        assert failing.status == 404 and "current=no" in failing.headers[MIRROR_HEADER]
+        assert time.monotonic() - started < 1
     finally:
         follower.stop()

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,12 +12,6 @@ from devnet.network import DevnetState, running_devnet
 from resolver import Config, Resolver
 from tests.support.http import TOKEN
 from tests.support.webhook_receiver import Receiver
-
-# The processes the tests start (`atwhois`, the daemons, the test network) keep their byte
-# code, as an installed copy does, in a folder of their own: a machine that sets
-# PYTHONDONTWRITEBYTECODE would have each of hundreds of them compile every module again.
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-os.environ.setdefault("PYTHONPYCACHEPREFIX", str(Path(tempfile.gettempdir()) / "atwhois-pycache"))
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import argparse
 import difflib
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ class SettingError(AtwhoisError):
 
 
 CONFIG_ENV = "ATWHOIS_CONFIG"
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 _KIND_NAMES = {
@@ -50,6 +52,8 @@ def check(name: str, value: Any) -> Any:
     if kind is list and isinstance(value, str):
         value = [value]
     if kind is Path and isinstance(value, str | os.PathLike):
+        if isinstance(value, str) and _URL.match(value):  # a URL made a path is a folder
+            raise SettingError(f"{name} is a file's path, not a URL: {value[:80]!r}")
         value = Path(value)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise SettingError(f"{name} must be {_KIND_NAMES[kind]}, not {value!r}")

@@ -4,13 +4,15 @@ variables, the TOML file) and refused by name, never applied as something else."
 from __future__ import annotations
 
 import math
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from cache import open_store
 from cli import configuration
-from devnet.atwhois import run
+from devnet.atwhois import ATWHOIS, run
 from resolver import Config
 from resolver.errors import InvalidInput
 
@@ -56,6 +58,7 @@ def test_boolean_variables_take_only_the_usual_spellings() -> None:
         ({"memory_cache_mb": math.nan}, "finite"),
         ({"max_concurrency": 0}, "at least 1"),
         ({"dns_server": [1, 2]}, "list of strings"),
+        ({"audit_db": "postgresql://postgres@127.0.0.1:5432/audits"}, "not a URL"),
     ],
 )
 def test_settings_are_typed(toml: dict[str, object], message: str) -> None:
@@ -71,6 +74,24 @@ def test_settings_from_the_environment_are_converted_and_checked() -> None:
         "memory_cache_mb": 8.0,
         "dns_server": ["127.0.0.1:53"],
     }
+
+
+def test_an_audit_database_url_is_refused_and_creates_nothing(tmp_path: Path) -> None:
+    """The audit store is a SQLite file: a URL given for it (as the PLC mirror takes one) is
+    a configuration error, from a flag or the environment, not a folder named `postgresql:`
+    holding a database of its own."""
+    url = "postgresql://postgres@127.0.0.1:5432/audits"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATWHOIS_")}
+    for args, extra in (
+        (["watch", "list", "--audit-db", url], {}),
+        (["watch", "list"], {"ATWHOIS_AUDIT_DB": url}),
+    ):
+        done = subprocess.run(
+            [ATWHOIS, *args], cwd=tmp_path, env={**env, **extra}, capture_output=True, text=True
+        )
+        assert done.returncode == 2, done.stderr
+        assert "audit_db is a file's path, not a URL" in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_unknown_cache_url_creates_nothing(

@@ -58,6 +58,15 @@ def settled(claim: Claim, entry: Entry, now: float) -> Entry:
     )
 
 
+def open_claim(open_claims: dict[str, Claim], key: str, now: float) -> Claim | None:
+    """The claim open about `key`; one whose window ended is closed here."""
+    claim = open_claims.get(key)
+    if claim is not None and now >= claim.until:
+        del open_claims[key]
+        return None
+    return claim
+
+
 def as_claimed(
     open_claims: dict[str, Claim],
     key: str,
@@ -71,9 +80,8 @@ def as_claimed(
     closes it (as does the end of its window). With no claim open, a resolution that shows
     the document `held` showed keeps the claim that document settled (the handles
     re-verified after it resolve the document again)."""
-    claim = open_claims.get(key)
-    if claim is None or now >= claim.until:
-        open_claims.pop(key, None)
+    claim = open_claim(open_claims, key, now)
+    if claim is None:
         return _carried(entry, new, held)
     if not settles(claim, new):
         return marked(claim, entry)

@@ -175,11 +175,7 @@ class CachedResolver:
 
     def claim_open(self, did: str) -> bool:
         """Whether a claim about `did` waits for its change still (within its window)."""
-        claim = self.claims.get(did_key(did))
-        if claim is not None and self.clock() >= claim.until:
-            del self.claims[did_key(did)]
-            return False
-        return claim is not None
+        return claims.open_claim(self.claims, did_key(did), self.clock()) is not None
 
     def drop_claim(self, did: str) -> None:
         """What the source says from now on is taken as it is."""
@@ -310,8 +306,8 @@ class CachedResolver:
         now = self.clock()
         errors = [e.refresh_error for e in basis if e.refresh_error]
         stale = any(now >= e.fresh_until for e in basis)
-        claimed = [e.revalidating for e in basis if e.revalidating]
-        revalidating = claimed[0] if stale and claimed else None
+        claimed = next((e.revalidating for e in basis if e.revalidating), None)
+        revalidating = claimed if stale else None
         state = "revalidating" if revalidating else "stale" if stale else "fresh"
         return CacheInfo(
             not resolved_now or stale,

@@ -70,7 +70,7 @@ class Revalidator:
             self._running[did] = change  # once more when the one under way ends
             return
         self._running[did] = None
-        self.spawn(self._revalidate(did, change))
+        self._spawn(self._revalidate(did, change))
 
     def changed_many(self, dids: Iterable[str]) -> None:
         for did in dids:
@@ -79,9 +79,9 @@ class Revalidator:
     def tell(self, changed: set[str]) -> None:
         """The watchers hear that these identifiers changed."""
         for watcher in self.watchers:
-            self.spawn(watcher(changed))
+            self._spawn(watcher(changed))
 
-    def spawn(self, work: Any) -> None:
+    def _spawn(self, work: Any) -> None:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

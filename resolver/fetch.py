@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import ipaddress
 import re
 import socket
-import ssl
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urljoin, urlsplit
 
@@ -38,6 +36,7 @@ from .errors import (
     UpstreamTimeout,
 )
 from .response import MIRROR_HEADER, Response
+from .tls import tls_context
 
 _REDIRECTS = {301, 302, 303, 307, 308}
 _STRANGER_KEEPALIVE = 0.25  # seconds an idle connection to a guarded host is kept
@@ -135,13 +134,6 @@ class GuardedResolver(AbstractResolver):
 
     async def close(self) -> None:
         return None
-
-
-@functools.cache
-def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
-    """One TLS context per trust store, shared by every fetcher of the process: loading the
-    system's certificates takes longer than a lookup on a near network."""
-    return ssl.create_default_context(cafile=ca_bundle)
 
 
 class Fetcher:

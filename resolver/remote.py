@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import ssl
 import time
 import urllib.parse
 
 from .errors import AtwhoisError
 from .identity import Identity, now_iso
 from .outcome import Status
+from .tls import tls_context
 from .untrusted import parse_json
 
 _REFRESH = "/xrpc/com.atproto.identity.refreshIdentity"
@@ -106,9 +106,8 @@ class RemoteDirectory:
         parts = self._parts
         connection: http.client.HTTPConnection
         if parts.scheme == "https":
-            tls = ssl.create_default_context()
             connection = http.client.HTTPSConnection(
-                parts.hostname or "", parts.port, timeout=self._timeout, context=tls
+                parts.hostname or "", parts.port, timeout=self._timeout, context=tls_context(None)
             )
         else:
             connection = http.client.HTTPConnection(

@@ -48,6 +48,7 @@ class Follower:
         by default one of its own, telling `watchers`."""
         self.cached = cached
         self.revalidator = revalidator or Revalidator(cached, watchers=watchers)
+        self._owns_revalidator = revalidator is None  # a shared one is stopped by its owner
         self.watched = watched  # whether a DID is on the audits' watch-list
         self.subscribers = []
         wired = [(url, FIREHOSE) for url in urls] + [(url, JETSTREAM) for url in jetstreams or []]
@@ -68,7 +69,8 @@ class Follower:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.revalidator.stop()
+        if self._owns_revalidator:
+            await self.revalidator.stop()
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.create_task(work)

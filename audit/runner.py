@@ -1,10 +1,15 @@
 """An audit run: every target re-verified (never from a stale cache entry), with bounded
 concurrency; one check stored per target and the findings against its previous check; at
-the end, outages grouped by upstream, and one webhook delivery for the run."""
+the end, outages grouped by upstream, and one webhook delivery for the run.
+
+The run's identities are claimed from the store a batch at a time (`runs.SharedRuns`), so
+that processes on several hosts sharing one store share one watch-list run: each identity
+is checked once, whoever checks it, and one of them finishes the run."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
@@ -16,11 +21,13 @@ from .checks import Check
 from .findings import Finding, compare
 from .processes import check_one
 from .report import RunReport
+from .runs import WATCH_LIST, OpenRun
 from .store import AuditStore, Watched
 from .webhook import Webhook
 
 # This many identities failing on one upstream in one run are that upstream's outage.
 OUTAGE_MIN = 3
+POLL_SECONDS = 0.2  # how often a process with nothing to claim looks again
 
 
 class Auditor:
@@ -33,6 +40,8 @@ class Auditor:
         unreachable_after: int = defaults.UNREACHABLE_AFTER,
         webhook: Webhook | None = None,
         check: Callable[[Watched], Awaitable[Check]] | None = None,
+        keep_days: float = defaults.AUDIT_KEEP_DAYS,
+        lease: float = defaults.AUDIT_LEASE,
     ) -> None:
         """`check` looks an identity up (by default with `cached`, here; `processes`
         does it in other processes)."""
@@ -42,75 +51,141 @@ class Auditor:
         self.concurrency = max(1, concurrency)
         self.unreachable_after = unreachable_after
         self.webhook = webhook
+        self.keep_days = keep_days
+        self.lease = lease
         self.running = False
 
     async def run(
         self,
         targets: Iterable[Watched] | None = None,
         *,
-        source: str = "watch-list",
+        source: str = WATCH_LIST,
         progress: Callable[[int, int], None] | None = None,
     ) -> RunReport:
-        """Audit `targets` (the watch-list when None). Workers pull from one iterator, so
-        memory stays bounded by the concurrency, not by the number of targets. A run that
-        raises is stored as `failed`; one whose process dies is closed as `interrupted`
-        when the store is next opened."""
-        listed = list(targets) if targets is not None else self.store.watch_list()
-        run_id, started_at = self.store.start_run(source)
-        report = RunReport(run_id, source, started_at)
-        started = time.perf_counter()
-        work = iter(listed)
-        failed: defaultdict[str, list[Check]] = defaultdict(list)  # upstream -> checks
-        found: list[Finding] = []
+        """Audit `targets` (the watch-list when None, with the processes already auditing
+        it). Memory stays bounded by the concurrency, not by the number of targets. A run
+        that raises, in its only process, is stored as `failed`; one whose processes all
+        die is closed as `interrupted` when the store is next opened."""
+        names = None if targets is None else [t.identifier for t in targets]
+        run = self.store.runs_shared.open(source, names, self.lease)
         self.running = True
-
-        async def worker() -> None:
-            for target in work:
-                check = await self._check(target)
-                report.total += 1
-                report.by_status[check.status] += 1
-                if check.transient:  # judged at the end, with the run's other failures
-                    failed[check.upstream or "?"].append(check)
-                else:
-                    found.extend(self._judge(run_id, check))
-                if progress is not None:
-                    progress(report.total, len(listed))
-
+        renewing = asyncio.create_task(self._renew(run))
+        finished = False
         try:
-            await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(listed)))))
-            found.extend(self._judge_failures(run_id, failed))
-            report.status = "finished"
+            await self._check_all(run, progress)
+            finished = await self._finish(run)
+        except BaseException:
+            if self.store.runs_shared.leave(run.id):
+                report = self._report(run, "failed")
+                self.store.finish_run(run.id, report.to_json(), "failed", report.finished_at or 0)
+            raise
         finally:
             self.running = False
-            report.findings.update(f.kind for f in found)
-            report.by_severity.update(str(f.severity) for f in found)
-            report.seconds = time.perf_counter() - started
-            if report.status != "finished":
-                report.status = "failed"
-            report.finished_at = time.time()
-            self.store.finish_run(run_id, report.to_json(), report.status, report.finished_at)
-        if self.webhook is not None:
-            report.delivered = await self.webhook.deliver(self.store, report, found)
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+        report = self._report(run)
+        if finished:
+            self.store.prune(self.keep_days)
+            if self.webhook is not None:
+                report.delivered = await self.webhook.deliver(self.store)
         return report
+
+    async def _check_all(self, run: OpenRun, progress: Callable[[int, int], None] | None) -> None:
+        """Lanes check what this process claimed, until nothing of the run is left
+        unchecked: claimed here, by another process, or by one whose lease ran out."""
+        lanes = min(self.concurrency, max(run.total, 1))
+        claimed: asyncio.Queue[str | None] = asyncio.Queue(maxsize=lanes)
+        done = 0
+
+        async def lane() -> None:
+            nonlocal done
+            while (identifier := await claimed.get()) is not None:
+                check = await self._check(Watched(identifier))
+                if check.transient:  # judged at the end, with the run's other failures
+                    self.store.runs_shared.hold(run.id, check)
+                else:
+                    self._judge(run.id, check, claimed=True)
+                done += 1
+                if progress is not None:
+                    progress(done, run.total)
+
+        async def feed() -> None:
+            while True:
+                batch = self.store.runs_shared.claim(run, lanes)
+                for identifier in batch:
+                    await claimed.put(identifier)
+                if batch:
+                    continue
+                if not self.store.runs_shared.left(run.id):
+                    break
+                await asyncio.sleep(POLL_SECONDS)  # others' claims: checked, or run out
+            for _ in range(lanes):
+                await claimed.put(None)
+
+        await asyncio.gather(feed(), *(lane() for _ in range(lanes)))
+
+    async def _finish(self, run: OpenRun) -> bool:
+        """True when this process finished the run; else it waits for the one that does."""
+        shared = self.store.runs_shared
+        while shared.status(run.id) == "running":
+            with shared.finishing(run.id) as held:
+                if held is not None:
+                    grouped: defaultdict[str, list[Check]] = defaultdict(list)
+                    for check in held:
+                        grouped[check.upstream or "?"].append(check)
+                    self._judge_failures(run.id, grouped)
+                    report = self._report(run, "finished")
+                    finished_at = report.finished_at or time.time()
+                    self.store.finish_run(run.id, report.to_json(), "finished", finished_at)
+                    findings = self.store.run_findings(run.id)
+                    if self.webhook is not None:
+                        self.webhook.queue(self.store, report, findings)
+                    return True
+            await asyncio.sleep(POLL_SECONDS)
+        return False
+
+    async def _renew(self, run: OpenRun) -> None:
+        while True:
+            await asyncio.sleep(run.lease / 3)
+            await asyncio.to_thread(self.store.runs_shared.renew, run)
+
+    def _report(self, run: OpenRun, status: str | None = None) -> RunReport:
+        """The run's report from the store: what every process taking part checked."""
+        source, stored_status, finished_at = self.store.run_state(run.id)
+        if status is not None:
+            finished_at = time.time()
+        by_status, by_kind, by_severity = self.store.run_counts(run.id)
+        return RunReport(
+            run.id,
+            source,
+            run.started_at,
+            finished_at,
+            status or stored_status,
+            run.total,
+            by_status,
+            by_kind,
+            by_severity,
+            (finished_at or time.time()) - run.started_at,
+        )
 
     async def _check_here(self, target: Watched) -> Check:
         return await check_one(self.cached, target.identifier)
 
-    def _judge(self, run_id: int, check: Check) -> list[Finding]:
+    def _judge(self, run_id: int, check: Check, *, claimed: bool = False) -> list[Finding]:
         previous, failures = self.store.previous(check.identifier)
         findings, failures = compare(previous, check, failures, self.unreachable_after)
-        self.store.record(run_id, check, findings, failures)
+        self.store.record(run_id, check, findings, failures, claimed=claimed)
         return findings
 
-    def _judge_failures(self, run_id: int, failed: dict[str, list[Check]]) -> list[Finding]:
+    def _judge_failures(self, run_id: int, failed: dict[str, list[Check]]) -> None:
         """An upstream that failed for many identities is one finding, and those identities
         are not a step closer to `unreachable`: it was not them. Fewer failures on one
         upstream count for each identity as usual."""
-        found: list[Finding] = []
         for upstream, checks in sorted(failed.items()):
             if len(checks) < OUTAGE_MIN:
                 for check in checks:
-                    found.extend(self._judge(run_id, check))
+                    self._judge(run_id, check)
                 continue
             for check in checks:
                 self.store.record(run_id, check, [], None)
@@ -123,5 +198,3 @@ class Auditor:
                 str(len(checks)),
             )
             self.store.record_findings(run_id, [outage])
-            found.append(outage)
-        return found

@@ -1,13 +1,19 @@
 """The audit store: watch-list, runs, checks, findings, each identity's current state and
-the webhook deliveries not yet made, in one SQLite file (durable data, unlike the cache: it
-is never dropped). Times are Unix seconds inside, ISO 8601 wherever they leave."""
+the webhook deliveries not yet made. Durable data, unlike the cache: it is never dropped.
+A SQLite file by default; PostgreSQL (`postgresql://…`) where audits run on several hosts
+(`audit.database`). Times are Unix seconds inside, ISO 8601 wherever they leave.
+
+What is kept (`record`, `prune`): per identity its current state, every check where
+something changed (a finding, or another status), and its last check. A check that changed
+nothing replaces the last one when that one changed nothing either: an identity that stays
+as it was costs one row however many runs check it, and the run's summary counts it.
+Checks left behind that way, findings and runs older than `audit_keep_days` are pruned at
+the end of a run; changes never are, nor an identity's last check and the last one that
+reached its upstream, nor findings whose webhook delivery is still owed."""
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import sqlite3
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -15,49 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from foundation import data_path
-from resolver.errors import AtwhoisError, SchemaMismatch
+from foundation import data_path, defaults
+from resolver.errors import AtwhoisError
 
 from .checks import Check, iso
-from .findings import KINDS, Finding
+from .database import Database
+from .findings import Finding
+from .runs import SharedRuns
+from .schema import set_up
 
-SCHEMA_VERSION = 2
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS watch (
-    identifier TEXT PRIMARY KEY, label TEXT, added_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL, source TEXT NOT NULL,
-    summary TEXT);
-CREATE TABLE IF NOT EXISTS checks (
-    id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, identifier TEXT NOT NULL,
-    checked_at REAL NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS checks_by_identifier ON checks (identifier, id);
-CREATE INDEX IF NOT EXISTS checks_by_run ON checks (run_id);
-CREATE TABLE IF NOT EXISTS findings (
-    id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, identifier TEXT NOT NULL,
-    at REAL NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS findings_by_time ON findings (at);
-CREATE TABLE IF NOT EXISTS streaks (
-    identifier TEXT PRIMARY KEY, failures INTEGER NOT NULL,
-    last_reached INTEGER);  -- the id of the last check that reached the upstream
-"""
-# Version 2: findings have a severity and their old and new values; runs a status and the
-# process that owns them; each identity's state since when; undelivered webhook payloads.
-_SCHEMA_2 = """
-ALTER TABLE findings ADD COLUMN severity TEXT NOT NULL DEFAULT 'info';
-ALTER TABLE findings ADD COLUMN old TEXT;
-ALTER TABLE findings ADD COLUMN new TEXT;
-ALTER TABLE runs ADD COLUMN status TEXT NOT NULL DEFAULT 'finished';
-ALTER TABLE runs ADD COLUMN owner TEXT;
-CREATE TABLE states (
-    identifier TEXT PRIMARY KEY, status TEXT NOT NULL, since REAL NOT NULL, previous TEXT);
-INSERT INTO states (identifier, status, since)
-    SELECT identifier, status, max(checked_at) FROM checks GROUP BY identifier;
-CREATE TABLE outbox (
-    id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, created_at REAL NOT NULL,
-    payload TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT);
-"""
+DAY = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,54 +70,19 @@ class Watched:
 
 
 class AuditStore:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA)
-        row = self._db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()
-        version = int(row[0]) if row is not None else 1
-        if version not in (1, SCHEMA_VERSION):
-            raise SchemaMismatch(
-                f"{path}: audit schema {version}, this atwhois reads "
-                f"{SCHEMA_VERSION}; refusing to touch it"
-            )
-        if version == 1:
-            self._upgrade_to_2()
-        self.owner = f"{socket.gethostname()}:{os.getpid()}"
-        self.close_interrupted_runs()
-
-    def _upgrade_to_2(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
+    def __init__(self, where: str | Path) -> None:
+        self.location = str(where)
+        self.db = Database(where)
         try:
-            # another process may have upgraded it while this one waited for the lock
-            row = self._db.execute("SELECT value FROM meta WHERE name='schema_version'")
-            if (found := row.fetchone()) is not None and int(found[0]) == SCHEMA_VERSION:
-                self._db.execute("COMMIT")
-                return
-            for statement in filter(str.strip, _SCHEMA_2.split(";")):
-                self._db.execute(statement)
-            self._db.executemany(
-                "UPDATE findings SET severity=? WHERE kind=?",
-                [(str(severity), kind) for kind, (severity, _) in KINDS.items()],
-            )
-            self._db.execute(
-                "UPDATE findings SET kind='became_unverified' WHERE kind='became_invalid'"
-            )
-            self._db.execute("UPDATE runs SET status='interrupted' WHERE finished_at IS NULL")
-            self._db.execute(
-                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
-            self._db.execute("COMMIT")
+            set_up(self.db)
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self.db.close()
             raise
+        self.runs_shared = SharedRuns(self.db)
+        self.runs_shared.close_interrupted()
 
     def close(self) -> None:
-        self._db.close()
+        self.db.close()
 
     # --- the watch-list ---------------------------------------------------------------
 
@@ -157,126 +95,128 @@ class AuditStore:
         """Add many at once, in one transaction (all or none); how many were new. A label
         longer than `LABEL_MAX` characters is refused (`LabelTooLong`), the rest with it."""
         new = 0
-        self._db.execute("BEGIN")
-        try:
+        with self.db.transaction():
             for identifier, label in entries:
                 check_label(label)
-                known = self._db.execute("SELECT 1 FROM watch WHERE identifier=?", (identifier,))
-                new += known.fetchone() is None
-                self._db.execute(
+                new += self.db.one("SELECT 1 FROM watch WHERE identifier=?", (identifier,)) is None
+                self.db.execute(
                     "INSERT INTO watch VALUES (?, ?, ?) ON CONFLICT(identifier) DO UPDATE SET "
                     "label=COALESCE(excluded.label, watch.label)",
                     (identifier, label, time.time()),
                 )
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
         return new
 
     def watch_remove(self, identifier: str) -> bool:
-        return self._db.execute("DELETE FROM watch WHERE identifier=?", (identifier,)).rowcount > 0
+        return bool(self.db.execute("DELETE FROM watch WHERE identifier=?", (identifier,)).rowcount)
 
     def is_watched(self, identifier: str) -> bool:
-        found = self._db.execute("SELECT 1 FROM watch WHERE identifier=?", (identifier,))
-        return found.fetchone() is not None
+        return self.db.one("SELECT 1 FROM watch WHERE identifier=?", (identifier,)) is not None
 
     def watch_list(self) -> list[Watched]:
-        rows = self._db.execute("SELECT identifier, label, added_at FROM watch ORDER BY identifier")
+        rows = self.db.rows("SELECT identifier, label, added_at FROM watch ORDER BY identifier")
         return [Watched(*row) for row in rows]
 
-    # --- runs, checks, findings -------------------------------------------------------
-
     def labels(self) -> dict[str, str]:
-        rows = self._db.execute("SELECT identifier, label FROM watch WHERE label IS NOT NULL")
-        return dict(rows.fetchall())
+        rows = self.db.rows("SELECT identifier, label FROM watch WHERE label IS NOT NULL")
+        return {identifier: label for identifier, label in rows}
+
+    # --- checks, findings, states -----------------------------------------------------
 
     def start_run(self, source: str) -> tuple[int, float]:
-        started = time.time()
-        cursor = self._db.execute(
-            "INSERT INTO runs (started_at, source, status, owner) VALUES (?, ?, 'running', ?)",
-            (started, source, self.owner),
-        )
-        return int(cursor.lastrowid or 0), started
+        """A run of this process alone, with nothing to check yet (`runs_shared.open`
+        gives it the identities)."""
+        run = self.runs_shared.open(source, [], defaults.AUDIT_LEASE)
+        return run.id, run.started_at
 
     def finish_run(
         self, run_id: int, summary: dict[str, Any], status: str, finished_at: float
     ) -> None:
-        self._db.execute(
+        self.db.execute(
             "UPDATE runs SET finished_at=?, summary=?, status=? WHERE id=?",
             (finished_at, json.dumps(summary), status, run_id),
         )
 
-    def close_interrupted_runs(self) -> int:
-        """Runs left `running` by a process of this host that is gone (killed, crashed) are
-        marked `interrupted`, finished at their last check. Another host's runs are left to
-        it."""
-        host = socket.gethostname()
-        closed = 0
-        rows = self._db.execute("SELECT id, owner, started_at FROM runs WHERE status='running'")
-        for run_id, owner, started in rows.fetchall():
-            owner_host, _, pid = (owner or ":").rpartition(":")
-            if owner_host != host or (pid.isdigit() and _alive(int(pid))):
-                continue
-            last = self._db.execute(
-                "SELECT max(checked_at) FROM checks WHERE run_id=?", (run_id,)
-            ).fetchone()[0]
-            self._db.execute(
-                "UPDATE runs SET status='interrupted', finished_at=? WHERE id=?",
-                (last or started, run_id),
-            )
-            closed += 1
-        return closed
-
     def previous(self, identifier: str) -> tuple[Check | None, int]:
         """The last check that reached the upstream, and the transient failures since."""
-        row = self._db.execute(
+        row = self.db.one(
             "SELECT s.failures, c.data FROM streaks s LEFT JOIN checks c ON c.id = s.last_reached "
             "WHERE s.identifier=?",
             (identifier,),
-        ).fetchone()
+        )
         if row is None:
             return None, 0
         return (Check.from_json(json.loads(row[1])) if row[1] else None), int(row[0])
 
     def record(
-        self, run_id: int, check: Check, findings: list[Finding], failures: int | None
-    ) -> None:
+        self,
+        run_id: int,
+        check: Check,
+        findings: list[Finding],
+        failures: int | None,
+        *,
+        claimed: bool = False,
+    ) -> bool:
         """One check, its findings, its failure streak (None: left as it was, for a check
-        that failed in an upstream's outage) and the identity's state."""
-        self._db.execute("BEGIN")
-        try:
-            cursor = self._db.execute(
-                "INSERT INTO checks (run_id, identifier, checked_at, status, data) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (run_id, check.identifier, check.checked_at, check.status, check.encode()),
-            )
+        that failed in an upstream's outage) and the identity's state. `claimed`: the
+        identity was claimed in the run (`SharedRuns.claim`); False, and nothing is kept,
+        when the claim was lost (its lease ran out and another process took it)."""
+        with self.db.transaction():
+            if claimed and not self.runs_shared.settle(run_id, check.identifier):
+                return False
+            check_id = self._keep(run_id, check, changed=bool(findings))
             if failures is not None:
-                reached = None if check.transient else cursor.lastrowid
-                self._db.execute(
+                reached = None if check.transient else check_id
+                self.db.execute(
                     "INSERT INTO streaks VALUES (?, ?, ?) ON CONFLICT(identifier) DO UPDATE SET "
                     "failures=excluded.failures, last_reached=COALESCE(excluded.last_reached, "
                     "streaks.last_reached)",
                     (check.identifier, failures, reached),
                 )
-            self._db.execute(
+            self.db.execute(
                 "INSERT INTO states VALUES (?, ?, ?, NULL) ON CONFLICT(identifier) DO UPDATE SET "
                 "previous=states.status, status=excluded.status, since=excluded.since "
                 "WHERE states.status != excluded.status",
                 (check.identifier, check.status, check.checked_at),
             )
             self._add_findings(run_id, findings)
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+        return True
+
+    def _keep(self, run_id: int, check: Check, *, changed: bool) -> int:
+        """The check's row: a new one when something changed, or when the last one was a
+        change (kept as such); else the last one, rewritten. An identity's first check is
+        not a change: it is replaced by the next unless that one finds something."""
+        last = self.db.one(
+            "SELECT id, status, changed FROM checks WHERE identifier=? ORDER BY id DESC LIMIT 1",
+            (check.identifier,),
+        )
+        changed = last is not None and (changed or last[1] != check.status)
+        if last is not None and not changed and not last[2]:
+            self.db.execute(
+                "UPDATE checks SET run_id=?, checked_at=?, data=? WHERE id=?",
+                (run_id, check.checked_at, check.encode(), last[0]),
+            )
+            return int(last[0])
+        row = self.db.one(
+            "INSERT INTO checks (run_id, identifier, checked_at, status, data, changed) "
+            "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+            (
+                run_id,
+                check.identifier,
+                check.checked_at,
+                check.status,
+                check.encode(),
+                int(changed),
+            ),
+        )
+        assert row is not None
+        return int(row[0])
 
     def record_findings(self, run_id: int, findings: list[Finding]) -> None:
         """Findings about no one identity (an upstream's outage)."""
         self._add_findings(run_id, findings)
 
     def _add_findings(self, run_id: int, findings: list[Finding]) -> None:
-        self._db.executemany(
+        self.db.many(
             "INSERT INTO findings (run_id, identifier, at, kind, detail, severity, old, new) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [
@@ -290,7 +230,7 @@ class AuditStore:
         found: dict[str, State] = {}
         for start in range(0, len(wanted), 500):  # SQLite's bound on parameters
             chunk = wanted[start : start + 500]
-            rows = self._db.execute(
+            rows = self.db.rows(
                 "SELECT identifier, status, since, previous FROM states WHERE identifier IN "
                 f"({','.join('?' * len(chunk))})",
                 chunk,
@@ -298,29 +238,71 @@ class AuditStore:
             found.update((row[0], State(*row[1:])) for row in rows)
         return found
 
+    def prune(self, keep_days: float, now: float | None = None) -> dict[str, int]:
+        """What is older than `keep_days` goes (0: nothing does): checks that changed
+        nothing, but never an identity's last check nor the last one that reached its
+        upstream; findings and runs, but not while their webhook delivery is owed. How many
+        rows of each went."""
+        if keep_days <= 0:
+            return {}
+        cutoff = (time.time() if now is None else now) - keep_days * DAY
+        owed = "SELECT run_id FROM outbox"
+        with self.db.transaction():
+            checks = self.db.execute(
+                "DELETE FROM checks WHERE checked_at < ? AND changed = 0 AND EXISTS (SELECT 1 FROM "
+                "checks later WHERE later.identifier = checks.identifier AND later.id > checks.id) "
+                "AND id NOT IN (SELECT last_reached FROM streaks WHERE last_reached IS NOT NULL)",
+                (cutoff,),
+            ).rowcount
+            findings = self.db.execute(
+                f"DELETE FROM findings WHERE at < ? AND run_id NOT IN ({owed})", (cutoff,)
+            ).rowcount
+            runs = self.db.execute(
+                "DELETE FROM runs WHERE finished_at < ? AND status != 'running' "
+                f"AND id NOT IN ({owed})",
+                (cutoff,),
+            ).rowcount
+        return {"checks": checks, "findings": findings, "runs": runs}
+
     # --- webhook deliveries not yet made ----------------------------------------------
 
     def outbox_add(self, run_id: int, payload: dict[str, Any]) -> int:
-        cursor = self._db.execute(
-            "INSERT INTO outbox (run_id, created_at, payload) VALUES (?, ?, ?)",
+        row = self.db.one(
+            "INSERT INTO outbox (run_id, created_at, payload) VALUES (?, ?, ?) RETURNING id",
             (run_id, time.time(), json.dumps(payload, separators=(",", ":"))),
         )
-        return int(cursor.lastrowid or 0)
+        assert row is not None
+        return int(row[0])
+
+    def outbox_claim(self, seconds: float) -> list[tuple[int, dict[str, Any]]]:
+        """The deliveries owed that no other process is sending, oldest first, claimed by
+        this one for `seconds` (then another may send them: this one died)."""
+        now = time.time()
+        rows = self.db.rows(
+            "UPDATE outbox SET claimed_until=? WHERE id IN (SELECT id FROM outbox WHERE "
+            f"claimed_until IS NULL OR claimed_until < ? ORDER BY id{self.db.skip_locked}) "
+            "RETURNING id, payload",
+            (now + seconds, now),
+        )
+        return [(row[0], json.loads(row[1])) for row in sorted(rows)]
 
     def outbox(self) -> list[tuple[int, dict[str, Any]]]:
-        rows = self._db.execute("SELECT id, payload FROM outbox ORDER BY id")
+        rows = self.db.rows("SELECT id, payload FROM outbox ORDER BY id")
         return [(row[0], json.loads(row[1])) for row in rows]
 
     def outbox_done(self, delivery: int) -> None:
-        self._db.execute("DELETE FROM outbox WHERE id=?", (delivery,))
+        self.db.execute("DELETE FROM outbox WHERE id=?", (delivery,))
 
     def outbox_failed(self, delivery: int, error: str) -> None:
-        self._db.execute(
-            "UPDATE outbox SET attempts=attempts+1, last_error=? WHERE id=?", (error, delivery)
+        self.db.execute(
+            "UPDATE outbox SET attempts=attempts+1, last_error=?, claimed_until=NULL WHERE id=?",
+            (error, delivery),
         )
 
+    # --- reading ----------------------------------------------------------------------
+
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:
-        rows = self._db.execute(
+        rows = self.db.rows(
             "SELECT id, started_at, finished_at, source, summary, status FROM runs "
             "ORDER BY id DESC LIMIT ?",
             (limit,),
@@ -337,46 +319,54 @@ class AuditStore:
             for r in rows
         ]
 
+    def run_state(self, run_id: int) -> tuple[str, str, float | None]:
+        """A run's source, status and when it finished."""
+        row = self.db.one("SELECT source, status, finished_at FROM runs WHERE id=?", (run_id,))
+        return (row[0], row[1], row[2]) if row else ("?", "failed", None)
+
+    def run_counts(self, run_id: int) -> tuple[Counter[str], Counter[str], Counter[str]]:
+        """A run's checks by status, its findings by kind and by severity."""
+        statuses = "SELECT status, count(*) FROM checks WHERE run_id=? GROUP BY status"
+        by_status = Counter({status: n for status, n in self.db.rows(statuses, (run_id,))})
+        by_kind: Counter[str] = Counter()
+        by_severity: Counter[str] = Counter()
+        for kind, severity, count in self.db.rows(
+            "SELECT kind, severity, count(*) FROM findings WHERE run_id=? GROUP BY kind, severity",
+            (run_id,),
+        ):
+            by_kind[kind] += count
+            by_severity[severity] += count
+        return by_status, by_kind, by_severity
+
     _FINDING = "SELECT identifier, kind, detail, at, old, new FROM findings"
 
     def findings(self, since: float = 0.0, limit: int = 1000) -> list[Finding]:
-        rows = self._db.execute(
-            f"{self._FINDING} WHERE at >= ? ORDER BY id LIMIT ?", (since, limit)
-        )
+        rows = self.db.rows(f"{self._FINDING} WHERE at >= ? ORDER BY id LIMIT ?", (since, limit))
         return [Finding(*row) for row in rows]
 
     def run_findings(self, run_id: int) -> list[Finding]:
-        rows = self._db.execute(f"{self._FINDING} WHERE run_id=? ORDER BY id", (run_id,))
+        rows = self.db.rows(f"{self._FINDING} WHERE run_id=? ORDER BY id", (run_id,))
         return [Finding(*row) for row in rows]
 
     def run_checks(self, run_id: int) -> list[Check]:
-        rows = self._db.execute("SELECT data FROM checks WHERE run_id=? ORDER BY id", (run_id,))
+        rows = self.db.rows("SELECT data FROM checks WHERE run_id=? ORDER BY id", (run_id,))
         return [Check.from_json(json.loads(row[0])) for row in rows]
 
     def history(self, identifier: str, limit: int = 50) -> list[Check]:
-        rows = self._db.execute(
+        """The checks kept (`record`): where something changed, and the last."""
+        rows = self.db.rows(
             "SELECT data FROM checks WHERE identifier=? ORDER BY id DESC LIMIT ?",
             (identifier, limit),
         )
         return [Check.from_json(json.loads(row[0])) for row in rows][::-1]
 
     def watched_by_status(self) -> Counter[str]:
-        """The latest status of every watched identifier (never checked: "unchecked")."""
-        rows = self._db.execute(
-            "SELECT w.identifier, (SELECT status FROM checks c WHERE c.identifier = w.identifier "
-            "ORDER BY c.id DESC LIMIT 1) FROM watch w"
+        """The current status of every watched identifier (never checked: "unchecked")."""
+        rows = self.db.rows(
+            "SELECT s.status FROM watch w LEFT JOIN states s ON s.identifier = w.identifier"
         )
-        return Counter(status or "unchecked" for _, status in rows)
+        return Counter(status or "unchecked" for (status,) in rows)
 
     def findings_by_kind(self) -> Counter[str]:
-        return Counter(dict(self._db.execute("SELECT kind, count(*) FROM findings GROUP BY kind")))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
+        rows = self.db.rows("SELECT kind, count(*) FROM findings GROUP BY kind")
+        return Counter({kind: count for kind, count in rows})

@@ -1,8 +1,10 @@
 """One webhook delivery per audit run that found something: the run, its counts and its
 findings, structured, as JSON (or as a Slack message), signed with HMAC-SHA256 when a secret
-is configured. The payload is written to the audit store before it is sent and removed only
-once the receiver took it: a delivery that fails after its retries is sent again by the next
-run, in order, so nothing is lost and nothing is sent twice on purpose.
+is configured. The payload is written to the audit store (the outbox) in the transaction
+that finishes the run, and removed only once the receiver took it: a delivery that fails
+after its retries is sent again by the next run, in order, so nothing is lost and nothing is
+sent twice on purpose. A process sending a delivery claims it for a while: processes sharing
+a store do not send one twice.
 
 Headers: `X-Atwhois-Run` (the run id, for receivers that deduplicate), and with a secret
 `X-Atwhois-Signature: sha256=<hex HMAC-SHA256 of the raw body>`."""
@@ -14,7 +16,6 @@ import hashlib
 import hmac
 import json
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 import httpx
@@ -49,22 +50,22 @@ class Webhook:
         if format not in FORMATS:
             raise UnknownFormat(f"webhook format {format!r}: one of {', '.join(FORMATS)}")
         self.url, self.secret, self.format = url, secret, format
-        self.attempts, self.backoff = attempts, backoff
+        self.attempts, self.backoff, self.timeout = attempts, backoff, timeout
         self._client = httpx.AsyncClient(timeout=timeout)
         self.delivered = 0
         self.failed = 0
 
-    async def deliver(
-        self, store: AuditStore, report: RunReport, findings: Iterable[Finding]
-    ) -> bool | None:
-        """Queue this run's payload (if it found anything) and send every queued one, oldest
-        first. True: nothing is left undelivered; False: some is, for the next run; None:
-        there was nothing to send."""
-        found = list(findings)
-        if found:
-            store.outbox_add(report.run_id, payload(report, found, store.labels()))
-        queued = store.outbox()
-        if not queued:
+    def queue(self, store: AuditStore, report: RunReport, findings: list[Finding]) -> None:
+        """A run's delivery, owed until sent (nothing when it found nothing)."""
+        if findings:
+            store.outbox_add(report.run_id, payload(report, findings, store.labels()))
+
+    async def deliver(self, store: AuditStore) -> bool | None:
+        """Send every delivery owed that no other process is sending, oldest first. True:
+        nothing is left undelivered; False: some is, for the next run; None: there was
+        nothing to send."""
+        queued = store.outbox_claim(self.claim_seconds())
+        if not queued and not store.outbox():
             return None
         for delivery, body in queued:
             error = await self._send(body)
@@ -80,6 +81,11 @@ class Webhook:
                     )
                 )
         return not store.outbox()
+
+    def claim_seconds(self) -> float:
+        """Long enough to try one delivery every time, with the waits between tries."""
+        waits = sum(self.backoff * 2**attempt for attempt in range(self.attempts - 1))
+        return float(self.attempts * self.timeout * 2 + waits)
 
     async def _send(self, data: dict[str, Any]) -> str | None:
         """None once the receiver took it; else the last error."""

@@ -227,6 +227,8 @@ async def _run(
             unreachable_after=values.unreachable_after,
             webhook=webhook,
             check=pool.check if pool else None,
+            keep_days=values.audit_keep_days,
+            lease=values.audit_lease,
         )
         return await auditor.run(
             targets,
@@ -274,7 +276,8 @@ def audit_history(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([c.to_json() for c in checks], indent=2))
     else:
-        print(f"{names[0]}: {len(checks)} checks")
+        kept = "1 check" if len(checks) == 1 else f"{len(checks)} checks"
+        print(f"{names[0]}: {kept} kept (each change, and the last)")
         for check in checks:
             print(_history_line(check))
     return 0 if checks else 1

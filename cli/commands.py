@@ -198,6 +198,8 @@ AUDIT_RUN_SETTINGS = [
     "webhook_secret",
     "webhook_format",
     "unreachable_after",
+    "audit_keep_days",
+    "audit_lease",
 ]
 
 

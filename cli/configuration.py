@@ -55,6 +55,12 @@ def check(name: str, value: Any) -> Any:
         if isinstance(value, str) and _URL.match(value):  # a URL made a path is a folder
             raise SettingError(f"{name} is a file's path, not a URL: {value[:80]!r}")
         value = Path(value)
+    unknown_url = (
+        isinstance(value, str) and _URL.match(value) and not value.startswith(setting.schemes)
+    )
+    if setting.schemes and unknown_url:  # nor is any other URL a path
+        known = " or ".join(setting.schemes)
+        raise SettingError(f"{name} is a file's path or a {known} URL: {value[:80]!r}")
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise SettingError(f"{name} must be {_KIND_NAMES[kind]}, not {value!r}")
     if setting.choices and value not in setting.choices:

@@ -113,6 +113,8 @@ async def serve(
         AuditStore(audit_path),
         unreachable_after=values.unreachable_after,
         webhook=webhook,
+        keep_days=values.audit_keep_days,
+        lease=values.audit_lease,
     )
     audits = AuditApi(service, auditor, values.audit_interval)
     audits.attach(app)

@@ -32,6 +32,7 @@ GROUP_TITLES = {
     MIRROR: "PLC mirror (atwhois plc mirror, serve --plc-mirror)",
 }
 _TTL = "FRESH:MAX"
+_DATABASES = ("sqlite://", "postgresql://", "postgres://")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,7 @@ class Setting:
     high: float | None = None
     secret: bool = False
     choices: tuple[str, ...] = ()  # strings: the only values allowed
+    schemes: tuple[str, ...] = ()  # a path, or a URL of one of these (any other: refused)
 
     @property
     def env(self) -> str:
@@ -245,11 +247,29 @@ class Values:
     ttl_absent: str = _setting(
         SERVICE, "the same, confirmed absent", _ttl(defaults.TTL_ABSENT), metavar=_TTL
     )
-    audit_db: Path | None = _setting(
+    audit_db: str | None = _setting(
         AUDITS,
-        "the watch-list and the audit history",
+        "the watch-list and the audit history: a SQLite file, or postgresql://... for audits "
+        "on several hosts",
         shown="~/.local/share/atwhois/audit.db",
-        metavar="PATH",
+        metavar="PATH|URL",
+        schemes=_DATABASES,
+    )
+    audit_keep_days: float = _setting(
+        AUDITS,
+        "days findings, runs and checks that changed nothing are kept (changes and each "
+        "identity's last check: always; findings: until delivered); 0: forever",
+        defaults.AUDIT_KEEP_DAYS,
+        metavar="DAYS",
+        low=0,
+    )
+    audit_lease: float = _setting(
+        AUDITS,
+        "seconds a process's claim on identities of a shared run lasts unless renewed: how "
+        "soon another takes over from one that died",
+        defaults.AUDIT_LEASE,
+        metavar="SECONDS",
+        low=1,
     )
     webhook: str | None = _setting(
         AUDITS, "POST each audit run's findings here", shown="none", metavar="URL"
@@ -293,6 +313,7 @@ class Values:
         "where the mirror keeps the directory: a SQLite file, or postgresql://...",
         shown="~/.local/share/atwhois/plc-mirror.db",
         metavar="PATH|URL",
+        schemes=_DATABASES,
     )
     plc_mirror_interval: float = _setting(
         MIRROR,

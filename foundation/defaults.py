@@ -29,6 +29,10 @@ TTL_ABSENT = (120.0, 600.0)
 # Audits (`audit`)
 UNREACHABLE_AFTER = 3  # transient failures in a row before an `unreachable` finding
 WEBHOOK_FORMAT = "json"
+AUDIT_KEEP_DAYS = 90.0  # changed checks, findings and runs older than this are pruned
+# seconds a process's claim on identities of a shared run lasts unless renewed (every third
+# of it): how long the identities of a process that died wait before another takes them
+AUDIT_LEASE = 60.0
 
 # The PLC mirror (`mirror`)
 PLC_MIRROR_INTERVAL = 5.0  # seconds between polls once caught up

@@ -126,7 +126,8 @@ async def test_a_slack_delivery_is_a_signed_text_message(
     store.watch_add("boss.test", "the CEO")
     webhook = Webhook(receiver.url, secret=SECRET, format="slack", backoff=0.01)
     try:
-        assert await webhook.deliver(store, report, found) is True
+        webhook.queue(store, report, found)
+        assert await webhook.deliver(store) is True
     finally:
         await webhook.aclose()
     ((headers, body),) = receiver.received

@@ -58,7 +58,8 @@ def test_boolean_variables_take_only_the_usual_spellings() -> None:
         ({"memory_cache_mb": math.nan}, "finite"),
         ({"max_concurrency": 0}, "at least 1"),
         ({"dns_server": [1, 2]}, "list of strings"),
-        ({"audit_db": "postgresql://postgres@127.0.0.1:5432/audits"}, "not a URL"),
+        ({"audit_db": "mysql://root@127.0.0.1:3306/audits"}, "a file's path or a sqlite://"),
+        ({"plc_db": "https://plc.directory"}, "plc_db is a file's path or a sqlite://"),
     ],
 )
 def test_settings_are_typed(toml: dict[str, object], message: str) -> None:
@@ -76,11 +77,14 @@ def test_settings_from_the_environment_are_converted_and_checked() -> None:
     }
 
 
-def test_an_audit_database_url_is_refused_and_creates_nothing(tmp_path: Path) -> None:
-    """The audit store is a SQLite file: a URL given for it (as the PLC mirror takes one) is
-    a configuration error, from a flag or the environment, not a folder named `postgresql:`
-    holding a database of its own."""
-    url = "postgresql://postgres@127.0.0.1:5432/audits"
+def test_an_audit_database_url_of_another_kind_is_refused_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    """The audit store is a SQLite file or a PostgreSQL database: any other URL is a
+    configuration error, from a flag or the environment, not a folder named `mysql:`
+    holding a SQLite database of its own (what a PostgreSQL URL made before audits could
+    live there)."""
+    url = "mysql://root@127.0.0.1:3306/audits"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATWHOIS_")}
     for args, extra in (
         (["watch", "list", "--audit-db", url], {}),
@@ -90,7 +94,7 @@ def test_an_audit_database_url_is_refused_and_creates_nothing(tmp_path: Path) ->
             [ATWHOIS, *args], cwd=tmp_path, env={**env, **extra}, capture_output=True, text=True
         )
         assert done.returncode == 2, done.stderr
-        assert "audit_db is a file's path, not a URL" in done.stderr
+        assert "audit_db is a file's path or a sqlite:// or postgresql://" in done.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -1,0 +1,114 @@
+"""The audit store's connection: a SQLite file (the default: one host, several processes at
+most), or PostgreSQL (`postgresql://…`: several hosts share one watch-list and its runs).
+
+One set of statements, written with `?` and SQLite's words; the two differ in the
+placeholder, a few words of DDL, how a writer is kept alone (SQLite's `BEGIN IMMEDIATE`
+takes the file's write lock; PostgreSQL takes an advisory lock where a transaction must not
+interleave with another process's) and in `FOR UPDATE SKIP LOCKED`, which SQLite needs
+not: its writers take turns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_TURN_LOCK = 0x61756474  # "audt": PostgreSQL's advisory lock for `Database.serialized`
+
+
+def is_database_url(where: str | Path) -> bool:
+    return str(where).startswith(POSTGRES_SCHEMES)
+
+
+class Database:
+    """One connection, used by one thread at a time (the lock), in autocommit mode:
+    `transaction` groups statements."""
+
+    def __init__(self, where: str | Path) -> None:
+        self.location = str(where)
+        self.postgres = is_database_url(where)
+        self._depth = 0
+        self._lock = threading.RLock()
+        self._connection: Any
+        if self.postgres:
+            import psycopg  # only those who keep audits on PostgreSQL load its driver
+
+            self._connection = psycopg.connect(self.location, autocommit=True)
+            return
+        path = Path(self.location.removeprefix("sqlite://"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=10000"):
+            self._connection.execute(f"PRAGMA {pragma}")
+
+    @property
+    def skip_locked(self) -> str:
+        """What a claiming subquery ends with: rows another transaction holds are left to it."""
+        return " FOR UPDATE SKIP LOCKED" if self.postgres else ""
+
+    def ddl(self, text: str) -> str:
+        """SQLite's DDL in PostgreSQL's words: 64-bit keys and times in double precision
+        (PostgreSQL's REAL is 32 bits: it would round Unix seconds to minutes)."""
+        if not self.postgres:
+            return text
+        text = text.replace("id INTEGER PRIMARY KEY", "id BIGSERIAL PRIMARY KEY")
+        return text.replace(" INTEGER", " BIGINT").replace(" REAL", " DOUBLE PRECISION")
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", "%s") if self.postgres else text
+
+    def execute(self, text: str, params: Sequence[Any] = ()) -> Any:
+        with self._lock:
+            return self._connection.execute(self._sql(text), params)
+
+    def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._connection.execute(self._sql(text), params).fetchall())
+
+    def one(self, text: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = self.rows(text, params)
+        return rows[0] if rows else None
+
+    def many(self, text: str, params: Iterable[Sequence[Any]]) -> None:
+        with self._lock:
+            self._connection.cursor().executemany(self._sql(text), params)
+
+    @contextlib.contextmanager
+    def transaction(self, *, serialized: bool = False) -> Iterator[None]:
+        """All or nothing. Nested: part of the outer one. `serialized`: no other process's
+        serialized transaction runs at the same time (SQLite's writers always take turns)."""
+        with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            self._depth = 1
+            try:
+                if self.postgres:
+                    with self._connection.transaction():
+                        if serialized:
+                            self._connection.execute(
+                                "SELECT pg_advisory_xact_lock(%s)", (_TURN_LOCK,)
+                            )
+                        yield
+                else:
+                    self._connection.execute("BEGIN IMMEDIATE")
+                    try:
+                        yield
+                    except BaseException:
+                        self._connection.execute("ROLLBACK")
+                        raise
+                    self._connection.execute("COMMIT")
+            finally:
+                self._depth = 0
+
+    def close(self) -> None:
+        self._connection.close()

@@ -1,0 +1,144 @@
+"""Audits across processes: `atwhois audit` processes sharing one audit database (the
+PostgreSQL that `make test` starts, as several hosts would; and a SQLite file, as several
+processes of one host would) share one watch-list run. Every identity is checked once
+whoever checks it; a process killed mid-run has what it claimed taken over once its lease
+ran out; the run is finished once, with one webhook delivery."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from audit import AuditStore
+from devnet import world
+from devnet.atwhois import ATWHOIS
+from devnet.atwhois import run as run_cli
+from devnet.network import DevnetState
+from devnet.postgres import scratch_database
+from tests.support.waiting import until
+from tests.support.webhook_receiver import Receiver
+
+IDENTITIES = 1200  # generated did:web hosts: enough that a run outlasts two start-ups
+
+
+@contextlib.contextmanager
+def audit_database(backend: str, tmp_path: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        yield str(tmp_path / "audit.db")
+        return
+    with scratch_database("atwhois_audit") as url:
+        yield url
+
+
+def _serve_did_web(devnet: DevnetState, host: str) -> None:
+    devnet.set_file(host, world.WELL_KNOWN, f"did:web:{host}")
+    devnet.set_file(host, world.DID_JSON, json.dumps(world.did_web_document(host)))
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_processes_share_a_run_and_take_over_from_a_killed_one(
+    devnet: DevnetState, tmp_path: Path, receiver: Receiver, backend: str
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    breaking = [f"shared-{i}-{tag}{world.BULK_SUFFIX}" for i in range(2)]
+    for host in breaking:
+        _serve_did_web(devnet, host)
+    with audit_database(backend, tmp_path) as where:
+        env = {
+            **devnet.env(),
+            "ATWHOIS_AUDIT_DB": where,
+            "ATWHOIS_CACHE": "memory:",
+            "ATWHOIS_WEBHOOK": receiver.url,
+            "ATWHOIS_AUDIT_LEASE": "2",
+        }
+        # A first check of the two identities that will break: what the run compares with.
+        first = tmp_path / "first.txt"
+        first.write_text("\n".join(breaking) + "\n")
+        code, out, err = run_cli(["audit", str(first), "--format", "json"], env)
+        assert code == 0 and json.loads(out)["by_status"] == {"verified": 2}, err
+        for host in breaking:
+            devnet.set_file(host, world.WELL_KNOWN, None)  # the handle stops verifying
+        names = [world.bulk_host(i) for i in range(IDENTITIES)] + breaking
+        code, _, err = run_cli(["watch", "import", "-"], env, "\n".join(names) + "\n")
+        assert code == 0, err
+
+        store = AuditStore(where)
+        audit = [ATWHOIS, "audit", "--format", "json", "--concurrency", "4", "--per-host", "4"]
+        processes: list[subprocess.Popen[str]] = []
+        try:
+            for _ in range(2):
+                processes.append(
+                    subprocess.Popen(
+                        audit,
+                        env={**os.environ, **env},
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                )
+            until(lambda: _running_run(store) is not None, timeout=30)
+            run_id = _running_run(store)
+            assert run_id is not None
+            owners = {f"{os.uname().nodename}:{p.pid}" for p in processes}
+            # both take part, and checks are being recorded
+            until(lambda: _workers(store, run_id) == owners and _checked(store, run_id) >= 50, 30)
+            killed, survivor = processes
+            killed.send_signal(signal.SIGKILL)
+            killed.wait(timeout=10)
+            assert store.runs_shared.status(run_id) == "running"  # killed mid-run ...
+            held = store.db.one(
+                "SELECT count(*) FROM run_items WHERE run_id=? AND owner=?",
+                (run_id, f"{os.uname().nodename}:{killed.pid}"),
+            )
+            assert held is not None and held[0] > 0  # ... holding identities it claimed
+            out, err = survivor.communicate(timeout=120)
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+        assert survivor.returncode == 0, err  # warnings only: below --fail-on critical
+        report = json.loads(out)
+        assert report["run_id"] == run_id and report["total"] == IDENTITIES + 2
+        assert report["by_status"]["verified"] == IDENTITIES
+        assert sum(report["by_status"].values()) == IDENTITIES + 2
+        assert report["findings_by_kind"] == {"became_unverified": 2}
+
+        # Every identity checked once in the run: none lost with the killed process, none
+        # checked twice by the process that took its identities over.
+        per_identity = store.db.rows(
+            "SELECT identifier, count(*) FROM checks WHERE run_id=? GROUP BY identifier",
+            (run_id,),
+        )
+        assert sorted(identifier for identifier, _ in per_identity) == sorted(names)
+        assert {count for _, count in per_identity} == {1}
+        assert store.runs(1)[0]["status"] == "finished"
+        assert store.db.one("SELECT count(*) FROM run_items") == (0,)
+        # One delivery for the run, by the process that finished it.
+        runs_delivered = [p["run_id"] for p in receiver.payloads()]
+        assert runs_delivered == [run_id]
+        assert {f["identifier"] for f in receiver.payloads()[0]["findings"]} == set(breaking)
+        assert store.outbox() == []
+        store.close()
+
+
+def _running_run(store: AuditStore) -> int | None:
+    row = store.db.one("SELECT id FROM runs WHERE status='running' AND source='watch-list'")
+    return None if row is None else int(row[0])
+
+
+def _workers(store: AuditStore, run_id: int) -> set[str]:
+    rows = store.db.rows("SELECT owner FROM run_workers WHERE run_id=?", (run_id,))
+    return {owner for (owner,) in rows}
+
+
+def _checked(store: AuditStore, run_id: int) -> int:
+    row = store.db.one("SELECT count(*) FROM checks WHERE run_id=?", (run_id,))
+    return int(row[0]) if row else 0

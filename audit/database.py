@@ -21,6 +21,23 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _TURN_LOCK = 0x61756474  # "audt": PostgreSQL's advisory lock for `Database.serialized`
 
 
+def in_chunks(items: Iterable[str], size: int = 500) -> Iterator[list[str]]:
+    """Lists of at most `size`: an `IN (…)` each (SQLite bounds a statement's parameters)."""
+    chunk: list[str] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def marks(chunk: list[str]) -> str:
+    """The placeholders of an `IN (…)` of `chunk`."""
+    return ",".join("?" * len(chunk))
+
+
 def is_database_url(where: str | Path) -> bool:
     return str(where).startswith(POSTGRES_SCHEMES)
 
@@ -74,7 +91,9 @@ class Database:
         rows = self.rows(text, params)
         return rows[0] if rows else None
 
-    def many(self, text: str, params: Iterable[Sequence[Any]]) -> None:
+    def many(self, text: str, params: Sequence[Sequence[Any]]) -> None:
+        if not params:  # psycopg refuses an empty batch
+            return
         with self._lock:
             self._connection.cursor().executemany(self._sql(text), params)
 

@@ -22,12 +22,13 @@ from .findings import Finding, compare
 from .processes import check_one
 from .report import RunReport
 from .runs import WATCH_LIST, OpenRun
-from .store import AuditStore, Watched
+from .store import AuditStore, Judged, Watched
 from .webhook import Webhook
 
 # This many identities failing on one upstream in one run are that upstream's outage.
 OUTAGE_MIN = 3
 POLL_SECONDS = 0.2  # how often a process with nothing to claim looks again
+FLUSH_SECONDS = 0.1  # the longest a check waits to be written
 
 
 class Auditor:
@@ -93,37 +94,65 @@ class Auditor:
 
     async def _check_all(self, run: OpenRun, progress: Callable[[int, int], None] | None) -> None:
         """Lanes check what this process claimed, until nothing of the run is left
-        unchecked: claimed here, by another process, or by one whose lease ran out."""
+        unchecked: claimed here, by another process, or by one whose lease ran out. What
+        they find is written a batch at a time, one transaction each (a commit per check
+        made PostgreSQL wait on its log for each)."""
         lanes = min(self.concurrency, max(run.total, 1))
         claimed: asyncio.Queue[str | None] = asyncio.Queue(maxsize=lanes)
+        checked: list[Check] = []
+        flushing = asyncio.Event()
         done = 0
 
         async def lane() -> None:
-            nonlocal done
             while (identifier := await claimed.get()) is not None:
-                check = await self._check(Watched(identifier))
-                if check.transient:  # judged at the end, with the run's other failures
-                    self.store.runs_shared.hold(run.id, check)
-                else:
-                    self._judge(run.id, check, claimed=True)
-                done += 1
-                if progress is not None:
-                    progress(done, run.total)
+                checked.append(await self._check(Watched(identifier)))
+                if len(checked) >= lanes:
+                    flushing.set()
 
         async def feed() -> None:
+            after = ""  # where the last batch ended; from the start again once at the end
             while True:
-                batch = self.store.runs_shared.claim(run, lanes)
+                batch = self.store.runs_shared.claim(run, lanes, after)
                 for identifier in batch:
                     await claimed.put(identifier)
-                if batch:
+                if batch or after:
+                    after = batch[-1] if batch else ""
                     continue
                 if not self.store.runs_shared.left(run.id):
                     break
+                flushing.set()  # what is checked here counts as left until written
                 await asyncio.sleep(POLL_SECONDS)  # others' claims: checked, or run out
             for _ in range(lanes):
                 await claimed.put(None)
 
-        await asyncio.gather(feed(), *(lane() for _ in range(lanes)))
+        def write() -> None:
+            nonlocal done
+            batch = checked[:]
+            checked.clear()
+            with self.store.db.transaction():
+                # a transient failure is judged at the end, with the run's other failures
+                self.store.runs_shared.hold(run.id, [c for c in batch if c.transient])
+                self._judge(run.id, [c for c in batch if not c.transient], claimed=True)
+            done += len(batch)
+            if progress is not None and batch:
+                progress(done, run.total)
+
+        async def writer() -> None:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(flushing.wait(), FLUSH_SECONDS)
+                flushing.clear()
+                write()
+
+        tasks = [asyncio.create_task(work) for work in (feed(), *(lane() for _ in range(lanes)))]
+        writing = asyncio.create_task(writer())
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in (*tasks, writing):
+                task.cancel()
+            await asyncio.gather(*tasks, writing, return_exceptions=True)
+        write()
 
     async def _finish(self, run: OpenRun) -> bool:
         """True when this process finished the run; else it waits for the one that does."""
@@ -172,11 +201,14 @@ class Auditor:
     async def _check_here(self, target: Watched) -> Check:
         return await check_one(self.cached, target.identifier)
 
-    def _judge(self, run_id: int, check: Check, *, claimed: bool = False) -> list[Finding]:
-        previous, failures = self.store.previous(check.identifier)
-        findings, failures = compare(previous, check, failures, self.unreachable_after)
-        self.store.record(run_id, check, findings, failures, claimed=claimed)
-        return findings
+    def _judge(self, run_id: int, checks: list[Check], *, claimed: bool = False) -> None:
+        """Each check against the identity's previous one, recorded with its findings."""
+        previous = self.store.previous(check.identifier for check in checks)
+        judged: list[Judged] = []
+        for check in checks:
+            before, failures = previous.get(check.identifier, (None, 0))
+            judged.append((check, *compare(before, check, failures, self.unreachable_after)))
+        self.store.record(run_id, judged, claimed=claimed)
 
     def _judge_failures(self, run_id: int, failed: dict[str, list[Check]]) -> None:
         """An upstream that failed for many identities is one finding, and those identities
@@ -184,11 +216,9 @@ class Auditor:
         upstream count for each identity as usual."""
         for upstream, checks in sorted(failed.items()):
             if len(checks) < OUTAGE_MIN:
-                for check in checks:
-                    self._judge(run_id, check)
+                self._judge(run_id, checks)
                 continue
-            for check in checks:
-                self.store.record(run_id, check, [], None)
+            self.store.record(run_id, [(check, [], None) for check in checks])
             outage = Finding(
                 upstream,
                 "upstream_unavailable",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from foundation import defaults
 
 from .checks import Check
-from .database import Database
+from .database import Database, in_chunks, marks
 
 WATCH_LIST = "watch-list"
 
@@ -80,6 +80,8 @@ class SharedRuns:
             total = int(counted[0]) if counted else 0
             self.db.execute("UPDATE runs SET total=? WHERE id=?", (total, run_id))
             self._attend(run_id, now)
+        if self.db.postgres:  # its statistics said "empty" since the last run: plans that
+            self.db.execute("ANALYZE run_items")  # scan it whole for each claim
         return OpenRun(run_id, now, total, lease, joined=False)
 
     def _attend(self, run_id: int, now: float) -> None:
@@ -89,18 +91,21 @@ class SharedRuns:
             (run_id, self.owner, now),
         )
 
-    def claim(self, run: OpenRun, count: int) -> list[str]:
-        """Up to `count` identities no live process holds, now this one's for a lease."""
+    def claim(self, run: OpenRun, count: int, after: str = "") -> list[str]:
+        """Up to `count` identities no live process holds, in order from after `after`,
+        now this one's for a lease. Claiming from where the last batch ended walks the
+        index past what is settled (PostgreSQL keeps deleted rows until a vacuum: a claim
+        from the start would step over all of them every time)."""
         now = time.time()
         with self.db.transaction():
             rows = self.db.rows(
                 "UPDATE run_items SET owner=?, lease_until=? WHERE run_id=? AND identifier IN "
-                "(SELECT identifier FROM run_items WHERE run_id=? AND held IS NULL AND "
-                f"(owner IS NULL OR lease_until < ?) LIMIT ?{self.db.skip_locked}) "
-                "RETURNING identifier",
-                (self.owner, now + run.lease, run.id, run.id, now, count),
+                "(SELECT identifier FROM run_items WHERE run_id=? AND identifier > ? AND held IS "
+                "NULL AND (owner IS NULL OR lease_until < ?) ORDER BY identifier "
+                f"LIMIT ?{self.db.skip_locked}) RETURNING identifier",
+                (self.owner, now + run.lease, run.id, run.id, after, now, count),
             )
-        return [row[0] for row in rows]
+        return sorted(row[0] for row in rows)
 
     def renew(self, run: OpenRun) -> None:
         """This process lives: its claims last another lease."""
@@ -112,23 +117,24 @@ class SharedRuns:
             )
             self._attend(run.id, now)
 
-    def settle(self, run_id: int, identifier: str) -> bool:
-        """The identity is checked: False when the claim was lost (taken over)."""
-        return bool(
-            self.db.execute(
-                "DELETE FROM run_items WHERE run_id=? AND identifier=? AND owner=?",
-                (run_id, identifier, self.owner),
-            ).rowcount
-        )
+    def settle(self, run_id: int, identifiers: list[str]) -> set[str]:
+        """These identities are checked: those whose claim was not lost (taken over)."""
+        settled: set[str] = set()
+        for chunk in in_chunks(identifiers):
+            rows = self.db.rows(
+                f"DELETE FROM run_items WHERE run_id=? AND owner=? AND identifier IN "
+                f"({marks(chunk)}) RETURNING identifier",
+                (run_id, self.owner, *chunk),
+            )
+            settled.update(identifier for (identifier,) in rows)
+        return settled
 
-    def hold(self, run_id: int, check: Check) -> bool:
-        """A transient failure, judged at the end with the run's others (`finishing`)."""
-        return bool(
-            self.db.execute(
-                "UPDATE run_items SET held=? WHERE run_id=? AND identifier=? AND owner=? "
-                "AND held IS NULL",
-                (check.encode(), run_id, check.identifier, self.owner),
-            ).rowcount
+    def hold(self, run_id: int, checks: list[Check]) -> None:
+        """Transient failures, judged at the end with the run's others (`finishing`)."""
+        self.db.many(
+            "UPDATE run_items SET held=? WHERE run_id=? AND identifier=? AND owner=? "
+            "AND held IS NULL",
+            [(check.encode(), run_id, check.identifier, self.owner) for check in checks],
         )
 
     def left(self, run_id: int) -> int:

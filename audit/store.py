@@ -25,12 +25,16 @@ from foundation import data_path, defaults
 from resolver.errors import AtwhoisError
 
 from .checks import Check, iso
-from .database import Database
+from .database import Database, in_chunks, marks
 from .findings import Finding
 from .runs import SharedRuns
 from .schema import set_up
 
 DAY = 86400.0
+
+
+# A check, its findings, and its failure streak (None: left as it was)
+Judged = tuple[Check, list[Finding], int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,17 +98,21 @@ class AuditStore:
     def watch_import(self, entries: Iterable[tuple[str, str | None]]) -> int:
         """Add many at once, in one transaction (all or none); how many were new. A label
         longer than `LABEL_MAX` characters is refused (`LabelTooLong`), the rest with it."""
-        new = 0
+        rows = [(identifier, label, time.time()) for identifier, label in entries]
+        for _, label, _ in rows:
+            check_label(label)
         with self.db.transaction():
-            for identifier, label in entries:
-                check_label(label)
-                new += self.db.one("SELECT 1 FROM watch WHERE identifier=?", (identifier,)) is None
-                self.db.execute(
-                    "INSERT INTO watch VALUES (?, ?, ?) ON CONFLICT(identifier) DO UPDATE SET "
-                    "label=COALESCE(excluded.label, watch.label)",
-                    (identifier, label, time.time()),
-                )
-        return new
+            before = self._watched()
+            self.db.many(
+                "INSERT INTO watch VALUES (?, ?, ?) ON CONFLICT(identifier) DO UPDATE SET "
+                "label=COALESCE(excluded.label, watch.label)",
+                rows,
+            )
+            return self._watched() - before
+
+    def _watched(self) -> int:
+        row = self.db.one("SELECT count(*) FROM watch")
+        return int(row[0]) if row else 0
 
     def watch_remove(self, identifier: str) -> bool:
         return bool(self.db.execute("DELETE FROM watch WHERE identifier=?", (identifier,)).rowcount)
@@ -136,80 +144,92 @@ class AuditStore:
             (finished_at, json.dumps(summary), status, run_id),
         )
 
-    def previous(self, identifier: str) -> tuple[Check | None, int]:
-        """The last check that reached the upstream, and the transient failures since."""
-        row = self.db.one(
-            "SELECT s.failures, c.data FROM streaks s LEFT JOIN checks c ON c.id = s.last_reached "
-            "WHERE s.identifier=?",
-            (identifier,),
-        )
-        if row is None:
-            return None, 0
-        return (Check.from_json(json.loads(row[1])) if row[1] else None), int(row[0])
+    def previous(self, identifiers: Iterable[str]) -> dict[str, tuple[Check | None, int]]:
+        """Of each identity checked before: the last check that reached the upstream, and
+        the transient failures since."""
+        found: dict[str, tuple[Check | None, int]] = {}
+        for chunk in in_chunks(identifiers):
+            for identifier, failures, data in self.db.rows(
+                "SELECT s.identifier, s.failures, c.data FROM streaks s LEFT JOIN checks c "
+                f"ON c.id = s.last_reached WHERE s.identifier IN ({marks(chunk)})",
+                chunk,
+            ):
+                check = Check.from_json(json.loads(data)) if data else None
+                found[identifier] = (check, int(failures))
+        return found
 
-    def record(
-        self,
-        run_id: int,
-        check: Check,
-        findings: list[Finding],
-        failures: int | None,
-        *,
-        claimed: bool = False,
-    ) -> bool:
-        """One check, its findings, its failure streak (None: left as it was, for a check
-        that failed in an upstream's outage) and the identity's state. `claimed`: the
-        identity was claimed in the run (`SharedRuns.claim`); False, and nothing is kept,
-        when the claim was lost (its lease ran out and another process took it)."""
+    def record(self, run_id: int, judged: list[Judged], *, claimed: bool = False) -> int:
+        """Checks, each with its findings and its failure streak (None: left as it was, for
+        a check that failed in an upstream's outage), and the identities' states, in one
+        transaction; how many were kept. `claimed`: the identities were claimed in the run
+        (`SharedRuns.claim`): one whose claim was lost (its lease ran out and another
+        process took it) is not kept."""
         with self.db.transaction():
-            if claimed and not self.runs_shared.settle(run_id, check.identifier):
-                return False
-            check_id = self._keep(run_id, check, changed=bool(findings))
-            if failures is not None:
-                reached = None if check.transient else check_id
-                self.db.execute(
-                    "INSERT INTO streaks VALUES (?, ?, ?) ON CONFLICT(identifier) DO UPDATE SET "
-                    "failures=excluded.failures, last_reached=COALESCE(excluded.last_reached, "
-                    "streaks.last_reached)",
-                    (check.identifier, failures, reached),
-                )
-            self.db.execute(
+            if claimed:
+                ours = self.runs_shared.settle(run_id, [check.identifier for check, *_ in judged])
+                judged = [entry for entry in judged if entry[0].identifier in ours]
+            ids = self._keep(run_id, judged)
+            self.db.many(
+                # a row rewritten as it was is a dead one for PostgreSQL to vacuum: only
+                # what changed is written
+                "INSERT INTO streaks VALUES (?, ?, ?) ON CONFLICT(identifier) DO UPDATE SET "
+                "failures=excluded.failures, last_reached=COALESCE(excluded.last_reached, "
+                "streaks.last_reached) WHERE streaks.failures != excluded.failures OR "
+                "COALESCE(excluded.last_reached, streaks.last_reached, -1) != "
+                "COALESCE(streaks.last_reached, -1)",
+                [
+                    (check.identifier, failures, None if check.transient else ids[check.identifier])
+                    for check, _, failures in judged
+                    if failures is not None
+                ],
+            )
+            self.db.many(
                 "INSERT INTO states VALUES (?, ?, ?, NULL) ON CONFLICT(identifier) DO UPDATE SET "
                 "previous=states.status, status=excluded.status, since=excluded.since "
                 "WHERE states.status != excluded.status",
-                (check.identifier, check.status, check.checked_at),
+                [(check.identifier, check.status, check.checked_at) for check, *_ in judged],
             )
-            self._add_findings(run_id, findings)
-        return True
+            self._add_findings(run_id, [f for _, findings, _ in judged for f in findings])
+        return len(judged)
 
-    def _keep(self, run_id: int, check: Check, *, changed: bool) -> int:
-        """The check's row: a new one when something changed, or when the last one was a
-        change (kept as such); else the last one, rewritten. An identity's first check is
-        not a change: it is replaced by the next unless that one finds something."""
-        last = self.db.one(
-            "SELECT id, status, changed FROM checks WHERE identifier=? ORDER BY id DESC LIMIT 1",
-            (check.identifier,),
-        )
-        changed = last is not None and (changed or last[1] != check.status)
-        if last is not None and not changed and not last[2]:
-            self.db.execute(
-                "UPDATE checks SET run_id=?, checked_at=?, data=? WHERE id=?",
-                (run_id, check.checked_at, check.encode(), last[0]),
+    def _keep(self, run_id: int, judged: list[Judged]) -> dict[str, int]:
+        """Each check's row, by identifier: a new one when something changed, or when the
+        last one was a change (kept as such); else the last one, rewritten. An identity's
+        first check is not a change: the next replaces it unless that one finds something."""
+        names = [check.identifier for check, *_ in judged]
+        last: dict[str, tuple[int, str, int]] = {}
+        for chunk in in_chunks(names):
+            rows = self.db.rows(
+                "SELECT c.identifier, c.id, c.status, c.changed FROM checks c WHERE c.identifier "
+                f"IN ({marks(chunk)}) AND c.id = (SELECT max(id) FROM checks l "
+                "WHERE l.identifier = c.identifier)",
+                chunk,
             )
-            return int(last[0])
-        row = self.db.one(
+            last.update((name, (int(i), status, int(changed))) for name, i, status, changed in rows)
+        ids, rewritten, added = {}, [], []
+        for check, findings, _ in judged:
+            before = last.get(check.identifier)
+            changed = before is not None and (bool(findings) or before[1] != check.status)
+            if before is not None and not changed and not before[2]:
+                ids[check.identifier] = before[0]
+                rewritten.append((run_id, check.checked_at, check.encode(), before[0]))
+            else:
+                row = (check.checked_at, check.status, check.encode(), int(changed))
+                added.append((run_id, check.identifier, *row))
+        self.db.many("UPDATE checks SET run_id=?, checked_at=?, data=? WHERE id=?", rewritten)
+        self.db.many(
             "INSERT INTO checks (run_id, identifier, checked_at, status, data, changed) "
-            "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-            (
-                run_id,
-                check.identifier,
-                check.checked_at,
-                check.status,
-                check.encode(),
-                int(changed),
-            ),
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            added,
         )
-        assert row is not None
-        return int(row[0])
+        for chunk in in_chunks([row[1] for row in added]):
+            rows = self.db.rows(
+                "SELECT identifier, max(id) FROM checks WHERE identifier IN "
+                f"({marks(chunk)}) GROUP BY identifier",
+                chunk,
+            )
+            ids.update((name, int(i)) for name, i in rows)
+        return ids
 
     def record_findings(self, run_id: int, findings: list[Finding]) -> None:
         """Findings about no one identity (an upstream's outage)."""
@@ -226,13 +246,11 @@ class AuditStore:
         )
 
     def states(self, identifiers: Iterable[str]) -> dict[str, State]:
-        wanted = list(identifiers)
         found: dict[str, State] = {}
-        for start in range(0, len(wanted), 500):  # SQLite's bound on parameters
-            chunk = wanted[start : start + 500]
+        for chunk in in_chunks(identifiers):
             rows = self.db.rows(
                 "SELECT identifier, status, since, previous FROM states WHERE identifier IN "
-                f"({','.join('?' * len(chunk))})",
+                f"({marks(chunk)})",
                 chunk,
             )
             found.update((row[0], State(*row[1:])) for row in rows)

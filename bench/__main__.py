@@ -8,6 +8,7 @@ from collections.abc import Callable
 from bench import (
     Row,
     audit_run,
+    audit_store,
     cache_lookups,
     cold_resolution,
     hit_cost,
@@ -28,6 +29,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "serve": serve_load.main,
     "hits": hit_cost.main,
     "audit": audit_run.main,
+    "audit-store": audit_store.main,
     "memory": memory_load.main,
     "startup": startup.main,
     "stream": stream_decode.main,

@@ -196,7 +196,8 @@ async def test_a_plc_outage_is_one_finding_and_moves_no_one_towards_unreachable(
                 (upstream, "upstream_unavailable", "4")
             ]
             assert outage[0].severity == "warning"
-            assert all(store.previous(t.identifier)[1] == 0 for t in targets)  # no streak
+            streaks = store.previous(t.identifier for t in targets)
+            assert all(failures == 0 for _, failures in streaks.values())  # no streak
             plc.set_fault(None)
             back = await auditor.run(targets)
             assert back.by_status == {"verified": 4} and store.run_findings(back.run_id) == []

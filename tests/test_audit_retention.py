@@ -122,7 +122,7 @@ async def test_retention_keeps_changes_last_checks_and_undelivered_findings(
         assert statuses(store, "a.test") == ["verified"]
         assert [c.did for c in store.history("b.test")] == ["did:plc:other"] * 2
         assert statuses(store, "c.test") == ["verified", "unavailable", "unavailable"]
-        previous, failures = store.previous("c.test")
+        previous, failures = store.previous(["c.test"])["c.test"]
         assert previous is not None and previous.status == "verified" and failures == 3
         assert {r["id"] for r in store.runs()} == {runs[2].run_id, runs[4].run_id}
         assert (

@@ -55,7 +55,11 @@ class Database:
         if self.postgres:
             import psycopg  # only those who keep audits on PostgreSQL load its driver
 
-            self._connection = psycopg.connect(self.location, autocommit=True)
+            # prepare_threshold=None: each statement planned for its values. Prepared, an
+            # `IN (…)` of a batch got a generic plan that scanned the checks table whole.
+            self._connection = psycopg.connect(
+                self.location, autocommit=True, prepare_threshold=None
+            )
             return
         path = Path(self.location.removeprefix("sqlite://"))
         path.parent.mkdir(parents=True, exist_ok=True)

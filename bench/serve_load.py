@@ -11,8 +11,15 @@ sizes on the same paths (the baseline), measured in the same run:
 Every answer must be a 2xx, and the warm-up checks each identity's answer is the right DID
 and document (a wrong answer is never counted as throughput).
 
+With `--fill`, the cache is not warmed by resolving every identity (a million cold
+resolutions take hours here) but filled as a cache copied from a daemon that served them
+would be: one identity is resolved and verified through the daemon, and its two entries
+are written again for each of the others, their names changed (`fill_cache`); a sample of
+the answers is then checked as above. The RSS figure is then the daemon's whole RSS after
+the load, per identity: what a cache of that size costs a daemon answering over all of it.
+
     python -m bench serve [--connections 100] [--seconds 10] [--identities 10000]
-                          [--rate 2000] [--workers N]
+                          [--rate 2000] [--workers N] [--fill]
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import random
 import re
@@ -138,11 +146,14 @@ def wait_for(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-async def warm(url: str, identities: int) -> tuple[bytes, bytes]:
-    """Resolve every identity through the daemon, then ask again (from its cache), checking
-    each answer; the bodies of the first (for the bare handler)."""
+async def warm(url: str, identities: int, sample: int | None = None) -> tuple[bytes, bytes]:
+    """Resolve every identity through the daemon (or `sample` of them, spread over all),
+    then ask again (from its cache), checking each answer; the bodies of the first (for the
+    bare handler)."""
     gate = asyncio.Semaphore(64)
     first: list[bytes] = []
+    step = max(1, identities // sample) if sample else 1
+    chosen = range(0, identities, step)
 
     async def one(http: httpx.AsyncClient, index: int) -> None:
         host = world.bulk_host(index)
@@ -157,10 +168,41 @@ async def warm(url: str, identities: int) -> tuple[bytes, bytes]:
             first.extend([handle.content, did.content])
 
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-        await asyncio.gather(*(one(http, i) for i in range(identities)))
+        await asyncio.gather(*(one(http, i) for i in chosen))
         first.clear()
-        await asyncio.gather(*(one(http, i) for i in range(identities)))  # every answer a hit
+        await asyncio.gather(*(one(http, i) for i in chosen))  # every answer a hit
     return first[0], first[1]
+
+
+TEMPLATE = world.bulk_host(0)
+
+
+def fill_cache(path: Path, identities: int) -> None:
+    """The entries of `TEMPLATE` (resolved, verified, kept by a daemon) written again for
+    `bulk_host(i)`, i < `identities`: the bytes a daemon would have kept for each."""
+    from cache.entry import Entry
+
+    with sqlite3.connect(path) as db:
+        rows = db.execute(
+            "SELECT key, value, expires_at FROM entries WHERE key IN (?, ?)",
+            (f"h:{TEMPLATE}", f"d:did:web:{TEMPLATE}"),
+        ).fetchall()
+        if len(rows) != 2:
+            raise RuntimeError(f"the template's entries are not in the cache: {rows}")
+        templates = [(key, Entry.decode(bytes(value)), expires) for key, value, expires in rows]
+        batch: list[tuple[str, bytes, float]] = []
+        for index in range(1, identities):
+            host = world.bulk_host(index)
+            for key, entry, expires in templates:
+                part = json.loads(json.dumps(entry.part).replace(TEMPLATE, host))
+                body = entry.body.replace(TEMPLATE.encode(), host.encode()) if entry.body else None
+                copied = dataclasses.replace(entry, part=part, body=body)
+                batch.append((key.replace(TEMPLATE, host), copied.encode(), expires))
+            if len(batch) >= 20_000:
+                db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?)", batch)
+                db.commit()
+                batch.clear()
+        db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?)", batch)
 
 
 def tree_rss_mib(pid: int) -> float:
@@ -204,28 +246,34 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--identities", type=int, default=10_000)
     parser.add_argument("--rate", type=int, default=2000, help="open loop: requests/s")
     parser.add_argument("--workers", type=int, default=None, help="atwhois serve --workers")
+    parser.add_argument(
+        "--fill", action="store_true", help="fill the cache from one resolved identity's entries"
+    )
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is missing: `make bench` installs it (Debian package wrk)")
     workers = ["--workers", str(args.workers)] if args.workers else []
     with (
         tempfile.TemporaryDirectory(prefix="atwhois-serve-bench-") as name,
-        running_devnet(Path(name), bulk=args.identities) as devnet,
+        running_devnet(Path(name), bulk=1 if args.fill else args.identities) as devnet,
         contextlib.ExitStack() as stack,
     ):
         tmp = Path(name)
         serve = ("--cache", f"sqlite://{name}/c.db", *workers)
         started = time.perf_counter()
         with running_daemon(devnet.env(), tmp / "resolving.log", *serve) as daemon:
-            asyncio.run(warm(daemon.url, args.identities))
+            asyncio.run(warm(daemon.url, 1 if args.fill else args.identities))
+        if args.fill:
+            fill_cache(tmp / "c.db", args.identities)
         warmed = time.perf_counter() - started
+        sample = 2000 if args.fill else None
         # The daemon under load starts anew on the cache the first one filled: what it holds
         # per identity once it has read and answered each one, without the high-water mark
         # that resolving them left in the first one's allocator (which made this figure vary
         # by 1.7 KB from run to run).
         daemon = stack.enter_context(running_daemon(devnet.env(), tmp / "serve.log", *serve))
         before = tree_rss_mib(daemon.process.pid)
-        handle_body, document_body = asyncio.run(warm(daemon.url, args.identities))
+        handle_body, document_body = asyncio.run(warm(daemon.url, args.identities, sample))
         per_identity = (tree_rss_mib(daemon.process.pid) - before) * 1024 * 1024 / args.identities
         assert httpx.get(daemon.url + HOT).json()["did"] == devnet.did("alice")
         listing, script = rotate_script(tmp, rotation(args.identities))
@@ -244,6 +292,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
                 open_loop(bare_url, listing, args.rate, s),
                 open_loop(daemon.url, listing, args.rate, s),
             )
+            if args.fill:  # the whole daemon, having answered over all of the keys
+                per_identity = tree_rss_mib(daemon.process.pid) * 1024 * 1024 / args.identities
         finally:
             bare.terminate()
             bare.wait()
@@ -251,12 +301,17 @@ def main(argv: list[str] | None = None) -> list[Row]:
         on_disk = sqlite_bytes(tmp / "c.db") / args.identities
     print(
         f"atwhois serve{' --workers ' + str(args.workers) if workers else ''}, SQLite cache, "
-        f"request log on; {args.identities:,} bulk identities warmed in {warmed:.0f} s "
+        f"request log on; {args.identities:,} bulk identities "
+        f"{'filled' if args.fill else 'warmed'} in {warmed:.0f} s "
         f"(handle body {len(handle_body)} B, document body {len(document_body)} B)"
     )
+    measured = (
+        "the daemon's RSS after answering over all of them, divided"
+        if args.fill
+        else "handle and DID entries read from the cache, both answers rendered"
+    )
     print(
-        f" per cached identity (handle and DID entries read from the cache, both answers "
-        "rendered): "
+        f" per cached identity ({measured}): "
         f"{per_identity:,.0f} B of RSS, {on_disk:,.0f} B in the SQLite file"
     )
     print(f" closed loop, wrk 1 thread, {c} connections, {s} s each:")

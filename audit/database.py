@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ def in_chunks(items: Iterable[str], size: int = 500) -> Iterator[list[str]]:
         yield chunk
 
 
-def marks(chunk: list[str]) -> str:
+def marks(chunk: Sized) -> str:
     """The placeholders of an `IN (…)` of `chunk`."""
     return ",".join("?" * len(chunk))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -96,34 +97,54 @@ class Row:
         return {k: "" if data[k] is None else str(data[k]) for k in COLUMNS}
 
 
-@dataclass(frozen=True)
-class Report:
-    run: RunReport
-    rows: list[Row]
-    upstreams: list[Finding]  # outages: findings about no one identity
+_BY_RANK = {severity.rank: severity for severity in Severity}
 
-    @classmethod
-    def of(cls, run: RunReport, store: AuditStore) -> Report:
-        checks = store.run_checks(run.run_id)
-        findings = store.run_findings(run.run_id)
-        states = store.states(c.identifier for c in checks)
-        labels = store.labels()
-        by_identity: dict[str, list[Finding]] = {}
-        for finding in findings:
-            by_identity.setdefault(finding.identifier, []).append(finding)
-        rows = []
-        for check in checks:
-            own = tuple(by_identity.pop(check.identifier, ()))
+
+class StoredRows:
+    """A run's rows in report order, read from the store a chunk at a time: only each
+    row's sort key is held (a report of a million rows built at once took gigabytes)."""
+
+    CHUNK = 500
+
+    def __init__(self, store: AuditStore, run_id: int) -> None:
+        self._store = store
+        self.findings: dict[str, list[Finding]] = {}
+        for finding in store.run_findings(run_id):
+            self.findings.setdefault(finding.identifier, []).append(finding)
+        keys, checked = [], set()
+        for check_id, identifier, status in store.run_check_keys(run_id):
+            own = self.findings.get(identifier, ())
+            if own:
+                checked.add(identifier)
             severity = max(
-                [STATE_SEVERITY[Status(check.status)], *(f.severity for f in own)],
-                key=lambda s: s.rank,
+                [STATE_SEVERITY[Status(status)], *(f.severity for f in own)], key=lambda s: s.rank
             )
-            state = states.get(check.identifier)
-            rows.append(
-                Row(
-                    severity,
-                    check.identifier,
-                    labels.get(check.identifier),
+            keys.append((-severity.rank, identifier, check_id))
+        keys.sort()
+        self._keys = keys
+        # findings about no one identity of the run: an upstream's outage
+        self.upstreams = [
+            f for name, found in self.findings.items() if name not in checked for f in found
+        ]
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def severities(self) -> Iterator[Severity]:
+        return (_BY_RANK[-rank] for rank, _, _ in self._keys)
+
+    def __iter__(self) -> Iterator[Row]:
+        for start in range(0, len(self._keys), self.CHUNK):
+            chunk = self._keys[start : start + self.CHUNK]
+            checks = self._store.checks_by_id([check_id for _, _, check_id in chunk])
+            names = [identifier for _, identifier, _ in chunk]
+            states, labels = self._store.states(names), self._store.labels(names)
+            for rank, identifier, check_id in chunk:
+                check, state = checks[check_id], states.get(identifier)
+                yield Row(
+                    _BY_RANK[-rank],
+                    identifier,
+                    labels.get(identifier),
                     check.status,
                     check.error,
                     iso(state.since) if state else None,
@@ -133,21 +154,34 @@ class Report:
                     check.pds,
                     check.method,
                     check.duration_ms,
-                    own,
+                    tuple(self.findings.get(identifier, ())),
                 )
-            )
-        rows.sort(key=lambda r: (-r.severity.rank, r.identifier))
-        upstreams = [f for rest in by_identity.values() for f in rest]
-        return cls(run, rows, upstreams)
+
+
+@dataclass(frozen=True)
+class Report:
+    run: RunReport
+    rows: Sequence[Row] | StoredRows
+    upstreams: list[Finding]  # outages: findings about no one identity
+
+    @classmethod
+    def of(cls, run: RunReport, store: AuditStore) -> Report:
+        rows = StoredRows(store, run.run_id)
+        return cls(run, rows, rows.upstreams)
+
+    def _severities(self) -> Iterable[Severity]:
+        if isinstance(self.rows, StoredRows):
+            return self.rows.severities()
+        return (row.severity for row in self.rows)
 
     def worst(self) -> Severity:
-        levels = [r.severity for r in self.rows] + [f.severity for f in self.upstreams]
+        levels = [*self._severities(), *(f.severity for f in self.upstreams)]
         return max(levels, key=lambda s: s.rank, default=Severity.OK)
 
     def counts(self) -> dict[str, int]:
         counted = {str(s): 0 for s in Severity}
-        for row in self.rows:
-            counted[str(row.severity)] += 1
+        for severity in self._severities():
+            counted[str(severity)] += 1
         return counted
 
     def write(self, out: TextIO, fmt: str) -> None:
@@ -186,12 +220,18 @@ class Report:
         ]
         for outage in self.upstreams:
             lines.append(f"upstream {outage.identifier} unavailable: {outage.detail}")
-        for level in (Severity.CRITICAL, Severity.WARNING):
-            rows = [r for r in self.rows if r.severity is level]
+        shown: dict[Severity, list[Row]] = {Severity.CRITICAL: [], Severity.WARNING: []}
+        for row in self.rows:
+            if row.severity in shown:
+                if len(shown[row.severity]) < SCREEN:
+                    shown[row.severity].append(row)
+            elif isinstance(self.rows, StoredRows):  # worst first: the rest need not be read
+                break
+        for level, rows in shown.items():
             if not rows:
                 continue
             lines.append(f"{level}:")
-            for row in rows[:SCREEN]:
+            for row in rows:
                 name = row.identifier + (f" [{row.label}]" if row.label else "")
                 what = ", ".join(f.kind for f in row.findings) or row.status
                 since = f" since {row.since}" if row.since else ""
@@ -199,8 +239,9 @@ class Report:
                 lines.append(f"  {name}: {what}; {row.status}{since}{was}")
                 if row.reason:
                     lines.append(f"      {row.reason}")
-            if len(rows) > SCREEN:
-                lines.append(f"  … and {len(rows) - SCREEN} more (--format csv lists all)")
+            if counts[str(level)] > SCREEN:
+                more = counts[str(level)] - SCREEN
+                lines.append(f"  … and {more} more (--format csv lists all)")
         if run.delivered is False:
             lines.append("webhook: NOT delivered; kept, and sent again by the next run")
         return "\n".join(lines) + "\n"

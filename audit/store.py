@@ -124,9 +124,16 @@ class AuditStore:
         rows = self.db.rows("SELECT identifier, label, added_at FROM watch ORDER BY identifier")
         return [Watched(*row) for row in rows]
 
-    def labels(self) -> dict[str, str]:
-        rows = self.db.rows("SELECT identifier, label FROM watch WHERE label IS NOT NULL")
-        return {identifier: label for identifier, label in rows}
+    def labels(self, identifiers: Iterable[str] | None = None) -> dict[str, str]:
+        """The labels of these identities (None: of all)."""
+        labelled = "SELECT identifier, label FROM watch WHERE label IS NOT NULL"
+        if identifiers is None:
+            return {identifier: label for identifier, label in self.db.rows(labelled)}
+        found: dict[str, str] = {}
+        for chunk in in_chunks(identifiers):
+            rows = self.db.rows(f"{labelled} AND identifier IN ({marks(chunk)})", chunk)
+            found.update((identifier, label) for identifier, label in rows)
+        return found
 
     # --- checks, findings, states -----------------------------------------------------
 
@@ -369,6 +376,19 @@ class AuditStore:
     def run_checks(self, run_id: int) -> list[Check]:
         rows = self.db.rows("SELECT data FROM checks WHERE run_id=? ORDER BY id", (run_id,))
         return [Check.from_json(json.loads(row[0])) for row in rows]
+
+    def run_check_keys(self, run_id: int) -> list[tuple[int, str, str]]:
+        """Each check of a run: its id, identifier and status."""
+        query = "SELECT id, identifier, status FROM checks WHERE run_id=?"
+        return [(int(i), name, status) for i, name, status in self.db.rows(query, (run_id,))]
+
+    def checks_by_id(self, ids: list[int]) -> dict[int, Check]:
+        found: dict[int, Check] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            rows = self.db.rows(f"SELECT id, data FROM checks WHERE id IN ({marks(chunk)})", chunk)
+            found.update((int(i), Check.from_json(json.loads(data))) for i, data in rows)
+        return found
 
     def history(self, identifier: str, limit: int = 50) -> list[Check]:
         """The checks kept (`record`): where something changed, and the last."""

@@ -11,6 +11,7 @@ from bench import (
     audit_store,
     cache_lookups,
     cold_resolution,
+    follow_load,
     hit_cost,
     idle_connections,
     memory_load,
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "memory": memory_load.main,
     "startup": startup.main,
     "stream": stream_decode.main,
+    "follow": follow_load.main,
     "idle": idle_connections.main,
 }
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import itertools
 import json
 import logging
 import time
@@ -61,6 +62,7 @@ from .frames import (
 log = logging.getLogger("atwhois.stream")
 OnEvent = Callable[[IdentityEvent | AccountEvent], Awaitable[None]]
 PATH = "/xrpc/com.atproto.sync.subscribeRepos"
+YIELD_EVERY = 16  # messages read before the event loop serves what else is waiting
 
 
 class Wire(NamedTuple):
@@ -237,7 +239,11 @@ class Subscriber:
         ) as ws:
             self.state.connected = True  # not progress yet: a message is
             pinged = False
-            while True:
+            for received in itertools.count(1):
+                if received % YIELD_EVERY == 0:
+                    # A burst arrives buffered, and reading a buffered message never waits:
+                    # without this the daemon answered no request until the burst was read.
+                    await asyncio.sleep(0)
                 try:
                     message = await ws.receive(timeout=self.quiet_after)
                 except TimeoutError:

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import random
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from audit import Auditor, AuditStore, Check, Watched
 from bench import Row
-from devnet.postgres import scratch_database
+from devnet.postgres import database
 
 TABLES = ("watch", "runs", "checks", "findings", "streaks", "states", "outbox", "run_items")
 
@@ -45,15 +44,6 @@ def _check(identifier: str, pds: str) -> Check:
         duration_ms=42.0,
         evidence={"dns": "not_found", "https": "ok", "did_doc": "ok", "plc_log": "ok"},
     )
-
-
-@contextlib.contextmanager
-def _database(backend: str, folder: Path) -> Iterator[str]:
-    if backend == "sqlite":
-        yield str(folder / "audit.db")
-        return
-    with scratch_database("atwhois_bench_audit") as url:
-        yield url
 
 
 def size(store: AuditStore) -> int:
@@ -102,7 +92,7 @@ def measure(backend: str, identities: int, runs: int, change: float) -> list[Row
     rng = random.Random(7)
     with (
         tempfile.TemporaryDirectory(prefix="atwhois-audit-store-") as folder,
-        _database(backend, Path(folder)) as where,
+        database(backend, Path(folder), "atwhois_bench_audit") as where,
     ):
         bare = bare_inserts(where, list(world.values()))
         store = AuditStore(where)

@@ -7,6 +7,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 
@@ -24,3 +25,14 @@ def scratch_database(prefix: str = "atwhois") -> Iterator[str]:
     finally:
         with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as admin:
             admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@contextlib.contextmanager
+def database(backend: str, folder: Path, prefix: str = "atwhois") -> Iterator[str]:
+    """Where a store that takes either keeps its data: a SQLite file in `folder` ("sqlite"),
+    or a scratch database ("postgresql")."""
+    if backend == "sqlite":
+        yield str(folder / f"{prefix}.db")
+        return
+    with scratch_database(prefix) as url:
+        yield url

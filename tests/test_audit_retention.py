@@ -18,16 +18,13 @@ import pytest
 from audit import Auditor, AuditStore, Check, Watched
 from audit.store import DAY
 from audit.webhook import Webhook
-from devnet.postgres import scratch_database
+from devnet.postgres import database
 from tests.support.webhook_receiver import Receiver
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "audit.db")
-        return
-    with scratch_database("atwhois_audit") as url:
+    with database(request.param, tmp_path, "atwhois_audit") as url:
         yield url
 
 

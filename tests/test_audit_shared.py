@@ -6,13 +6,11 @@ ran out; the run is finished once, with one webhook delivery."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,20 +20,11 @@ from devnet import world
 from devnet.atwhois import ATWHOIS
 from devnet.atwhois import run as run_cli
 from devnet.network import DevnetState
-from devnet.postgres import scratch_database
+from devnet.postgres import database
 from tests.support.waiting import until
 from tests.support.webhook_receiver import Receiver
 
 IDENTITIES = 1200  # generated did:web hosts: enough that a run outlasts two start-ups
-
-
-@contextlib.contextmanager
-def audit_database(backend: str, tmp_path: Path) -> Iterator[str]:
-    if backend == "sqlite":
-        yield str(tmp_path / "audit.db")
-        return
-    with scratch_database("atwhois_audit") as url:
-        yield url
 
 
 def _serve_did_web(devnet: DevnetState, host: str) -> None:
@@ -51,7 +40,7 @@ def test_processes_share_a_run_and_take_over_from_a_killed_one(
     breaking = [f"shared-{i}-{tag}{world.BULK_SUFFIX}" for i in range(2)]
     for host in breaking:
         _serve_did_web(devnet, host)
-    with audit_database(backend, tmp_path) as where:
+    with database(backend, tmp_path, "atwhois_audit") as where:
         env = {
             **devnet.env(),
             "ATWHOIS_AUDIT_DB": where,

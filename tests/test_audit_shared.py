@@ -10,12 +10,13 @@ import json
 import os
 import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from audit import AuditStore
+from audit import AuditStore, Check
 from devnet import world
 from devnet.atwhois import ATWHOIS
 from devnet.atwhois import run as run_cli
@@ -131,3 +132,56 @@ def _workers(store: AuditStore, run_id: int) -> set[str]:
 def _checked(store: AuditStore, run_id: int) -> int:
     row = store.db.one("SELECT count(*) FROM checks WHERE run_id=?", (run_id,))
     return int(row[0]) if row else 0
+
+
+def _check(identifier: str) -> Check:
+    return Check(
+        identifier,
+        time.time(),
+        "verified",
+        f"did:web:{identifier}",
+        identifier,
+        identifier,
+        None,
+        None,
+        (),
+        "https",
+        False,
+        1.0,
+    )
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_a_claim_taken_over_is_not_recorded_by_the_process_that_lost_it(
+    tmp_path: Path, backend: str
+) -> None:
+    """The rules under the run: a watch-list run going on is joined; a claim lasts its
+    lease, then another process takes it; a check whose claim was lost is not kept; a run
+    whose processes all fell silent is closed as interrupted."""
+    with database(backend, tmp_path, "atwhois_audit") as where:
+        mine, theirs = AuditStore(where), AuditStore(where)
+        theirs.runs_shared.owner = "elsewhere.example:1"  # another host's process
+        mine.watch_import([("a.test", None), ("b.test", None)])
+        run = mine.runs_shared.open("watch-list", None, lease=0.5)
+        joined = theirs.runs_shared.open("watch-list", None, lease=0.5)
+        assert joined.joined and joined.id == run.id and joined.total == run.total == 2
+        assert mine.runs_shared.claim(run, 10) == ["a.test", "b.test"]
+        assert theirs.runs_shared.claim(joined, 10) == []  # held: nothing to take
+        time.sleep(0.6)  # the lease runs out without a renewal
+        assert theirs.runs_shared.claim(joined, 10) == ["a.test", "b.test"]
+        assert mine.record(run.id, [(_check("a.test"), [], 0)], claimed=True) == 0
+        assert mine.history("a.test") == []  # the late check is not kept
+        assert theirs.record(run.id, [(_check("a.test"), [], 0)], claimed=True) == 1
+        assert [c.identifier for c in mine.history("a.test")] == ["a.test"]
+        assert mine.runs_shared.left(run.id) == 1  # b.test, still theirs
+
+        # Everyone falls silent: the next store to open closes the run.
+        mine.db.execute(
+            "UPDATE run_workers SET owner='elsewhere.example:2' WHERE owner=?",
+            (mine.runs_shared.owner,),
+        )
+        mine.db.execute("UPDATE run_workers SET seen_at = seen_at - 10")
+        assert AuditStore(where).runs(1)[0]["status"] == "interrupted"
+        assert mine.db.one("SELECT count(*) FROM run_items") == (0,)
+        for store in (mine, theirs):
+            store.close()

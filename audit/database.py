@@ -13,29 +13,12 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _TURN_LOCK = 0x61756474  # "audt": PostgreSQL's advisory lock for `Database.serialized`
-
-
-def in_chunks(items: Iterable[str], size: int = 500) -> Iterator[list[str]]:
-    """Lists of at most `size`: an `IN (…)` each (SQLite bounds a statement's parameters)."""
-    chunk: list[str] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def marks(chunk: Sized) -> str:
-    """The placeholders of an `IN (…)` of `chunk`."""
-    return ",".join("?" * len(chunk))
 
 
 def is_database_url(where: str | Path) -> bool:

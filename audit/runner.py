@@ -77,8 +77,7 @@ class Auditor:
             finished = await self._finish(run)
         except BaseException:
             if self.store.runs_shared.leave(run.id):
-                report = self._report(run, "failed")
-                self.store.finish_run(run.id, report.to_json(), "failed", report.finished_at or 0)
+                self._close(run, "failed")
             raise
         finally:
             self.running = False
@@ -164,9 +163,7 @@ class Auditor:
                     for check in held:
                         grouped[check.upstream or "?"].append(check)
                     self._judge_failures(run.id, grouped)
-                    report = self._report(run, "finished")
-                    finished_at = report.finished_at or time.time()
-                    self.store.finish_run(run.id, report.to_json(), "finished", finished_at)
+                    report = self._close(run, "finished")
                     findings = self.store.run_findings(run.id)
                     if self.webhook is not None:
                         self.webhook.queue(self.store, report, findings)
@@ -179,18 +176,26 @@ class Auditor:
             await asyncio.sleep(run.lease / 3)
             await asyncio.to_thread(self.store.runs_shared.renew, run)
 
-    def _report(self, run: OpenRun, status: str | None = None) -> RunReport:
-        """The run's report from the store: what every process taking part checked."""
-        source, stored_status, finished_at = self.store.run_state(run.id)
-        if status is not None:
-            finished_at = time.time()
+    def _close(self, run: OpenRun, status: str) -> RunReport:
+        """The run ended now (`finished`, `failed`): its summary stored."""
+        finished_at = time.time()
+        report = self._report(run, (status, finished_at))
+        self.store.finish_run(run.id, report.to_json(), status, finished_at)
+        return report
+
+    def _report(self, run: OpenRun, ended: tuple[str, float] | None = None) -> RunReport:
+        """The run's report from the store: what every process taking part checked;
+        `ended`: its status and end, as this process is closing it."""
+        source, status, finished_at = self.store.run_state(run.id)
+        if ended is not None:
+            status, finished_at = ended
         by_status, by_kind, by_severity = self.store.run_counts(run.id)
         return RunReport(
             run.id,
             source,
             run.started_at,
             finished_at,
-            status or stored_status,
+            status,
             run.total,
             by_status,
             by_kind,

@@ -21,9 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from foundation import defaults
+from foundation.sql import in_chunks, marks
 
 from .checks import Check
-from .database import Database, in_chunks, marks
+from .database import Database
 
 WATCH_LIST = "watch-list"
 

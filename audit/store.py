@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from foundation import data_path, defaults
+from foundation.sql import in_chunks, marks
 from resolver.errors import AtwhoisError
 
 from .checks import Check, iso
-from .database import Database, in_chunks, marks
+from .database import Database
 from .findings import Finding
 from .runs import SharedRuns
 from .schema import set_up
@@ -315,6 +316,11 @@ class AuditStore:
         rows = self.db.rows("SELECT id, payload FROM outbox ORDER BY id")
         return [(row[0], json.loads(row[1])) for row in rows]
 
+    def owed(self) -> int:
+        """How many deliveries are owed (`outbox` reads them all)."""
+        row = self.db.one("SELECT count(*) FROM outbox")
+        return int(row[0]) if row else 0
+
     def outbox_done(self, delivery: int) -> None:
         self.db.execute("DELETE FROM outbox WHERE id=?", (delivery,))
 
@@ -384,8 +390,7 @@ class AuditStore:
 
     def checks_by_id(self, ids: list[int]) -> dict[int, Check]:
         found: dict[int, Check] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
+        for chunk in in_chunks(ids):
             rows = self.db.rows(f"SELECT id, data FROM checks WHERE id IN ({marks(chunk)})", chunk)
             found.update((int(i), Check.from_json(json.loads(data))) for i, data in rows)
         return found

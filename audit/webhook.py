@@ -58,14 +58,15 @@ class Webhook:
     def queue(self, store: AuditStore, report: RunReport, findings: list[Finding]) -> None:
         """A run's delivery, owed until sent (nothing when it found nothing)."""
         if findings:
-            store.outbox_add(report.run_id, payload(report, findings, store.labels()))
+            labels = store.labels({f.identifier for f in findings})
+            store.outbox_add(report.run_id, payload(report, findings, labels))
 
     async def deliver(self, store: AuditStore) -> bool | None:
         """Send every delivery owed that no other process is sending, oldest first. True:
         nothing is left undelivered; False: some is, for the next run; None: there was
         nothing to send."""
         queued = store.outbox_claim(self.claim_seconds())
-        if not queued and not store.outbox():
+        if not queued and not store.owed():
             return None
         for delivery, body in queued:
             error = await self._send(body)
@@ -80,7 +81,7 @@ class Webhook:
                         {"event": "webhook_undelivered", "run": body["run_id"], "error": error}
                     )
                 )
-        return not store.outbox()
+        return not store.owed()
 
     def claim_seconds(self) -> float:
         """Long enough to try one delivery every time, with the waits between tries."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from foundation import data_path
+from foundation.sql import in_chunks, marks
 from resolver.errors import AtwhoisError, SchemaMismatch
 
 from .records import ENTRY_CAP, BadLine, Batch, Rejection, StoredOp
@@ -108,8 +109,7 @@ class SqlMirrorStore:
         is no reason to skip the genuine op when it comes."""
         pairs: set[tuple[str, str]] = set()
         for chunk in _chunks(dids):
-            marks = ",".join("?" * len(chunk))
-            rows = self._rows(f"SELECT did, cid FROM plc_ops WHERE did IN ({marks})", chunk)
+            rows = self._rows(f"SELECT did, cid FROM plc_ops WHERE did IN ({marks(chunk)})", chunk)
             pairs.update((did, cid) for did, cid in rows)
         return pairs
 
@@ -118,9 +118,8 @@ class SqlMirrorStore:
         served again as it was is known evidence, not a new refusal."""
         found: dict[tuple[str, str], str] = {}
         for chunk in _chunks(dids):
-            marks = ",".join("?" * len(chunk))
             rows = self._rows(
-                f"SELECT did, cid, entry FROM plc_rejected WHERE did IN ({marks})", chunk
+                f"SELECT did, cid, entry FROM plc_rejected WHERE did IN ({marks(chunk)})", chunk
             )
             found.update(((did, cid), entry) for did, cid, entry in rows)
         return found
@@ -129,10 +128,9 @@ class SqlMirrorStore:
         """The verified ops of these DIDs, in order."""
         logs: dict[str, list[StoredOp]] = {}
         for chunk in _chunks(dids):
-            marks = ",".join("?" * len(chunk))
             for row in self._rows(
                 f"SELECT seq, did, cid, created_at, entry, signer, nullified FROM plc_ops "
-                f"WHERE did IN ({marks}) ORDER BY seq",
+                f"WHERE did IN ({marks(chunk)}) ORDER BY seq",
                 chunk,
             ):
                 logs.setdefault(row[1], []).append(_op(row))
@@ -291,11 +289,9 @@ class SqlMirrorStore:
             self._writer_lock.close()
 
 
-def _chunks(items: Iterable[str], size: int = 500) -> Iterator[list[str]]:
-    """Sorted, in lists short enough for one statement's parameters."""
-    ordered = sorted(set(items))
-    for start in range(0, len(ordered), size):
-        yield ordered[start : start + size]
+def _chunks(dids: Iterable[str]) -> Iterator[list[str]]:
+    """Each DID once, in order (neighbouring keys, neighbouring pages), in chunks."""
+    return in_chunks(sorted(set(dids)))
 
 
 def _op(row: Sequence[Any]) -> StoredOp:

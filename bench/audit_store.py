@@ -18,32 +18,18 @@ import dataclasses
 import random
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from audit import Auditor, AuditStore, Check, Watched
+from audit import Auditor, AuditStore, Check
 from bench import Row
+from devnet.identities import scripted, verified_check
 from devnet.postgres import database
 
 TABLES = ("watch", "runs", "checks", "findings", "streaks", "states", "outbox", "run_items")
 
 
-def _check(identifier: str, pds: str) -> Check:
-    return Check(
-        identifier=identifier,
-        checked_at=0.0,
-        status="verified",
-        did=f"did:plc:{identifier.split('.')[0]:0>24}",
-        handle=identifier,
-        declared_handle=identifier,
-        pds=pds,
-        signing_key="did:key:zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF",
-        rotation_keys=("did:key:zQ3shhCGUqDKjStzuDxPkTxN6ujddP4RkEKJJouJGRRkaLGbg",),
-        method="https",
-        conflict=False,
-        duration_ms=42.0,
-        evidence={"dns": "not_found", "https": "ok", "did_doc": "ok", "plc_log": "ok"},
-    )
+def _did(identifier: str) -> str:
+    return f"did:plc:{identifier.split('.')[0]:0>24}"
 
 
 def size(store: AuditStore) -> int:
@@ -79,16 +65,9 @@ def bare_inserts(where: str, checks: list[Check]) -> float:
     return seconds
 
 
-def scripted(world: dict[str, Check]) -> Callable[[Watched], Awaitable[Check]]:
-    async def check(target: Watched) -> Check:
-        return dataclasses.replace(world[target.identifier], checked_at=time.time())
-
-    return check
-
-
 def measure(backend: str, identities: int, runs: int, change: float) -> list[Row]:
     names = [f"u{i:07d}.bench.test" for i in range(identities)]
-    world = {name: _check(name, "https://pds-a.test") for name in names}
+    world = {name: verified_check(name, _did(name), "https://pds-a.test") for name in names}
     rng = random.Random(7)
     with (
         tempfile.TemporaryDirectory(prefix="atwhois-audit-store-") as folder,

@@ -1,7 +1,13 @@
-"""Reports as a cached lookup returns them, for tests and benchmarks of what is done with one."""
+"""Reports as a cached lookup returns them, and checks as an audit records them, for tests
+and benchmarks of what is done with one."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+
+from audit import Check, Watched
 from resolver import Identity, Status
 from resolver.identity import CacheInfo
 
@@ -18,3 +24,33 @@ def verified(did: str, handle: str, fresh_for: float = 3600.0) -> Identity:
         handle_queried=handle,
         cache=info,
     )
+
+
+def verified_check(identifier: str, did: str, pds: str = "https://pds.test") -> Check:
+    """An audit's check of `identifier` verified over HTTPS, naming `did` and `pds`, with
+    one signing key and one rotation key (`checked_at` 0: `dataclasses.replace` it)."""
+    return Check(
+        identifier=identifier,
+        checked_at=0.0,
+        status="verified",
+        did=did,
+        handle=identifier,
+        declared_handle=identifier,
+        pds=pds,
+        signing_key="did:key:zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF",
+        rotation_keys=("did:key:zQ3shhCGUqDKjStzuDxPkTxN6ujddP4RkEKJJouJGRRkaLGbg",),
+        method="https",
+        conflict=False,
+        duration_ms=1.0,
+        evidence={"dns": "not_found", "https": "ok", "did_doc": "ok", "plc_log": "ok"},
+    )
+
+
+def scripted(world: dict[str, Check]) -> Callable[[Watched], Awaitable[Check]]:
+    """An audit's lookup that answers what `world` says of the identity now (an `Auditor`'s
+    `check`, where the store's rules are what is measured or tested, not the lookups)."""
+
+    async def check(target: Watched) -> Check:
+        return dataclasses.replace(world[target.identifier], checked_at=time.time())
+
+    return check

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from audit import Auditor, AuditStore, Check, Watched
+from audit import Auditor, AuditStore, Check
 from audit.store import DAY
 from audit.webhook import Webhook
+from devnet.identities import scripted, verified_check
 from devnet.postgres import database
 from tests.support.webhook_receiver import Receiver
 
@@ -28,42 +29,15 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def _verified(identifier: str, did: str) -> Check:
-    return Check(
-        identifier=identifier,
-        checked_at=0.0,
-        status="verified",
-        did=did,
-        handle=identifier,
-        declared_handle=identifier,
-        pds="https://pds.test",
-        signing_key="did:key:zS",
-        rotation_keys=("did:key:zR",),
-        method="dns",
-        conflict=False,
-        duration_ms=1.0,
-        evidence={"dns": "ok", "https": "not_found", "did_doc": "ok", "plc_log": "ok"},
-    )
-
-
 def _unavailable(identifier: str) -> Check:
     return dataclasses.replace(
-        _verified(identifier, ""),
+        verified_check(identifier, ""),
         status="unavailable",
         did=None,
         method="none",
         error="connect timeout",
         upstream="pds.c.test",
     )
-
-
-def scripted(world: dict[str, Check]) -> Callable[[Watched], Awaitable[Check]]:
-    """The lookup: whatever the world says of the identity now."""
-
-    async def check(target: Watched) -> Check:
-        return dataclasses.replace(world[target.identifier], checked_at=time.time())
-
-    return check
 
 
 def statuses(store: AuditStore, identifier: str) -> list[str]:
@@ -74,9 +48,9 @@ async def test_retention_keeps_changes_last_checks_and_undelivered_findings(
     where: str, receiver: Receiver
 ) -> None:
     world = {
-        "a.test": _verified("a.test", "did:plc:a"),
-        "b.test": _verified("b.test", "did:plc:b"),
-        "c.test": _verified("c.test", "did:plc:c"),
+        "a.test": verified_check("a.test", "did:plc:a"),
+        "b.test": verified_check("b.test", "did:plc:b"),
+        "c.test": verified_check("c.test", "did:plc:c"),
     }
     store = AuditStore(where)
     store.watch_import([(name, None) for name in world])
@@ -90,7 +64,7 @@ async def test_retention_keeps_changes_last_checks_and_undelivered_findings(
         assert [len(store.history(name)) for name in world] == [1, 1, 1]  # one row each
         assert {c.identifier for c in store.run_checks(runs[1].run_id)} == set(world)
 
-        world["b.test"] = _verified("b.test", "did:plc:other")  # a takeover
+        world["b.test"] = verified_check("b.test", "did:plc:other")  # a takeover
         world["c.test"] = _unavailable("c.test")  # its upstream stops answering
         runs.append(await auditor.run())  # run 3: b's change, c's first failure
         assert {f.kind for f in store.run_findings(runs[2].run_id)} == {"did_changed"}
@@ -144,7 +118,7 @@ async def test_retention_keeps_changes_last_checks_and_undelivered_findings(
 async def test_an_identity_that_stays_the_same_costs_one_row(where: str) -> None:
     """Many runs over identities that do not change: the checks table holds one row per
     identity (the store does not grow with the number of runs)."""
-    world = {f"u{i}.test": _verified(f"u{i}.test", f"did:plc:u{i}") for i in range(50)}
+    world = {f"u{i}.test": verified_check(f"u{i}.test", f"did:plc:u{i}") for i in range(50)}
     store = AuditStore(where)
     store.watch_import([(name, None) for name in world])
     auditor = Auditor(None, store, check=scripted(world), concurrency=8)  # type: ignore[arg-type]

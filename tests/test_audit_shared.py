@@ -6,6 +6,7 @@ ran out; the run is finished once, with one webhook delivery."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from audit import AuditStore, Check
 from devnet import world
 from devnet.atwhois import ATWHOIS
 from devnet.atwhois import run as run_cli
+from devnet.identities import verified_check
 from devnet.network import DevnetState
 from devnet.postgres import database
 from tests.support.waiting import until
@@ -135,19 +137,8 @@ def _checked(store: AuditStore, run_id: int) -> int:
 
 
 def _check(identifier: str) -> Check:
-    return Check(
-        identifier,
-        time.time(),
-        "verified",
-        f"did:web:{identifier}",
-        identifier,
-        identifier,
-        None,
-        None,
-        (),
-        "https",
-        False,
-        1.0,
+    return dataclasses.replace(
+        verified_check(identifier, f"did:web:{identifier}"), checked_at=time.time()
     )
 
 

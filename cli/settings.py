@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from foundation import defaults
+from foundation.sql import DATABASE_SCHEMES
 from resolver.config import Config
 
 RESOLUTION, STORAGE, SERVICE, AUDITS = "resolution", "cache", "service", "audits"
@@ -32,7 +33,6 @@ GROUP_TITLES = {
     MIRROR: "PLC mirror (atwhois plc mirror, serve --plc-mirror)",
 }
 _TTL = "FRESH:MAX"
-_DATABASES = ("sqlite://", "postgresql://", "postgres://")
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +253,7 @@ class Values:
         "on several hosts",
         shown="~/.local/share/atwhois/audit.db",
         metavar="PATH|URL",
-        schemes=_DATABASES,
+        schemes=DATABASE_SCHEMES,
     )
     audit_keep_days: float = _setting(
         AUDITS,
@@ -313,7 +313,7 @@ class Values:
         "where the mirror keeps the directory: a SQLite file, or postgresql://...",
         shown="~/.local/share/atwhois/plc-mirror.db",
         metavar="PATH|URL",
-        schemes=_DATABASES,
+        schemes=DATABASE_SCHEMES,
     )
     plc_mirror_interval: float = _setting(
         MIRROR,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from foundation import data_path
-from foundation.sql import in_chunks, marks
+from foundation.sql import POSTGRES_SCHEMES, in_chunks, marks
 from resolver.errors import AtwhoisError, SchemaMismatch
 
 from .records import ENTRY_CAP, BadLine, Batch, Rejection, StoredOp
@@ -386,7 +386,7 @@ def open_mirror_store(where: str | Path, *, writable: bool = True) -> SqlMirrorS
     """`postgresql://…` (or `postgres://…`), else a SQLite file path (`sqlite:///PATH` too).
     Writable unless another process writes it already: then a reader of what it writes."""
     text = str(where)
-    postgres = text.startswith(("postgresql://", "postgres://"))
+    postgres = text.startswith(POSTGRES_SCHEMES)
     if writable:
         try:
             if postgres:

@@ -131,12 +131,13 @@ class _DevnetBackend(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
-def sdk_resolver(devnet: DevnetState) -> AsyncIdResolver:
-    """The SDK pointed at the same network: its DNS through the test nameserver, its HTTP
-    through the same loopback mapping atwhois uses (the SDK has no hooks for either, so
-    its two private attributes are replaced; benchmark code only)."""
+def sdk_resolver(devnet: DevnetState, plc_url: str | None = None) -> AsyncIdResolver:
+    """The SDK pointed at the same network (`plc_url`: another PLC directory than its own):
+    its DNS through the test nameserver, its HTTP through the same loopback mapping atwhois
+    uses (the SDK has no hooks for either, so its two private attributes are replaced;
+    benchmark code only)."""
     config = devnet.config(https_timeout=5.0, document_timeout=5.0, dns_timeout=5.0)
-    sdk = AsyncIdResolver(plc_url=devnet.plc_url, timeout=5.0)
+    sdk = AsyncIdResolver(plc_url=plc_url or devnet.plc_url, timeout=5.0)
     dns = DnsClient(config)
     sdk.handle._dns_resolver = dns._resolver  # type: ignore[assignment]
     context = ssl.create_default_context(cafile=devnet.ca_file)

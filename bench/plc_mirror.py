@@ -38,11 +38,17 @@ from resolver.plc.export import export_entry
 from resolver.plc.signature import decode_signature, verify
 
 
-def _export_file(dids: int, ops_per_did: int) -> Path:
+def cache_file(name: str) -> Path:
+    """Where a benchmark keeps what it made once (in the user's cache directory)."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    path = base / "atwhois" / "bench" / f"plc-export-{dids}x{ops_per_did}.jsonl"
+    folder = base / "atwhois" / "bench"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
+
+
+def _export_file(dids: int, ops_per_did: int) -> Path:
+    path = cache_file(f"plc-export-{dids}x{ops_per_did}.jsonl")
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         partial = path.with_suffix(".partial")
         write_export(partial, dids, ops_per_did)
@@ -71,7 +77,7 @@ def serve_export(path: str, port: int) -> None:
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
-def _backfill(upstream: str, db: str, workers: int | None) -> dict[str, float]:
+def backfill(upstream: str, db: str, workers: int | None) -> dict[str, float]:
     args = ["plc", "mirror", "--once", "--json", "--plc-url", upstream, "--plc-db", db]
     if workers is not None:
         args += ["--plc-mirror-workers", str(workers)]
@@ -233,11 +239,11 @@ def main(argv: list[str] | None = None) -> None:
         wait_for(f"{url}/export?count=1")
         with tempfile.TemporaryDirectory(prefix="atwhois-mirror-bench-") as tmp:
             db = f"{tmp}/mirror.db"
-            runs = {"SQLite, one process": _backfill(url, f"{tmp}/one.db", 0)}
-            runs["SQLite, a worker per core"] = _backfill(url, db, None)
+            runs = {"SQLite, one process": backfill(url, f"{tmp}/one.db", 0)}
+            runs["SQLite, a worker per core"] = backfill(url, db, None)
             if not args.skip_postgres:
                 with scratch_database("atwhois_bench") as pg:
-                    runs["PostgreSQL, a worker per core"] = _backfill(url, pg, None)
+                    runs["PostgreSQL, a worker per core"] = backfill(url, pg, None)
             print(
                 "backfill, `atwhois plc mirror --once` (fetch, verify, store; "
                 "CPU time of all its processes):"

@@ -19,7 +19,7 @@ the answers is then checked as above. The RSS figure is then the daemon's whole 
 the load, per identity: what a cache of that size costs a daemon answering over all of it.
 
     python -m bench serve [--connections 100] [--seconds 10] [--identities 10000]
-                          [--rate 2000] [--workers N] [--fill]
+                          [--rate 2000] [--workers N] [--fill] [--memory-cache-mb MIB]
 """
 
 from __future__ import annotations
@@ -81,6 +81,40 @@ request = function()
   return wrk.format("GET", paths[math.random(#paths)])
 end
 """
+
+
+# The same paths in order, from the one numbered by the script's argument: `answer_all`.
+IN_ORDER = """
+paths = {}
+for line in io.lines("%s") do paths[#paths + 1] = line end
+init = function(args) sent = tonumber(args[1]) end
+request = function()
+  sent = sent + 1
+  return wrk.format("GET", paths[(sent - 1) %% #paths + 1])
+end
+"""
+
+
+def answer_all(url: str, listing: Path, connections: int) -> float:
+    """Have the daemon answer every path of `listing` once, in order, in runs of wrk of 20 s
+    (each run starts where the last one's answered requests end, less those that may have
+    been in flight); the seconds it took."""
+    script = listing.with_name("in-order.lua")
+    script.write_text(IN_ORDER % listing)
+    total = sum(1 for _ in listing.open())
+    started, answered = time.perf_counter(), 0
+    while answered < total:
+        command = ["wrk", "-t1", f"-c{connections}", "-d20s", "-s", str(script), url]
+        out = subprocess.run(
+            [*command, "--", str(answered)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        done = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+        answered += max(done - connections, 1)
+    return time.perf_counter() - started
 
 
 def rotate_script(directory: Path, paths: list[str]) -> tuple[Path, Path]:
@@ -249,17 +283,31 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument(
         "--fill", action="store_true", help="fill the cache from one resolved identity's entries"
     )
+    parser.add_argument(
+        "--memory-cache-mb",
+        type=float,
+        default=None,
+        help="atwhois serve --memory-cache-mb (default: the daemon's)",
+    )
+    parser.add_argument(
+        "--answer-all",
+        action="store_true",
+        help="with --fill: have the daemon answer every key once before the timed runs "
+        "(else a sample: the timed runs then compose most answers from the store)",
+    )
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is missing: `make bench` installs it (Debian package wrk)")
-    workers = ["--workers", str(args.workers)] if args.workers else []
+    options = ["--workers", str(args.workers)] if args.workers else []
+    if args.memory_cache_mb is not None:
+        options += ["--memory-cache-mb", str(args.memory_cache_mb)]
     with (
         tempfile.TemporaryDirectory(prefix="atwhois-serve-bench-") as name,
         running_devnet(Path(name), bulk=1 if args.fill else args.identities) as devnet,
         contextlib.ExitStack() as stack,
     ):
         tmp = Path(name)
-        serve = ("--cache", f"sqlite://{name}/c.db", *workers)
+        serve = ("--cache", f"sqlite://{name}/c.db", *options)
         started = time.perf_counter()
         with running_daemon(devnet.env(), tmp / "resolving.log", *serve) as daemon:
             asyncio.run(warm(daemon.url, 1 if args.fill else args.identities))
@@ -277,6 +325,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
         per_identity = (tree_rss_mib(daemon.process.pid) - before) * 1024 * 1024 / args.identities
         assert httpx.get(daemon.url + HOT).json()["did"] == devnet.did("alice")
         listing, script = rotate_script(tmp, rotation(args.identities))
+        if args.answer_all:  # the timed runs are hits, where memory holds every answer
+            took = answer_all(daemon.url, listing, args.connections)
+            print(f"every key answered once in {took:.0f} s")
         ready = tmp / "bodies"
         port = free_port()
         bare = subprocess.Popen([sys.executable, "-c", BARE, str(port), str(ready)])
@@ -300,7 +351,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
         # after the runs: another connection's checkpoint reads to the daemon as a change
         on_disk = sqlite_bytes(tmp / "c.db") / args.identities
     print(
-        f"atwhois serve{' --workers ' + str(args.workers) if workers else ''}, SQLite cache, "
+        f"atwhois serve {' '.join(options)}, SQLite cache, "
         f"request log on; {args.identities:,} bulk identities "
         f"{'filled' if args.fill else 'warmed'} in {warmed:.0f} s "
         f"(handle body {len(handle_body)} B, document body {len(document_body)} B)"
@@ -328,11 +379,11 @@ def main(argv: list[str] | None = None) -> list[Row]:
         f"p99.9 {base['p999_ms']:7.2f} ms  max {base['max_ms']:7.2f} ms"
         f"   p99 ratio atwhois / bare {ours['p99_ms'] / base['p99_ms']:.2f}"
     )
-    bare, workers_note = "bare aiohttp handler", f" ({args.workers} workers)" if workers else ""
+    bare, options_note = "bare aiohttp handler", f" ({' '.join(options)})" if options else ""
     return [
-        Row("serve: one hot key" + workers_note, hot[1][0], hot[0][0], bare, "req/s"),
+        Row("serve: one hot key" + options_note, hot[1][0], hot[0][0], bare, "req/s"),
         Row(
-            f"serve: {2 * args.identities:,} warm keys" + workers_note,
+            f"serve: {2 * args.identities:,} warm keys" + options_note,
             rotating[1][0],
             rotating[0][0],
             bare,

@@ -29,13 +29,26 @@ def main() -> None:
         default=0,
         help="add N did:web identities (u00000.bulk.test ...) for load tests",
     )
+    parser.add_argument(
+        "--delay-spread-ms",
+        type=float,
+        default=0.0,
+        help="up to this much more latency, fixed per name (servers near and far)",
+    )
+    parser.add_argument(
+        "--shaped",
+        type=Path,
+        default=None,
+        help="the network-shaped world's handles and DIDs (`bench.network_world`)",
+    )
     args = parser.parse_args()
     # SIGTERM before the network is up (it handles signals itself once it is) unwinds too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="atwhois-devnet-"))
     state = args.state or workdir / "state.json"
     try:
-        asyncio.run(run(workdir, state, args.delay_ms / 1000, args.bulk))
+        delays = args.delay_ms / 1000, args.delay_spread_ms / 1000
+        asyncio.run(run(workdir, state, delays[0], args.bulk, args.shaped, delays[1]))
     finally:
         if args.workdir is None:  # a folder of our own making: nothing of it outlives us
             shutil.rmtree(workdir, ignore_errors=True)

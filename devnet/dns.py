@@ -10,7 +10,7 @@ import socket
 import struct
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import cast
 
@@ -36,8 +36,15 @@ def _txt_rdata(value: str, split: bool) -> str:
     return " ".join(_quote(value[i : i + 255]) for i in range(0, max(len(value), 1), 255))
 
 
-def render_zone(fill: Callable[[str], str], serial: int = 1, bulk: int = 0) -> str:
-    """The `test.` zone file: _atproto TXT records, A records for every web host."""
+def render_zone(
+    fill: Callable[[str], str],
+    serial: int = 1,
+    bulk: int = 0,
+    shaped: Mapping[str, str] | None = None,
+) -> str:
+    """The `test.` zone file: _atproto TXT records, A records for every web host; with
+    `shaped` (the network-shaped world's DID of each handle), its PDS domains' hosts and a
+    TXT record for each handle on a domain of its own (which has no web host)."""
     lines = [
         "$ORIGIN test.",
         "$TTL 60",
@@ -60,6 +67,14 @@ def render_zone(fill: Callable[[str], str], serial: int = 1, bulk: int = 0) -> s
     for index in range(bulk):
         host = world.bulk_host(index)
         lines += [f'_atproto.{host}. TXT "did=did:web:{host}"', f"{host}. A {LOOPBACK}"]
+    if shaped:
+        for domain, _ in world.PDS_DOMAINS:
+            lines += [f"{domain}. A {LOOPBACK}", f"*.{domain}. A {LOOPBACK}"]
+        lines.extend(
+            f'_atproto.{handle}. TXT "did={did}"'
+            for handle, did in shaped.items()
+            if handle.endswith(world.OWN_DOMAIN_SUFFIX)
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -136,11 +151,19 @@ class Knot:
 class DnsProxy:
     """UDP and TCP on one loopback port, forwarding raw messages to Knot, except for the
     names the world marks as slow, never answered, or SERVFAIL. `delay` is added to every
-    answer (benchmarks use it to model network latency)."""
+    answer (benchmarks use it to model network latency), plus up to `spread` more, fixed per
+    name (servers near and far)."""
 
-    def __init__(self, upstream_port: int, delay: float = 0.0, faults: Path | None = None) -> None:
+    def __init__(
+        self,
+        upstream_port: int,
+        delay: float = 0.0,
+        faults: Path | None = None,
+        spread: float = 0.0,
+    ) -> None:
         self.upstream = (LOOPBACK, upstream_port)
         self.delay = delay
+        self.spread = spread
         self.queries = 0
         # Tests break names at run time: {name: "servfail" | "never"} (see `faults`).
         self._faults = Faults(faults) if faults is not None else None
@@ -180,8 +203,8 @@ class DnsProxy:
         fault = self._fault(name)
         if name in world.DNS_NEVER or fault == "never":
             return None
-        if self.delay:
-            await asyncio.sleep(self.delay)
+        if self.delay or self.spread:
+            await asyncio.sleep(self.delay + world.latency_share(name) * self.spread)
         if name in world.DNS_SERVFAIL or fault == "servfail":
             response = dns.message.make_response(query)
             response.set_rcode(dns.rcode.SERVFAIL)

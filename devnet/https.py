@@ -21,6 +21,9 @@ _MAX_REQUEST_HEAD = 16 * 1024
 _IDLE_SECONDS = 5.0  # a kept connection's wait for its next request
 
 
+_PDS_HOSTS = {domain for domain, _ in world.PDS_DOMAINS}
+
+
 class Certificates:
     """A test CA, a leaf per host, and the three broken certificates of the world."""
 
@@ -52,6 +55,9 @@ class Certificates:
         self.ca.issue_cert(world.LIVE_PDS_HOST, "*" + world.LIVE_HANDLE_SUFFIX).configure_cert(
             self._live
         )
+        self._pds_domains = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        names = [name for domain, _ in world.PDS_DOMAINS for name in (domain, "*." + domain)]
+        self.ca.issue_cert(*names).configure_cert(self._pds_domains)
         self.default = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.ca.issue_cert("default.test").configure_cert(self.default)
         self.default.sni_callback = self._choose
@@ -65,11 +71,16 @@ class Certificates:
             sock.context = self._bulk
         elif _is_live(name.lower()):
             sock.context = self._live
+        elif world.shaped_pds(name.lower()) or name.lower() in _PDS_HOSTS:
+            sock.context = self._pds_domains
 
 
 class HttpsHosts:
     """One TLS listener. Files live in `root/<host><path>`, so tests can change a body
-    between two requests; the hosts of `world.HTTPS_BEHAVIOURS` are scripted here."""
+    between two requests; the hosts of `world.HTTPS_BEHAVIOURS` are scripted here. With
+    `shaped` (the network-shaped world's DID of each handle), each PDS domain's host answers
+    the well-known file of every handle under it, as `*.bsky.social` does. `delay` is added
+    to every response, plus up to `spread` more, fixed per host."""
 
     def __init__(
         self,
@@ -78,8 +89,12 @@ class HttpsHosts:
         delay: float = 0.0,
         faults: Path | None = None,
         live_port: int | None = None,
+        shaped: dict[str, str] | None = None,
+        spread: float = 0.0,
     ) -> None:
         self.root = root
+        self.shaped = shaped or {}
+        self.spread = spread
         self.live_port = live_port  # the reference PDS: its host and its users' handles
         self.certificates = certificates
         self.delay = delay
@@ -137,8 +152,8 @@ class HttpsHosts:
             for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
         )
         host = headers.get("host", "").split(":")[0].lower()
-        if self.delay:
-            await asyncio.sleep(self.delay)
+        if self.delay or self.spread:
+            await asyncio.sleep(self.delay + world.latency_share(host) * self.spread)
         kept = await self._respond(writer, host, target.split("?")[0], method)
         return bool(kept) and headers.get("connection", "").lower() != "close"
 
@@ -157,6 +172,9 @@ class HttpsHosts:
             return None
         if self.live_port is not None and _is_live(host):
             return await self._from_pds(writer, host, path, method)
+        shaped = self.shaped.get(host) if world.shaped_pds(host) else None
+        if shaped is not None and path == world.WELL_KNOWN:
+            return await _send(writer, 200, shaped.encode(), keep_alive=True)
         generated = world.bulk_document(host) if host.endswith(world.BULK_SUFFIX) else None
         if generated is not None and path == world.DID_JSON:
             document = json.dumps(generated).encode()

@@ -148,9 +148,17 @@ class DevnetState:
 
 
 @contextlib.contextmanager
-def running_devnet(workdir: Path, *, delay_ms: float = 0, bulk: int = 0) -> Iterator[DevnetState]:
+def running_devnet(
+    workdir: Path,
+    *,
+    delay_ms: float = 0,
+    bulk: int = 0,
+    shaped: Path | None = None,
+    spread_ms: float = 0,
+) -> Iterator[DevnetState]:
     """Run `python -m devnet` in its own session while the block runs; stop it by the
     PID it recorded (and its process group, if it does not stop in time)."""
+    extra = ["--shaped", str(shaped)] if shaped is not None else []
     state_file = workdir / "state.json"
     with (workdir / "devnet.log").open("wb") as log:
         process = subprocess.Popen(
@@ -166,6 +174,9 @@ def running_devnet(workdir: Path, *, delay_ms: float = 0, bulk: int = 0) -> Iter
                 str(delay_ms),
                 "--bulk",
                 str(bulk),
+                "--delay-spread-ms",
+                str(spread_ms),
+                *extra,
             ],
             cwd=Path(__file__).resolve().parents[1],
             stdout=log,
@@ -173,7 +184,7 @@ def running_devnet(workdir: Path, *, delay_ms: float = 0, bulk: int = 0) -> Iter
             start_new_session=True,
         )
         try:
-            deadline = time.monotonic() + 90
+            deadline = time.monotonic() + (300 if shaped else 90)  # a zone of 100,000s of names
             while not state_file.exists():
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
@@ -212,8 +223,23 @@ def write_files(root: Path, dids: dict[str, str]) -> None:
         file.write_text(fill_placeholders(body, dids))
 
 
-async def run(workdir: Path, state_file: Path, delay: float, bulk: int = 0) -> None:
+def read_shaped(path: Path) -> dict[str, str]:
+    """The network-shaped world's handles and DIDs (`bench.network_world`: a line each,
+    tab-separated)."""
+    with path.open() as lines:
+        return dict(line.rstrip("\n").split("\t", 1) for line in lines)
+
+
+async def run(
+    workdir: Path,
+    state_file: Path,
+    delay: float,
+    bulk: int = 0,
+    shaped: Path | None = None,
+    spread: float = 0.0,
+) -> None:
     started = time.monotonic()
+    handles = read_shaped(shaped) if shaped is not None else None
     workdir.mkdir(parents=True, exist_ok=True)
     children: list[Child] = []
     proxy: DnsProxy | None = None
@@ -232,8 +258,9 @@ async def run(workdir: Path, state_file: Path, delay: float, bulk: int = 0) -> N
         dids = seed_world(plc_url)
 
         knot = Knot(workdir / "knot", _free_udp_and_tcp_port())
-        children.append(knot.start(render_zone(lambda v: fill_placeholders(v, dids), bulk=bulk)))
-        proxy = DnsProxy(knot.port, delay=delay, faults=workdir / "dns-faults.json")
+        zone = render_zone(lambda v: fill_placeholders(v, dids), bulk=bulk, shaped=handles)
+        children.append(knot.start(zone))
+        proxy = DnsProxy(knot.port, delay=delay, faults=workdir / "dns-faults.json", spread=spread)
         dns_port = await proxy.start()
 
         write_files(workdir / "www", dids)
@@ -243,6 +270,8 @@ async def run(workdir: Path, state_file: Path, delay: float, bulk: int = 0) -> N
             delay=delay,
             faults=workdir / "https-faults.json",
             live_port=pds_port,
+            shaped=handles,
+            spread=spread,
         )
         https_port = await hosts.start()
         wait_for_pds(pds, workdir)

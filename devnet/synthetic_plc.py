@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from devnet import world
 from devnet.plc_ops import Key, plc_operation
 from resolver.plc.encoding import cid_of, dag_cbor, did_of_genesis
 
@@ -61,3 +62,30 @@ def write_export(path: Path, dids: int, ops_per_did: int) -> int:
             out.write(line + "\n")
             count += 1
     return count
+
+
+def network_world(identities: int) -> Iterator[tuple[str, str, str | None]]:
+    """The network-shaped world (`world.shaped_handle`): per identity its handle, its DID and
+    the export line of its genesis operation (None for did:web), in `/export` order. A
+    did:plc names its handle's PDS domain as its PDS, or for a domain of its own, one of the
+    PDS domains in turn."""
+    clock = 0.0
+    for index in range(identities):
+        handle = world.shaped_handle(index)
+        if handle.endswith(world.BULK_SUFFIX):
+            yield handle, f"did:web:{handle}", None
+            continue
+        pds = world.shaped_pds(handle) or world.PDS_DOMAINS[index % len(world.PDS_DOMAINS)][0]
+        key = Key(f"network/{index}")
+        op = key.sign(plc_operation(None, [key], [f"at://{handle}"], f"https://{pds}"))
+        clock += 0.25  # a creation every quarter of a second: a million in about 3 days
+        created = (EPOCH + datetime.timedelta(seconds=clock)).isoformat(timespec="milliseconds")
+        did = did_of_genesis(dag_cbor(op))
+        line = {
+            "did": did,
+            "operation": op,
+            "cid": cid_of(dag_cbor(op)),
+            "nullified": False,
+            "createdAt": created.replace("+00:00", "Z"),
+        }
+        yield handle, did, json.dumps(line, separators=(",", ":"))

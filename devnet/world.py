@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -369,3 +370,36 @@ HTTPS_HOSTS = sorted(
     | {"web.test", "legacyweb.test", "imposter.test", "pds.test", "pds2.test", "nodata.test"}
     | {TLS_EXPIRED, TLS_UNKNOWN_CA, TLS_WRONG_NAME}
 )
+
+
+# The network's shape, for benchmarks at its scale (`bench/network_world.py`, the test
+# network's `--shaped FILE`). On the real network most accounts are did:plc with a handle
+# under their PDS's domain, answered by that host's well-known file for every handle under
+# it (`*.bsky.social`); a minority bring a domain of their own, answered by a DNS TXT record;
+# a few are did:web. Per hundred identities: 90 under a PDS domain (one host far larger than
+# the others), 9 with a domain of their own, 1 did:web (a bulk host, its document generated).
+PDS_DOMAINS = (("bsky.net.test", 70), ("pds-a.net.test", 9), ("pds-b.net.test", 6),
+               ("pds-c.net.test", 3), ("pds-d.net.test", 2))  # fmt: skip
+OWN_DOMAIN_SUFFIX = ".own.test"
+_PDS_OF_HUNDRED = [domain for domain, share in PDS_DOMAINS for _ in range(share)]
+
+
+def shaped_handle(index: int) -> str:
+    """The handle of the network-shaped world's identity `index` (did:web for 1 in 100)."""
+    slot = index % 100
+    if slot < len(_PDS_OF_HUNDRED):
+        return f"h{index}.{_PDS_OF_HUNDRED[slot]}"
+    if slot < 99:
+        return f"n{index}{OWN_DOMAIN_SUFFIX}"
+    return bulk_host(index // 100)  # did:web, generated: fewer than 100,000 of them
+
+
+def shaped_pds(handle: str) -> str:
+    """The PDS domain `handle` is under, whose host answers its well-known file ('': none)."""
+    return next((d for d, _ in PDS_DOMAINS if handle.endswith("." + d)), "")
+
+
+def latency_share(name: str) -> float:
+    """Where between near (0) and far (1) the server answering for `name` is: fixed per
+    name, spread evenly over the names."""
+    return zlib.crc32(name.encode()) % 1001 / 1000

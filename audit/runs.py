@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from foundation import defaults
 from foundation.sql import in_chunks, marks
@@ -49,13 +50,7 @@ class SharedRuns:
         now = time.time()
         with self.db.transaction(serialized=True):
             if identifiers is None:
-                row = self.db.one(
-                    "SELECT r.id, r.started_at, r.total, r.lease FROM runs r "
-                    "WHERE r.status = 'running' AND r.source = ? AND EXISTS (SELECT 1 FROM "
-                    "run_workers w WHERE w.run_id = r.id AND w.seen_at >= ? - r.lease) "
-                    "ORDER BY r.id DESC LIMIT 1",
-                    (source, now),
-                )
+                row = self._live(source, now)
                 if row is not None:
                     self._attend(row[0], now)
                     return OpenRun(row[0], row[1], row[2] or 0, row[3], joined=True)
@@ -84,6 +79,27 @@ class SharedRuns:
         if self.db.postgres:  # its statistics said "empty" since the last run: plans that
             self.db.execute("ANALYZE run_items")  # scan it whole for each claim
         return OpenRun(run_id, now, total, lease, joined=False)
+
+    def _live(self, source: str, now: float) -> tuple[Any, ...] | None:
+        """The run of `source` that live processes are running (id, start, total, lease)."""
+        return self.db.one(
+            "SELECT r.id, r.started_at, r.total, r.lease FROM runs r "
+            "WHERE r.status = 'running' AND r.source = ? AND EXISTS (SELECT 1 FROM "
+            "run_workers w WHERE w.run_id = r.id AND w.seen_at >= ? - r.lease) "
+            "ORDER BY r.id DESC LIMIT 1",
+            (source, now),
+        )
+
+    def due_in(self, source: str, interval: float) -> float:
+        """Seconds until a run of `source` every `interval` is due, counted from the start
+        of the last one, whichever process started it: 0 while live processes run one
+        (to be joined), or when none ran yet."""
+        now = time.time()
+        if self._live(source, now) is not None:
+            return 0.0
+        row = self.db.one("SELECT max(started_at) FROM runs WHERE source=?", (source,))
+        last = None if row is None or row[0] is None else float(row[0])
+        return 0.0 if last is None else max(0.0, last + interval - now)
 
     def _attend(self, run_id: int, now: float) -> None:
         self.db.execute(

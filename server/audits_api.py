@@ -16,6 +16,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from audit import Auditor, RunReport
+from audit.runs import WATCH_LIST
 from audit.store import LabelTooLong
 from resolver.errors import InvalidInput
 from resolver.untrusted import BadNumber, parse_count
@@ -142,10 +143,18 @@ class AuditApi:
         self.store.close()
 
     async def _schedule(self) -> None:
+        """A run of the watch-list every `interval`, counted from the start of the last
+        one any process started (the shared store's), and joined at once while one is
+        going on: daemons sharing a store wake together and the first to open the run is
+        joined by the others, rather than each running the watch-list on its own phase (as
+        many runs per interval as daemons). A restart does not run it before it is due."""
         assert self.interval
         while True:
+            wait = self.store.runs_shared.due_in(WATCH_LIST, self.interval)
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue  # due now, unless another process ran it meanwhile
             await self._run()
-            await asyncio.sleep(self.interval)
 
     async def recheck(self, changed: set[str]) -> None:
         """An event stream says these identifiers (a DID, its handles) changed: the watched

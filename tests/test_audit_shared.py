@@ -7,6 +7,7 @@ ran out; the run is finished once, with one webhook delivery."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ import pytest
 
 from audit import AuditStore, Check
 from devnet import world
-from devnet.atwhois import ATWHOIS
+from devnet.atwhois import ATWHOIS, running_daemon
 from devnet.atwhois import run as run_cli
 from devnet.identities import verified_check
 from devnet.network import DevnetState
@@ -176,3 +177,49 @@ def test_a_claim_taken_over_is_not_recorded_by_the_process_that_lost_it(
         assert mine.db.one("SELECT count(*) FROM run_items") == (0,)
         for store in (mine, theirs):
             store.close()
+
+
+def test_daemons_sharing_a_store_keep_one_schedule(devnet: DevnetState, tmp_path: Path) -> None:
+    """Two daemons audit the watch-list every 4 s from one PostgreSQL store; the second
+    starts after the first one's first run. Each counts the interval from the last run any
+    of them started, so they wake together and share each run: runs stay 4 s apart (on
+    their own phases there would be two per interval), and the second takes part in them."""
+    interval = 4.0
+    with database("postgresql", tmp_path, "atwhois_audit") as where:
+        env = {**devnet.env(), "ATWHOIS_AUDIT_DB": where}
+        names = [world.bulk_host(i) for i in range(50)]  # a run far shorter than 4 s
+        code, _, err = run_cli(["watch", "import", "-"], env, "\n".join(names) + "\n")
+        assert code == 0, err
+        store = AuditStore(where)
+        args = ("--cache", "memory:", "--audit-interval", str(interval))
+        with running_daemon(env, tmp_path / "first.log", *args):
+            until(lambda: _finished_runs(store) >= 1, timeout=30)
+            with running_daemon(env, tmp_path / "second.log", *args):
+                until(lambda: _finished_runs(store) >= 4, timeout=40)
+        rows = store.db.rows(
+            "SELECT id, started_at FROM runs WHERE source='watch-list' ORDER BY id", ()
+        )
+        starts = [float(started) for _, started in rows]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+        assert all(gap >= interval - 0.5 for gap in gaps), gaps
+        # both daemons took part in the runs after the second started (the last one's line
+        # may be cut short by the stop)
+        first, second = (_runs_logged(tmp_path / f"{n}.log") for n in ("first", "second"))
+        assert len(first & second) >= 2, (first, second)
+        # one check per identity per run, whoever made it
+        per_run = store.db.rows(
+            "SELECT run_id, count(*), count(DISTINCT identifier) FROM checks GROUP BY run_id", ()
+        )
+        assert all(total == distinct for _, total, distinct in per_run), per_run
+        store.close()
+
+
+def _runs_logged(log: Path) -> set[int]:
+    """The runs a daemon says it took part in (its log line for each)."""
+    events = (json.loads(line) for line in log.read_text().splitlines() if line.startswith("{"))
+    return {event["run_id"] for event in events if event.get("event") == "audit"}
+
+
+def _finished_runs(store: AuditStore) -> int:
+    row = store.db.one("SELECT count(*) FROM runs WHERE status='finished'")
+    return int(row[0]) if row else 0

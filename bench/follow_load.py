@@ -15,7 +15,7 @@ serve p99 with the stream against without it.
 
     python -m bench follow [--identities 1000000] [--seconds 600] [--rate 2000]
                            [--burst-rate 20000] [--burst-seconds 5] [--burst-every 120]
-                           [--serve-rate 1000]
+                           [--serve-rate 1000] [--memory-cache-mb MIB] [--answer-all]
 """
 
 from __future__ import annotations
@@ -41,7 +41,15 @@ import httpx
 from bench import Row
 from bench.memory_load import rss_mib
 from bench.relay_standin import PATH
-from bench.serve_load import XRPC, fill_cache, free_port, open_loop, wait_for, warm
+from bench.serve_load import (
+    XRPC,
+    answer_all,
+    fill_cache,
+    free_port,
+    open_loop,
+    wait_for,
+    warm,
+)
 from devnet import world
 from devnet.atwhois import running_daemon
 from devnet.network import running_devnet
@@ -128,9 +136,12 @@ DRAIN = textwrap.dedent("""
 
 
 @contextlib.contextmanager
-def relay_standin(tmp: Path, args: argparse.Namespace, tag: str) -> Iterator[tuple[str, Path]]:
-    """The stand-in's URL while it runs, and the file of its send times once it stopped."""
-    port, sent_file = free_port(), tmp / f"sent-{tag}.bin"
+def relay_standin(
+    tmp: Path, args: argparse.Namespace, tag: str
+) -> Iterator[tuple[str, Path, Path]]:
+    """The stand-in's URL while it runs, the file of its send times once it stopped, and
+    the file whose making starts its schedule."""
+    port, sent_file, go = free_port(), tmp / f"sent-{tag}.bin", tmp / f"go-{tag}"
     schedule = (args.seconds, args.rate, args.burst_rate, args.burst_seconds, args.burst_every)
     relay = subprocess.Popen(
         [
@@ -140,11 +151,12 @@ def relay_standin(tmp: Path, args: argparse.Namespace, tag: str) -> Iterator[tup
             str(port),
             *map(str, schedule),
             str(sent_file),
+            str(go),
         ]
     )
     try:
         wait_for(f"http://127.0.0.1:{port}/")
-        yield f"ws://127.0.0.1:{port}", sent_file
+        yield f"ws://127.0.0.1:{port}", sent_file, go
     finally:
         relay.terminate()
         relay.wait(timeout=30)
@@ -156,23 +168,29 @@ def serve_run(
     cache: str,
     listing: Path,
     args: argparse.Namespace,
-    relay: str,
+    relay: tuple[str, Path, Path],
     *,
     follow: bool,
 ) -> Served:
     """The open loop against the daemon while `relay` sends; the daemon follows it, or (not
     `follow`) a consumer that drops every event does."""
-    extra = ("--firehose", relay) if follow else ()
+    url, _, go = relay
+    extra = ["--firehose", url] if follow else []
+    if args.memory_cache_mb is not None:
+        extra += ["--memory-cache-mb", str(args.memory_cache_mb)]
     with (
         running_daemon(env, log, "--cache", cache, *extra) as daemon,
         contextlib.ExitStack() as stack,
     ):
         pid = daemon.process.pid
         asyncio.run(warm(daemon.url, args.identities, 200))
+        if args.answer_all:  # the open loop's keys answered once: it asks for hits
+            answer_all(daemon.url, listing, 100)
         if not follow:
-            drain = subprocess.Popen([sys.executable, "-c", DRAIN, relay + PATH])
+            drain = subprocess.Popen([sys.executable, "-c", DRAIN, url + PATH])
             stack.callback(drain.wait)
             stack.callback(drain.terminate)
+        go.touch()  # the stand-in's schedule starts with the timed run
         watch = Watch(daemon.url, pid)
         cpu, started = cpu_seconds(pid), time.monotonic()
         watch.start()
@@ -193,6 +211,15 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--burst-seconds", type=float, default=5)
     parser.add_argument("--burst-every", type=float, default=120)
     parser.add_argument("--serve-rate", type=int, default=1000)
+    parser.add_argument(
+        "--memory-cache-mb", type=float, default=None, help="atwhois serve --memory-cache-mb"
+    )
+    parser.add_argument(
+        "--answer-all",
+        action="store_true",
+        help="have the daemon answer every key of the open loop once first (else most of its "
+        "answers are composed from the SQLite entries)",
+    )
     args = parser.parse_args(argv)
     with (
         tempfile.TemporaryDirectory(prefix="atwhois-follow-bench-") as name,
@@ -213,10 +240,11 @@ def main(argv: list[str] | None = None) -> list[Row]:
                 for i in range(0, args.identities, max(1, args.identities // 200_000))
             )
         )
-        with relay_standin(tmp, args, "quiet") as (relay, _):
+        with relay_standin(tmp, args, "quiet") as relay:
             quiet = serve_run(env, tmp / "quiet.log", cache, listing, args, relay, follow=False)
-        with relay_standin(tmp, args, "busy") as (relay, sent_file):
+        with relay_standin(tmp, args, "busy") as relay:
             busy = serve_run(env, tmp / "busy.log", cache, listing, args, relay, follow=True)
+        sent_file = relay[1]
         sent: array.array[float] = array.array("d")
         sent.frombytes(sent_file.read_bytes())
     lagged = lags(busy.cursors, sent)

@@ -3,9 +3,11 @@ network's mix (`devnet.relay_frames`: 96 % commits with 0.5 to 6 KB of blocks, 3
 0.5 % identity and 0.5 % account events, half of those about identities the daemon caches),
 each frame encoded as it is sent with its own `seq`. It keeps when it sent each `seq`
 (`time.monotonic`, which every process of the machine shares) and writes them out when it
-stops, for the bench to tell each event's lag.
+stops, for the bench to tell each event's lag. The schedule starts once GO_FILE exists (the
+bench's timed run begins), and not before a subscriber connected.
 
     python -m bench.relay_standin PORT SECONDS RATE BURST_RATE BURST_SECONDS BURST_EVERY SENT_FILE
+                                  GO_FILE
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ class Schedule:
 
 
 class Relay:
-    def __init__(self, schedule: Schedule, seconds: float) -> None:
-        self.schedule, self.seconds = schedule, seconds
+    def __init__(self, schedule: Schedule, seconds: float, go: Path) -> None:
+        self.schedule, self.seconds, self.go = schedule, seconds, go
         self.sent = array.array("d")  # index seq - 1: when it was sent
         self.rng = random.Random(7)
         self.blocks = [self.rng.randbytes(self.rng.randint(500, 6000)) for _ in range(512)]
@@ -92,6 +94,8 @@ class Relay:
     async def handle(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=0)
         await ws.prepare(request)
+        while not self.go.exists() and not ws.closed:
+            await asyncio.sleep(0.05)
         if self.started is None:
             self.started = time.monotonic()
         while not ws.closed:
@@ -122,9 +126,9 @@ async def serve(port: int, relay: Relay, out: Path) -> None:
 
 
 def main(argv: list[str]) -> None:
-    port, seconds, rate, burst_rate, burst_seconds, every, out = argv
+    port, seconds, rate, burst_rate, burst_seconds, every, out, go = argv
     schedule = Schedule(float(rate), float(burst_rate), float(burst_seconds), float(every))
-    asyncio.run(serve(int(port), Relay(schedule, float(seconds)), Path(out)))
+    asyncio.run(serve(int(port), Relay(schedule, float(seconds), Path(go)), Path(out)))
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ def _identities(tmp: Path, args: argparse.Namespace) -> Iterator[Identities]:
     with running_network_world(tmp, args.world_size, **delays) as shaped:
         # spread over the whole world, every kind of identity in its share
         chosen = random.Random(0).sample(list(shaped.dids.items()), args.identities)
-        kinds = Counter(_kind(handle) for handle, _ in chosen)
+        kinds = Counter(world.shaped_kind(handle) for handle, _ in chosen)
         print(
             f"audit of {len(chosen):,} identities of the network-shaped world of "
             f"{args.world_size:,} ({', '.join(f'{n:,} {k}' for k, n in kinds.items())}), "
@@ -113,12 +113,6 @@ def _identities(tmp: Path, args: argparse.Namespace) -> Iterator[Identities]:
             f"concurrency {args.concurrency}"
         )
         yield Identities(shaped.devnet, shaped.env(), shaped.plc_url, dict(chosen))
-
-
-def _kind(handle: str) -> str:
-    if world.shaped_pds(handle):
-        return "under a PDS domain"
-    return "did:web" if handle.endswith(world.BULK_SUFFIX) else "on a domain of their own"
 
 
 def main(argv: list[str] | None = None) -> list[Row]:

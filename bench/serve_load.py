@@ -20,6 +20,7 @@ the load, per identity: what a cache of that size costs a daemon answering over 
 
     python -m bench serve [--connections 100] [--seconds 10] [--identities 10000]
                           [--rate 2000] [--workers N] [--fill] [--memory-cache-mb MIB]
+                          [--answer-all]
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def answer_all(url: str, listing: Path, connections: int) -> float:
     been in flight); the seconds it took."""
     script = listing.with_name("in-order.lua")
     script.write_text(IN_ORDER % listing)
-    total = sum(1 for _ in listing.open())
+    with listing.open() as paths:
+        total = sum(1 for _ in paths)
     started, answered = time.perf_counter(), 0
     while answered < total:
         command = ["wrk", "-t1", f"-c{connections}", "-d20s", "-s", str(script), url]

@@ -47,8 +47,8 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="atwhois-devnet-"))
     state = args.state or workdir / "state.json"
     try:
-        delays = args.delay_ms / 1000, args.delay_spread_ms / 1000
-        asyncio.run(run(workdir, state, delays[0], args.bulk, args.shaped, delays[1]))
+        delay, spread = args.delay_ms / 1000, args.delay_spread_ms / 1000
+        asyncio.run(run(workdir, state, delay, args.bulk, args.shaped, spread))
     finally:
         if args.workdir is None:  # a folder of our own making: nothing of it outlives us
             shutil.rmtree(workdir, ignore_errors=True)

@@ -80,11 +80,12 @@ def network_world(identities: int) -> Iterator[tuple[str, str, str | None]]:
         op = key.sign(plc_operation(None, [key], [f"at://{handle}"], f"https://{pds}"))
         clock += 0.25  # a creation every quarter of a second: a million in about 3 days
         created = (EPOCH + datetime.timedelta(seconds=clock)).isoformat(timespec="milliseconds")
-        did = did_of_genesis(dag_cbor(op))
+        encoded = dag_cbor(op)
+        did = did_of_genesis(encoded)
         line = {
             "did": did,
             "operation": op,
-            "cid": cid_of(dag_cbor(op)),
+            "cid": cid_of(encoded),
             "nullified": False,
             "createdAt": created.replace("+00:00", "Z"),
         }

@@ -399,6 +399,13 @@ def shaped_pds(handle: str) -> str:
     return next((d for d, _ in PDS_DOMAINS if handle.endswith("." + d)), "")
 
 
+def shaped_kind(handle: str) -> str:
+    """Which kind of the network-shaped world's identities `handle` names."""
+    if shaped_pds(handle):
+        return "under a PDS domain"
+    return "did:web" if handle.endswith(BULK_SUFFIX) else "on a domain of their own"
+
+
 def latency_share(name: str) -> float:
     """Where between near (0) and far (1) the server answering for `name` is: fixed per
     name, spread evenly over the names."""

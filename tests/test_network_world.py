@@ -18,11 +18,12 @@ from devnet.dns import render_zone
 from devnet.synthetic_plc import network_world
 from resolver.plc.audit import replay
 
+OWN = "on a domain of their own"
+
 
 def kind(handle: str) -> str:
-    if world.shaped_pds(handle):
-        return world.shaped_pds(handle)
-    return "did:web" if handle.endswith(world.BULK_SUFFIX) else "own domain"
+    """The world's kind of `handle`, and which PDS domain for those under one."""
+    return world.shaped_pds(handle) or world.shaped_kind(handle)
 
 
 def test_the_shape_is_the_networks_and_the_same_every_time() -> None:
@@ -30,7 +31,7 @@ def test_the_shape_is_the_networks_and_the_same_every_time() -> None:
     counts = Counter(kind(h) for h in handles)
     # one PDS domain far larger than the others; own domains a minority; did:web a few
     assert counts["bsky.net.test"] == 7_000
-    assert counts["own domain"] == 900 and counts["did:web"] == 100
+    assert counts[OWN] == 900 and counts["did:web"] == 100
     assert sum(n for k, n in counts.items() if k.endswith(".net.test")) == 9_000
     assert len(set(handles)) == len(handles)
     assert handles == [world.shaped_handle(i) for i in range(10_000)]
@@ -53,7 +54,7 @@ def test_every_operation_verifies_and_names_its_handle_and_pds() -> None:
         assert pds.endpoint == f"https://{world.shaped_pds(handle) or pds.endpoint[8:]}"
         assert pds.endpoint[8:] in {domain for domain, _ in world.PDS_DOMAINS}
         seen[kind(handle)] += 1
-    assert seen["own domain"] == 27 and seen["bsky.net.test"] == 210
+    assert seen[OWN] == 27 and seen["bsky.net.test"] == 210
 
 
 def test_the_zone_holds_a_txt_record_for_own_domains_only() -> None:
@@ -61,7 +62,7 @@ def test_the_zone_holds_a_txt_record_for_own_domains_only() -> None:
     zone = render_zone(lambda value: value, shaped=shaped)
     for handle, did in shaped.items():
         record = f'_atproto.{handle}. TXT "did={did}"'
-        assert (record in zone) == (kind(handle) == "own domain"), handle
+        assert (record in zone) == (kind(handle) == OWN), handle
     for domain, _ in world.PDS_DOMAINS:
         assert f"*.{domain}. A 127.0.0.1" in zone.splitlines()
     assert "net.test" not in render_zone(lambda value: value)  # only when asked for
@@ -85,7 +86,7 @@ def test_each_kind_of_identity_verifies_in_a_small_world(
             methods = {m: report["evidence"][m]["outcome"] for m in ("dns", "https")}
             # confirmed absent where the network has nothing: no TXT record under a PDS
             # domain (its wildcard address answers NODATA), no web host on an own domain
-            if what == "own domain":
+            if what == OWN:
                 assert methods == {"dns": "ok", "https": "not_found"}, methods
             else:
                 assert methods == {"dns": "not_found", "https": "ok"}, (what, methods)

@@ -83,8 +83,8 @@ def as_claimed(
     claim = open_claim(open_claims, key, now)
     if claim is None:
         return _carried(entry, new, held)
-    if not settles(claim, new):
-        return marked(claim, entry)
+    if not settles(claim, new):  # a document some earlier claim settled still names it
+        return marked(claim, _carried(entry, new, held))
     del open_claims[key]
     return settled(claim, entry, now)
 

@@ -13,11 +13,18 @@ refresh runs one more afterwards, not one per change. Watchers (the audits) hear
 was re-verified.
 
 An event names a change the document's source may not serve yet (a replica behind, a mirror
-between two polls): it is a claim (`cache.claims`). The answer held is served as
-revalidating from then on, and the DID is re-checked with back-off (0.5 s, doubling, up to
-8 s) until a resolution shows the change or the claim's window (30 s) ends; what the source
-says then is taken as it is. A PLC mirror's changes are no claim: its document is the one
-the operation it just applied makes."""
+between two polls): it is a claim (`cache.claims`), opened as the event is heard, against
+the document held then. The answer held is served as revalidating from then on, and the DID
+is re-checked with back-off (0.5 s, doubling, up to 8 s) until a resolution shows the change
+or the claim's window (30 s) ends; what the source says then is taken as it is. A PLC
+mirror's changes are no claim: its document is the one the operation it just applied
+makes.
+
+A claim is compared with the document held when its event was heard, not when its refresh
+starts: an event heard during another refresh of the DID waits for that one, which may
+have stored the very change it names; compared with that document, it would wait out its
+whole window for a change that had shown already. Two changes of one DID closer together
+than the source's lag are not told apart: the first document that differs settles both."""
 
 from __future__ import annotations
 
@@ -25,8 +32,9 @@ import asyncio
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
@@ -38,11 +46,6 @@ log = logging.getLogger("atwhois.revalidate")
 CLAIM_WINDOW = 30.0  # seconds a claim waits for its change to show
 FIRST_RECHECK, LAST_RECHECK = 0.5, 8.0  # the back-off between re-checks
 Watcher = Callable[[set[str]], Awaitable[None]]  # told the DID and handles that changed
-
-
-class Change(NamedTuple):
-    hinted: str | None  # the handle the source says the DID has now
-    claim: str | None  # what said so, when the document's source may lag behind it
 
 
 class Revalidator:
@@ -57,20 +60,27 @@ class Revalidator:
         self.watchers = watchers or []
         self.revalidations = 0
         self.failures = 0
+        self.claims: Counter[str] = Counter()  # how the claims re-checked here ended
         self._gate = asyncio.Semaphore(concurrency)
-        # DID -> the change that came during its refresh (None: none): once more, after
-        self._running: dict[str, Change | None] = {}
+        # DID -> the handle hinted by a change that came during its refresh ("" for none;
+        # None: no change came): once more, after
+        self._running: dict[str, str | None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def changed(self, did: str, hinted: str | None = None, claim: str | None = None) -> None:
-        """`did` changed (`hinted`: the handle the source says it has now; `claim`: what
-        said so, when it may be ahead of the document's source)."""
-        change = Change(hinted, claim)
+    async def claimed(self, did: str, hinted: str | None, claim: str) -> None:
+        """A source that may be ahead of the document's source (`claim`: what it said)
+        says `did` changed: the claim is opened now, against the document held now, and
+        the DID re-checked until the change shows (nothing, for a DID not held)."""
+        if await self.cached.claim(did, claim, CLAIM_WINDOW):
+            self.changed(did, hinted)
+
+    def changed(self, did: str, hinted: str | None = None) -> None:
+        """`did` changed (`hinted`: the handle the source says it has now)."""
         if did in self._running:
-            self._running[did] = change  # once more when the one under way ends
+            self._running[did] = hinted or ""  # once more when the one under way ends
             return
         self._running[did] = None
-        self._spawn(self._revalidate(did, change))
+        self._spawn(self._revalidate(did, hinted or ""))
 
     def changed_many(self, dids: Iterable[str]) -> None:
         for did in dids:
@@ -91,25 +101,23 @@ class Revalidator:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _revalidate(self, did: str, change: Change | None) -> None:
+    async def _revalidate(self, did: str, hinted: str | None) -> None:
         try:
-            while change is not None:
+            while hinted is not None:
                 async with self._gate:
-                    await self._refresh(did, change)
-                change, self._running[did] = self._running[did], None
+                    await self._refresh(did, hinted or None)
+                hinted, self._running[did] = self._running[did], None
         finally:
             del self._running[did]
 
-    async def _refresh(self, did: str, change: Change) -> None:
+    async def _refresh(self, did: str, hinted: str | None) -> None:
         held, declared = await self.cached.held(did)
         if not held:
             return
         self.revalidations += 1
         try:
-            if change.claim is not None:
-                await self.cached.claim(did, change.claim, CLAIM_WINDOW)
             after = await self._until_settled(did)
-            handles = {declared, after.declared_handle, change.hinted} - {None}
+            handles = {declared, after.declared_handle, hinted} - {None}
             for handle in sorted(h for h in handles if h is not None):
                 await self.cached.refresh(handle)
             self.tell({did, *(h for h in handles if h is not None)})
@@ -122,15 +130,19 @@ class Revalidator:
     async def _until_settled(self, did: str) -> Identity:
         """Refreshes `did` until no claim about it is open: the change showed, or the
         window ended (then once more, taken as it is)."""
+        claimed = self.cached.claim_open(did)
         after = await self.cached.refresh(did)
         delay, started = FIRST_RECHECK, time.monotonic()
         while self.cached.claim_open(did):
             if time.monotonic() - started + delay >= CLAIM_WINDOW:
                 self.cached.drop_claim(did)
+                self.claims["window_ended"] += 1
                 return await self.cached.refresh(did)
             await asyncio.sleep(delay)
             delay = min(2 * delay, LAST_RECHECK)
             after = await self.cached.refresh(did)
+        if claimed:
+            self.claims["settled"] += 1
         return after
 
     def metrics(self) -> Iterator[Metric]:
@@ -143,3 +155,13 @@ class Revalidator:
         revalidations.add_metric(["done"], self.revalidations - self.failures)
         revalidations.add_metric(["failed"], self.failures)
         yield revalidations
+        claims = CounterMetricFamily(
+            "atwhois_stream_claims",
+            "Changes an event said before the document's source showed them (claims), by "
+            "how their re-checks ended: the change showed (settled), or the window ended "
+            "first and the source's answer was taken as it was (window_ended).",
+            labels=["result"],
+        )
+        for result in ("settled", "window_ended"):
+            claims.add_metric([result], self.claims[result])
+        yield claims

@@ -94,7 +94,7 @@ class Follower:
         # between polls): a claim, re-checked until the change shows (`cache.claims`).
         where = source.url if source is not None else "a stream"
         claim = f"#identity seq {event.seq} from {where} ({event.time})"
-        self.revalidator.changed(event.did, event.handle, claim)
+        await self.revalidator.claimed(event.did, event.handle, claim)
 
     async def _account(self, event: AccountEvent, source: StreamState | None) -> None:
         mark = mark_of(event.active, event.status)  # what it means: `cache.accounts`

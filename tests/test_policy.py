@@ -147,10 +147,15 @@ def test_a_claim_holds_the_old_document_stale_until_a_resolution_shows_the_chang
 
 def test_the_change_a_claim_settled_stays_named_while_the_document_is_the_same() -> None:
     """The handles re-verified after a claim settles resolve the document again: the same
-    document keeps the claim it settled; another one does not."""
+    document keeps the claim it settled; another one does not. A later claim that has not
+    shown (yet) leaves it named too, while it is re-checked."""
     old, new = _document(b'{"v":1}'), _document(b'{"v":2}')
     settled = dataclasses.replace(Entry({}, 1.0, 2.0, 3.0), changed_by="#identity seq 7; …")
     held = Cached(settled, new, b"")
     entry = Entry({}, 5.0, 6.0, 7.0)
     assert claims.as_claimed({}, "d:x", new, entry, 5.0, held).changed_by == settled.changed_by
     assert claims.as_claimed({}, "d:x", old, entry, 5.0, held).changed_by is None
+    later = {"d:x": claims.Claim("#identity seq 9", 4.0, 34.0, claims.seen(new))}
+    waiting = claims.as_claimed(later, "d:x", new, entry, 5.0, held)
+    assert waiting.revalidating == "#identity seq 9" and "d:x" in later
+    assert waiting.changed_by == settled.changed_by

@@ -191,7 +191,7 @@ async def test_events_for_one_did_are_coalesced_into_at_most_one_more_refresh() 
         return (True, "alice.example.com") if did == f.DID else (False, None)
 
     async def claim(did: str, what: str, window: float) -> bool:
-        return True
+        return did == f.DID  # opened only about a DID held
 
     cached = SimpleNamespace(
         refresh=refresh,

@@ -3,7 +3,9 @@ verdict and deflated document), so that a hit is a dictionary lookup and a few j
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 from urllib.parse import unquote
@@ -90,9 +92,15 @@ class AnswerCache:
     the cache to be revalidated), within a bound in bytes, and dropped as soon as the store
     says an entry it rests on changed, here or in another process; while the store cannot
     follow other processes' changes, for half a second at most. A record whose lookup
-    overlapped any change is not kept (it may be composed from an old entry)."""
+    overlapped a change of an entry it rests on is not kept (it may be composed from an old
+    entry); changes of other keys do not matter, as far back as the last `RECENT_CHANGES`
+    (further back, or a change of anything: not kept). Following a relay, the store
+    announces changes all the time (revalidations, account marks, the stream's cursor):
+    refusing a record for any of them left lookups composing answers from the store over
+    and over (serve p99 6.4× the run without a stream, `bench follow`)."""
 
     UNFOLLOWED_SECONDS = 0.5
+    RECENT_CHANGES = 4096
 
     def __init__(
         self,
@@ -105,6 +113,8 @@ class AnswerCache:
         # (`resting_on`) without their prefix, so a change finds it with no index of its own
         self._records: Lru[Record] = Lru(max_bytes, _record_size, evicted=self._unlink)
         self.changes = 0  # changes the store announced, ever
+        # the record keys each of the last changes named, newest last (None: anything)
+        self._recent: deque[tuple[str, ...] | None] = deque(maxlen=self.RECENT_CHANGES)
         store.listeners.append(self.changed)
 
     def get(self, target: str) -> tuple[bytes, str] | None:
@@ -144,9 +154,9 @@ class AnswerCache:
             info is None
             or info.state == "stale"
             or info.fresh_for_s <= 0
-            or changes_before != self.changes
             or did is None
             or identity.handle_queried not in (None, handle)
+            or self._changed_since(changes_before, (did, handle))
         ):
             return
         now, fresh = self._clock(), info.fresh_for_s
@@ -173,10 +183,26 @@ class AnswerCache:
     def changed(self, keys: Sequence[str] | None) -> None:
         self.changes += 1
         if keys is None:
+            self._recent.append(None)
             self.clear()
             return
-        for entry in keys:
-            self._drop(identifier_of(entry))
+        named = tuple(identifier_of(entry) for entry in keys)
+        self._recent.append(named)
+        for key in named:
+            self._drop(key)
+
+    def _changed_since(self, changes_before: int, keys: tuple[str, str | None]) -> bool:
+        """Whether a change announced after the count was `changes_before` may have named
+        one of `keys`."""
+        missed = self.changes - changes_before
+        if missed <= 0:
+            return False
+        if missed > len(self._recent):
+            return True
+        return any(
+            change is None or any(key in change for key in keys)
+            for change in itertools.islice(reversed(self._recent), missed)
+        )
 
     def _drop(self, key: str) -> None:
         record = self._records.pop(key)

@@ -58,13 +58,37 @@ async def test_an_answer_is_kept_while_fresh_and_dropped_when_an_entry_it_rests_
     assert len(answers._records) == 0  # nothing left under either key
 
 
-async def test_an_answer_looked_up_across_a_change_is_not_kept() -> None:
+async def test_an_answer_looked_up_across_a_change_of_its_entries_is_not_kept() -> None:
+    """Only a change of an entry the answer rests on refuses it: while a relay is followed
+    the store announces changes all the time (revalidations, cursors, account marks)."""
+    later = time.time() + 60
+    for changed in ("d:did:plc:a", "h:a.test"):
+        store = MemoryStore()
+        answers = AnswerCache(store)
+        before = answers.changes
+        await store.put("h:other.test", b"x", later)
+        await store.put("stream-cursor:wss://relay.test", b"12", later)
+        await store.put(changed, b"new", later)  # while the lookup ran
+        await store.put("d:did:plc:other", b"x", later)
+        answers.put(verified("did:plc:a", "a.test"), DOCUMENT, before)
+        assert answers.get(HANDLE_A) is None, changed
     store = MemoryStore()
     answers = AnswerCache(store)
     before = answers.changes
-    await store.put("d:did:plc:a", b"new", time.time() + 60)  # while the lookup ran
+    await store.put("h:other.test", b"x", later)  # only others changed
+    await store.put("stream-cursor:wss://relay.test", b"12", later)
+    answers.put(verified("did:plc:a", "a.test"), DOCUMENT, before)
+    assert answers.get(HANDLE_A) is not None
+    store.announce(None)  # anything may have changed
+    answers.put(verified("did:plc:a", "a.test"), DOCUMENT, answers.changes - 1)
+    assert answers.get(HANDLE_A) is None
+    before = answers.changes  # more changes than are remembered: not kept
+    for i in range(AnswerCache.RECENT_CHANGES + 1):
+        store.announce([f"h:u{i}.test"])
     answers.put(verified("did:plc:a", "a.test"), DOCUMENT, before)
     assert answers.get(HANDLE_A) is None
+    answers.put(verified("did:plc:a", "a.test"), DOCUMENT, answers.changes - 10)
+    assert answers.get(HANDLE_A) is not None
 
 
 async def test_answers_are_kept_half_a_second_while_other_processes_changes_are_not_followed(

@@ -34,6 +34,8 @@ class Check:
     error: str | None = None
     evidence: dict[str, str] = field(default_factory=dict)  # method -> outcome
     upstream: str | None = None  # a transient failure: the upstream that failed
+    pds_check: str | None = None  # with check_pds: what the PDS said (`PdsCheck.outcome`)
+    pds_detail: str | None = None  # its status at the PDS, or why the check failed
 
     @property
     def transient(self) -> bool:
@@ -68,6 +70,8 @@ class Check:
                 "plc_log": str(identity.plc_log.outcome),
             },
             upstream=failed_upstream(identity) if identity.status is Status.UNAVAILABLE else None,
+            pds_check=identity.pds_check.outcome if identity.pds_check else None,
+            pds_detail=_pds_detail(identity),
         )
 
     def _fields(self) -> dict[str, Any]:
@@ -87,6 +91,13 @@ class Check:
     def encode(self) -> str:
         """The stored form: the time as Unix seconds, which orders and subtracts."""
         return json.dumps(self._fields(), separators=(",", ":"))
+
+
+def _pds_detail(identity: Identity) -> str | None:
+    check = identity.pds_check
+    if check is None:
+        return None
+    return check.error or check.status
 
 
 def failed_upstream(identity: Identity) -> str | None:

@@ -55,6 +55,16 @@ KINDS: dict[str, tuple[Severity, str]] = {
     "rotation_keys_changed": (INFO, "the rotation keys changed by a verified operation"),
     "method_changed": (INFO, "another method (DNS, HTTPS) now carries the handle"),
     "conflict_cleared": (INFO, "DNS and HTTPS agree again"),
+    # with check_pds: what the PDS the document names says of the account
+    "commit_key_mismatch": (
+        CRITICAL,
+        "the repository's latest commit is not signed by the document's key",
+    ),
+    "repo_not_hosted": (CRITICAL, "the PDS the document names does not host the account"),
+    "repo_inactive": (WARNING, "the PDS hosts the account inactive (deactivated, taken down…)"),
+    "pds_invalid": (WARNING, "the PDS answered what no PDS may (R-PDS-*, R-CAR-*, R-COMMIT-*)"),
+    "pds_unreachable": (WARNING, "the PDS the document names could not be reached"),
+    "pds_recovered": (INFO, "the PDS hosts the account again, active, its commit verified"),
 }
 
 # The statuses a check that reached the upstream can have (UNAVAILABLE is transient).
@@ -193,4 +203,48 @@ def _field_changes(previous: Check, current: Check, found: Callable[..., Finding
     # or the handle became ambiguous.
     if previous.conflict and not current.conflict and current.method == "both":
         findings.append(found("conflict_cleared", "DNS and HTTPS agree again", True, False))
+    findings.extend(_pds_changes(previous, current, found))
     return findings
+
+
+def _pds_kind(check: Check) -> str | None:
+    """The finding a PDS check's result is, when it is news (`_pds_changes`)."""
+    match check.pds_check:
+        case "hosted":
+            return "pds_recovered"
+        case "inactive":
+            return "repo_inactive"
+        case "not_hosted":
+            return "repo_not_hosted"
+        case "unreachable":
+            return "pds_unreachable"
+        case "invalid":
+            return (
+                "commit_key_mismatch"
+                if "[R-COMMIT-4]" in (check.pds_detail or "")
+                else "pds_invalid"
+            )
+    return None
+
+
+def _same_detail(previous: Check, current: Check) -> bool:
+    return previous.pds_detail == current.pds_detail
+
+
+def _pds_changes(previous: Check, current: Check, found: Callable[..., Finding]) -> list[Finding]:
+    """With check_pds, when both checks asked the PDS: its answer changed (an inactive
+    account's status, or why the check failed, included)."""
+    if previous.pds_check is None or current.pds_check is None:
+        return []
+    before, after = previous.pds_check, current.pds_check
+    if before == after and (
+        after not in ("inactive", "invalid") or _same_detail(previous, current)
+    ):
+        return []  # hosted with another commit, or failing the same way: no news
+    kind = _pds_kind(current)
+    if kind is None:
+        return []
+    detail = current.pds_detail or current.pds_check
+    return [
+        found(kind, f"{current.pds or 'the PDS'}: {detail}", previous.pds_check, current.pds_check)
+    ]

@@ -45,6 +45,8 @@ async def check_one(cached: CachedResolver, identifier: str) -> Check:
     """One identity re-verified, never from a stale cache entry."""
     started = time.perf_counter()
     identity = await cached.refresh(identifier)
+    if cached.resolver.config.check_pds:
+        identity = await cached.check_pds(identity)
     took = (time.perf_counter() - started) * 1000
     return Check.of(identifier, identity, time.time(), took)
 

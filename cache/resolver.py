@@ -135,6 +135,10 @@ class CachedResolver:
         self._counters["refreshes_requested"] += 1
         return self._with_account(await self._shared(query, timeout, reuse=False))
 
+    async def check_pds(self, identity: Identity) -> Identity:
+        """The PDS check, done now (what a PDS says of an account is not kept here)."""
+        return await self.resolver.check_pds(identity)
+
     def _with_account(self, identity: Identity) -> Identity:
         """The answer as the account's status makes it (`accounts.STATUSES`)."""
         mark = self.accounts.get(identity.did) if identity.did else None

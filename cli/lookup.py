@@ -41,7 +41,8 @@ def lookup(args: argparse.Namespace) -> int:
             print(f"atwhois: cannot read identifiers from {where}: {err}", file=sys.stderr)
             return 2
         lines = identifier_lines(text)
-        return run(_batch(_directory(args, resolved), lines, args), many=len(lines) > 1)
+        batch = _batch(_directory(args, resolved), lines, args, config.check_pds)
+        return run(batch, many=len(lines) > 1)
     if not args.identifier:
         raise UsageError(args.prog, "give an identifier, - for standard input, or --file FILE")
     identifier = args.identifier.strip()
@@ -53,7 +54,7 @@ def lookup(args: argparse.Namespace) -> int:
             parse_lookup(identifier, dev=config.dev)
         except InvalidInput as err:
             return _show(invalid_input(identifier, err, now_iso()), args)
-    return run(_single(_directory(args, resolved), identifier, args))
+    return run(_single(_directory(args, resolved), identifier, args, config.check_pds))
 
 
 def _directory(args: argparse.Namespace, resolved: Resolved) -> Directory:
@@ -75,17 +76,23 @@ def _directory(args: argparse.Namespace, resolved: Resolved) -> Directory:
     return CachedResolver(Resolver(resolved.config), open_store(url))
 
 
-async def _look(directory: Directory, identifier: str, args: argparse.Namespace) -> Identity:
+async def _look(
+    directory: Directory, identifier: str, args: argparse.Namespace, check_pds: bool
+) -> Identity:
     """`--refresh` resolves every part of a local cache afresh; `--server` asks the
-    daemon's cache as it is."""
+    daemon's cache as it is; `check_pds` (the setting) asks the PDS too, now."""
     if args.refresh and not args.server:
-        return await directory.refresh(identifier)
-    return await directory.lookup(identifier)
+        identity = await directory.refresh(identifier)
+    else:
+        identity = await directory.lookup(identifier)
+    return await directory.check_pds(identity) if check_pds else identity
 
 
-async def _single(directory: Directory, identifier: str, args: argparse.Namespace) -> int:
+async def _single(
+    directory: Directory, identifier: str, args: argparse.Namespace, check_pds: bool
+) -> int:
     try:
-        return _show(await _look(directory, identifier, args), args)
+        return _show(await _look(directory, identifier, args, check_pds), args)
     finally:
         await directory.aclose()
 
@@ -109,7 +116,9 @@ def _show(identity: Identity, args: argparse.Namespace) -> int:
     return int(identity.status.exit_code)
 
 
-async def _batch(directory: Directory, identifiers: list[str], args: argparse.Namespace) -> int:
+async def _batch(
+    directory: Directory, identifiers: list[str], args: argparse.Namespace, check_pds: bool
+) -> int:
     """Many lookups, at most --concurrency at once; one line each, in the order given (a
     line is printed once it and those before it are done); a count by status at the end;
     the worst exit code."""
@@ -124,7 +133,7 @@ async def _batch(directory: Directory, identifiers: list[str], args: argparse.Na
 
     async def one(identifier: str) -> Identity:
         async with gate:
-            return await _look(directory, identifier, args)
+            return await _look(directory, identifier, args, check_pds)
 
     def counter(text: str) -> None:
         """The progress line on a terminal's stderr: redrawn in place, and erased before a

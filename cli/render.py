@@ -74,6 +74,27 @@ def _evidence(name: str, evidence: Report, style: Style) -> str:
     return "  ".join(parts)
 
 
+_PDS_COLORS = {"hosted": GREEN, "unreachable": YELLOW, "inactive": RED, "not_hosted": RED}
+
+
+def _pds_check(check: Report, style: Style) -> list[str]:
+    """What the PDS said of the account (`--check-pds`): a row like the evidence rows."""
+    parts = [f"{'repo':<9} {style(check['outcome'], _PDS_COLORS.get(check['outcome'], RED))}"]
+    if check["status"]:
+        parts.append(check["status"])
+    if check["rev"]:
+        parts.append(f"rev {check['rev']}")
+    if check["ms"] is not None:
+        parts.append(style(f"{check['ms']:.1f} ms", DIM))
+    lines = ["  ".join(parts)]
+    if check["commit"]:
+        signed = f", signed by {check['key']}" if check["key"] else ""
+        lines.append(style(f"  commit {check['commit']}{signed}", DIM))
+    if check["error"]:
+        lines.append(style(f"! {check['error']}", RED if check["outcome"] == "invalid" else YELLOW))
+    return lines
+
+
 def _key(did_key: str) -> str:
     from resolver.keys import InvalidKey, parse_did_key  # the curve libraries, only when shown
 
@@ -122,6 +143,8 @@ def render_text(report: Report, *, style: Style | None = None, server: str | Non
         lines.append(row("aliases", ", ".join(report["also_known_as"])))
     if report["pds"]:
         lines.append(row("pds", report["pds"]))
+    if "pds" in evidence:
+        lines.extend("    " + line for line in _pds_check(evidence["pds"], style))
     if report["signing_key"]:
         lines.append(row("signing key", _key(report["signing_key"])))
     for service in report["services"]:

@@ -129,6 +129,12 @@ class Values:
         "replay the did:plc operation log instead of trusting the directory",
         _RESOLVER.verify_plc,
     )
+    check_pds: bool = _setting(
+        RESOLUTION,
+        "also ask the PDS the document names: does it host the account, is it active, is "
+        "its latest commit signed by the document's key (lookups and audits)",
+        _RESOLVER.check_pds,
+    )
     timeout: float | None = _setting(
         RESOLUTION,
         "deadline of each step: DNS, HTTPS well-known, DID document",

@@ -154,12 +154,13 @@ class HttpsHosts:
         host = headers.get("host", "").split(":")[0].lower()
         if self.delay or self.spread:
             await asyncio.sleep(self.delay + world.latency_share(host) * self.spread)
-        kept = await self._respond(writer, host, target.split("?")[0], method)
+        kept = await self._respond(writer, host, target, method)
         return bool(kept) and headers.get("connection", "").lower() != "close"
 
     async def _respond(
-        self, writer: asyncio.StreamWriter, host: str, path: str, method: str
+        self, writer: asyncio.StreamWriter, host: str, target: str, method: str
     ) -> bool | None:
+        path = target.split("?")[0]
         fault = self._faults.of(host) if self._faults is not None else None
         if fault == "503":
             return await _send(writer, 503, b"try later")
@@ -170,8 +171,8 @@ class HttpsHosts:
         if fault == "hang":
             await asyncio.sleep(3600)
             return None
-        if self.live_port is not None and _is_live(host):
-            return await self._from_pds(writer, host, path, method)
+        if self.live_port is not None and _is_live(host):  # with its query: XRPC's parameters
+            return await self._from_pds(writer, host, target, method)
         shaped = self.shaped.get(host) if world.shaped_pds(host) else None
         if shaped is not None and path == world.WELL_KNOWN:
             return await _send(writer, 200, shaped.encode(), keep_alive=True)
@@ -238,13 +239,14 @@ class HttpsHosts:
         return await _send(writer, 200, file.read_bytes(), [("Content-Type", content_type)])
 
     async def _from_pds(
-        self, writer: asyncio.StreamWriter, host: str, path: str, method: str
+        self, writer: asyncio.StreamWriter, host: str, target: str, method: str
     ) -> None:
-        """What the PDS answers for this host (its handles' well-known files), passed on."""
+        """What the PDS answers for this host (its handles' well-known files, its XRPC
+        methods), passed on."""
         reader, upstream = await asyncio.open_connection(LOOPBACK, self.live_port)
         try:
             upstream.write(
-                f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+                f"{method} {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
             )
             await upstream.drain()
             writer.write(await reader.read())

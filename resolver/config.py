@@ -58,6 +58,7 @@ class Config:
     https_timeout: float = 5.0  # handle well-known, whole fetch including redirects
     document_timeout: float = 5.0  # DID document, whole fetch
     verify_plc: bool = False  # replay the did:plc audit log instead of trusting the directory
+    check_pds: bool = False  # lookups and audits also ask the PDS (`resolver.pds`)
     max_redirects: int = 5  # H-WK-6
     # Politeness: at most this many requests at once to one web host, to the PLC directory,
     # and to the DNS servers (None: no limit). Audits set it.
@@ -71,7 +72,7 @@ class Config:
         """Refuse what would quietly do something else: a flag that is not a boolean (the
         string "false" is truthy), a deadline that never ends or is already over, a CA file
         that is not there, a directory that is not an http(s) URL."""
-        for name in ("dev", "verify_plc"):
+        for name in ("dev", "verify_plc", "check_pds"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidInput(
                     f"{name} must be true or false, not {getattr(self, name)!r}", "config"

@@ -20,6 +20,11 @@ class Directory(Protocol):
         """As `lookup`, every part resolved afresh (and what is kept updated)."""
         ...
 
+    async def check_pds(self, identity: Identity) -> Identity:
+        """`identity` with the PDS check of the PDS its document names (`resolver.pds`):
+        always done now, never kept."""
+        ...
+
     async def purge(self, identifier: str) -> list[str]:
         """Forget what is kept about `identifier`; the keys forgotten."""
         ...

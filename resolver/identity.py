@@ -77,6 +77,37 @@ class Evidence:
 SKIPPED = Evidence(Outcome.SKIPPED)
 
 
+HOSTED, INACTIVE, NOT_HOSTED, UNREACHABLE, INVALID = (
+    "hosted",
+    "inactive",
+    "not_hosted",
+    "unreachable",
+    "invalid",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PdsCheck:
+    """What the PDS a document names said of the account, and the evidence (`resolver.pds`)."""
+
+    outcome: str  # HOSTED, INACTIVE, NOT_HOSTED (confirmed), UNREACHABLE, INVALID
+    pds: str
+    status: str | None = None  # the account's status at the PDS ("active", "deactivated", …)
+    rev: str | None = None  # the latest commit's revision
+    commit: str | None = None  # its CID
+    key: str | None = None  # the document's key that verified it
+    signed_with: str | None = None  # an earlier key of the DID that verified it instead
+    error: str | None = None
+    ms: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PdsCheck:
+        return cls(**{name: data.get(name) for name in cls.__slots__})  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, slots=True)
 class CacheInfo:
     """Added by the cache: whether the answer came from it, how old it is, and whether it is
@@ -164,6 +195,7 @@ class Identity:
     services: tuple[tuple[str, str, str], ...] = ()  # (id, type, endpoint) from the document
     rotation_keys: tuple[str, ...] = ()  # did:plc, from the replayed log (with --verify-plc)
     history: LogSummary | None = None  # did:plc, the replayed log in brief (--verify-plc)
+    pds_check: PdsCheck | None = None  # with --check-pds: what the PDS said of the account
 
     @property
     def did_document(self) -> dict[str, Any] | None:
@@ -214,6 +246,8 @@ class Identity:
             "checked_at": self.checked_at,
             "cache": self.cache.to_json() if self.cache else None,
         }
+        if self.pds_check is not None:
+            out["evidence"]["pds"] = self.pds_check.to_json()
         if self.cache and self.cache.refresh_error:
             out["evidence"]["refresh"] = {"outcome": "failed", "error": self.cache.refresh_error}
         if include_document:
@@ -247,6 +281,7 @@ class Identity:
             handle_queried=evidence["handle"],
             did_document_json=_document_json(data.get("did_document")),
             cache=CacheInfo(**cache) if cache else None,
+            pds_check=PdsCheck.from_json(evidence["pds"]) if evidence.get("pds") else None,
         )
 
 

@@ -294,6 +294,56 @@ class Resolver:
             return Evidence.failure(err, _ms(started), url), None
         return Evidence(Outcome.OK, (did,), ms=round(_ms(started), 2), source=url), audit
 
+    async def check_pds(self, identity: Identity) -> Identity:
+        """`identity` with the PDS check (`resolver.pds`) of the PDS its document names;
+        as it is when it names none (or has no document)."""
+        if identity.did is None or identity.pds is None:
+            return identity
+        from .pds import check_pds
+
+        did = identity.did
+
+        async def earlier_keys() -> tuple[str, ...]:
+            return await self.signing_keys(did) if did.startswith("did:plc:") else ()
+
+        check = await check_pds(
+            self.web,
+            identity.pds,
+            did,
+            identity.signing_key,
+            earlier_keys,
+            timeout=self.config.https_timeout,
+        )
+        return dataclasses.replace(identity, pds_check=check)
+
+    async def signing_keys(self, did: str) -> tuple[str, ...]:
+        """Every `#atproto` key a did:plc's log declared, newest first (from its
+        `/log`). Raises a `ResolutionError` when the log cannot be had."""
+        check_plc_did(did)
+        response = await self.plc.get(
+            f"{self.config.plc_url.rstrip('/')}/{did}/log",
+            max_bytes=self.config.audit_log_max_bytes,
+            timeout=self.config.document_timeout,
+            accept="application/json",
+        )
+        check_plc_response(response, did)
+        try:
+            log = parse_json(response.body)
+        except ValueError:
+            raise MalformedAnswer("the log is not JSON") from None
+        from .plc.operation import BadOperation, parse_operation
+
+        keys: dict[str, None] = {}
+        for op in reversed(log if isinstance(log, list) else []):
+            try:
+                state = parse_operation(op).state
+            except BadOperation:
+                continue
+            key = state.method("atproto") if state else None
+            if key is not None:
+                keys[key] = None
+        return tuple(keys)
+
     async def audit_log(self, did: str) -> Audit:
         """Fetch a did:plc's `/log/audit` and replay it (P-AUDIT-1). Raises a
         `ResolutionError` when the log cannot be had; a bad log is an `Audit` with findings."""

@@ -97,7 +97,7 @@ class AnswerCache:
     (further back, or a change of anything: not kept). Following a relay, the store
     announces changes all the time (revalidations, account marks, the stream's cursor):
     refusing a record for any of them left lookups composing answers from the store over
-    and over (serve p99 6.4× the run without a stream, `bench follow`)."""
+    and over (serve p99 6.4 times the run's without a stream, `bench follow`)."""
 
     UNFOLLOWED_SECONDS = 0.5
     RECENT_CHANGES = 4096

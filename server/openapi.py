@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from resolver import Outcome, Status
+from resolver.identity import HOSTED, INACTIVE, INVALID, NOT_HOSTED, UNREACHABLE
 
 ERROR = {"$ref": "#/components/schemas/XrpcError"}
 IDENTITY = {"$ref": "#/components/schemas/Identity"}
@@ -139,6 +140,18 @@ _IDENTITY_FIELDS = {
                 ]
             },
             "refresh": object_of({"outcome": {"const": "failed"}, "error": {"type": "string"}}),
+            # with check_pds: what the PDS the document names said of the account
+            "pds": object_of(
+                {
+                    "outcome": {"enum": [HOSTED, INACTIVE, NOT_HOSTED, UNREACHABLE, INVALID]},
+                    "pds": {"type": "string"},
+                    **{
+                        name: nullable("string")
+                        for name in ("status", "rev", "commit", "key", "signed_with", "error")
+                    },
+                    "ms": nullable("number"),
+                }
+            ),
         },
     },
     "warnings": strings(),

@@ -166,6 +166,8 @@ _OWN = (
             "parameters": [
                 openapi.PATH_IDENTIFIER,
                 openapi.optional_query("document", {"type": "string", "enum": ["1", "true"]}),
+                # the PDS check (`resolver.pds`), done now: the answer is not to be kept
+                openapi.optional_query("check_pds", {"type": "string", "enum": ["1", "true"]}),
             ],
             "responses": {
                 "200": openapi.content(openapi.IDENTITY, "the report (the status inside)"),

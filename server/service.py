@@ -435,5 +435,8 @@ class Service:
         headers = {"Cache-Control": cache_control(identity) if status == 200 else "no-store"}
         if status == 502:
             headers["Retry-After"] = str(self.settings.retry_after)
+        if status == 200 and request.query.get("check_pds") in ("1", "true"):
+            identity = await self.cached.check_pds(identity)
+            headers["Cache-Control"] = "no-store"  # what the PDS said now, not the cache
         document = request.query.get("document") in ("1", "true")
         return json_response(identity.to_json(include_document=document), status, headers)

@@ -217,7 +217,7 @@ def test_bash_completion_knows_every_command_and_its_flags(
     assert _complete(["atwhois", "pl"]) == ["plc"]
     assert sorted(_complete(["atwhois", "plc", ""])) == ["mirror", "verify-export"]
     assert _complete(["atwhois", "lookup", "--sho"]) == ["--short"]
-    assert _complete(["atwhois", "alice.test", "--no-c"]) == ["--no-color"]  # lookup's
+    assert _complete(["atwhois", "alice.test", "--no-co"]) == ["--no-color"]  # lookup's
     assert "--max-connections" in _complete(["atwhois", "plc", "mirror", "--max-"])
     assert _complete(["atwhois", "audit", "--form"]) == ["--format"]  # audit run's
     assert _complete(["atwhois", "serve", "--short"]) == []  # not a flag of serve

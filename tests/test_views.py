@@ -57,6 +57,12 @@ def disagreements(report: Report, text: str) -> list[str]:
         says(finding, "plc finding")
     for alias in report["also_known_as"]:
         says(alias, "alias")
+    check = evidence.get("pds")
+    if check is not None:
+        says(f"repo      {check['outcome']}", "pds check outcome")
+        for name in ("status", "rev", "commit", "key", "signed_with", "error"):
+            if check[name]:
+                says(check[name], f"pds check {name}")
     for key in ("pds", "signing_key"):
         if report[key]:
             says(report[key], key)

@@ -245,6 +245,37 @@ def _entry(raw: bytes) -> None:
         decode_cached(raw, dev=False)
 
 
+def _car_of_commit() -> tuple[bytes, str]:
+    """A real commit block, signed, in a CAR as `getBlocks` sends it; and its CID."""
+    import hashlib
+
+    import libipld
+
+    from devnet.plc_ops import Key
+
+    fields = {"did": "did:plc:" + "f" * 24, "version": 3, "data": b"", "rev": "3a", "prev": None}
+    signature = Key("fuzz").private.sign_recoverable(libipld.encode_dag_cbor(fields))[:64]
+    block = libipld.encode_dag_cbor({**fields, "sig": signature})
+    cid = bytes([1, 0x71, 0x12, 32]) + hashlib.sha256(block).digest()
+    header = libipld.encode_dag_cbor({"roots": [], "version": 1})
+    section = cid + block
+    car = bytes([len(header)]) + header + bytes([len(section), 1]) + section
+    return car, libipld.encode_cid(cid)
+
+
+COMMIT_CAR, COMMIT_CID = _car_of_commit()
+
+
+def _commit(raw: bytes) -> None:
+    """A CAR a PDS answered: a commit, or `InvalidCommit` naming the rule (never another
+    error: the PDS check classifies only what it is promised)."""
+    from resolver.commit import InvalidCommit, read_commit
+
+    with contextlib.suppress(InvalidCommit):
+        commit = read_commit(raw, COMMIT_CID)
+        assert isinstance(commit.signature, bytes) and len(commit.signature) == 64
+
+
 TOML_SEEDS = [
     'cache = "memory:"\nttl_verified = "1:3600"\n',
     'dev = true\nplc_url = "https://plc.directory"\nport = 2584\n',
@@ -297,6 +328,7 @@ TARGETS = [
         functools.partial(_frame, decoder=decode_jetstream),
     ),
     Target("cache entries", flipped_or_random(ENTRIES), _entry),
+    Target("PDS commit blocks", flipped_or_random([COMMIT_CAR]), _commit),
     Target(
         "TOML configuration",
         st.one_of(mutated_text(TOML_SEEDS), st.text(max_size=120)),

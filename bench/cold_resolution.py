@@ -4,6 +4,8 @@ response: atwhois (both methods at once, bidirectional check) against the Python
 handle -> DID -> document, no check), in one run.
 
     python -m bench cold [--delay-ms 50] [--lookups 600] [--concurrency 32] [--loop uvloop]
+    python -m bench cold --check-pds   # the PDS check's cost: lookups of accounts of the
+                                       # reference PDS, with it against without it
 
 Every lookup in process runs on uvloop's event loop, as atwhois's commands run theirs
 (`--loop asyncio`: the standard library's, for comparison); the SDK shares the loop.
@@ -251,12 +253,58 @@ async def run(devnet: DevnetState, lookups: int, concurrency: int, delay_ms: flo
         return rows
 
 
+async def pds_check_cost(
+    devnet: DevnetState, lookups: int, concurrency: int, delay_ms: float
+) -> list[Row]:
+    """Lookups of accounts the reference PDS hosts, with the PDS check (three more requests,
+    a CAR read, a signature verified) against the same lookups without it, in one run."""
+    from devnet.pds import create_account
+    from devnet.world import LIVE_HANDLE_SUFFIX
+
+    config = devnet.config(https_timeout=5.0, document_timeout=5.0, dns_timeout=5.0)
+    tag = os.urandom(3).hex()
+    names = [f"cost{tag}{i}" for i in range(12)]
+    for name in names:
+        create_account(devnet.pds_url, name)
+    handles = [name + LIVE_HANDLE_SUFFIX for name in names]
+    async with Resolver(config) as atwhois:
+
+        async def plain(handle: str) -> bool:
+            return (await atwhois.lookup(handle)).verified
+
+        async def checked(handle: str) -> bool:
+            identity = await atwhois.check_pds(await atwhois.lookup(handle))
+            return identity.pds_check is not None and identity.pds_check.outcome == "hosted"
+
+        print(
+            f"the PDS check's cost, {delay_ms:.0f} ms added to every DNS answer and HTTPS "
+            f"response; {lookups} lookups of {len(handles)} accounts of the reference PDS at "
+            f"concurrency {concurrency}"
+        )
+        without = await measure("lookup", plain, handles, lookups, concurrency)
+        with_check = await measure("lookup + PDS check", checked, handles, lookups, concurrency)
+    print("  " + without.line())
+    print("  " + with_check.line())
+    cpu = [r.cpu_seconds / max(r.ok, 1) * 1000 for r in (with_check, without)]
+    print(
+        f"  with the check / without: throughput {with_check.rate / without.rate:.2f}, "
+        f"CPU per lookup {cpu[0] / cpu[1]:.2f}"
+    )
+    return [
+        Row("cold lookups with the PDS check", with_check.rate, without.rate, "without", "/s"),
+        Row("  CPU per lookup with the PDS check", cpu[0], cpu[1], "without", "ms", True),
+    ]
+
+
 def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(prog="python -m bench cold", description=__doc__)
     parser.add_argument("--delay-ms", type=float, default=50)
     parser.add_argument("--lookups", type=int, default=600)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument(
+        "--check-pds", action="store_true", help="measure the PDS check's cost instead"
+    )
     args = parser.parse_args(argv)
     loop = uvloop.new_event_loop if args.loop == "uvloop" else asyncio.new_event_loop
     with (
@@ -265,4 +313,5 @@ def main(argv: list[str] | None = None) -> list[Row]:
         asyncio.Runner(loop_factory=loop) as runner,
     ):
         print(f"event loop: {args.loop}")
-        return runner.run(run(devnet, args.lookups, args.concurrency, args.delay_ms))
+        measured = pds_check_cost if args.check_pds else run
+        return runner.run(measured(devnet, args.lookups, args.concurrency, args.delay_ms))

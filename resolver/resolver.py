@@ -319,18 +319,7 @@ class Resolver:
     async def signing_keys(self, did: str) -> tuple[str, ...]:
         """Every `#atproto` key a did:plc's log declared, newest first (from its
         `/log`). Raises a `ResolutionError` when the log cannot be had."""
-        check_plc_did(did)
-        response = await self.plc.get(
-            f"{self.config.plc_url.rstrip('/')}/{did}/log",
-            max_bytes=self.config.audit_log_max_bytes,
-            timeout=self.config.document_timeout,
-            accept="application/json",
-        )
-        check_plc_response(response, did)
-        try:
-            log = parse_json(response.body)
-        except ValueError:
-            raise MalformedAnswer("the log is not JSON") from None
+        log = await self._plc_log(did, "/log")
         from .plc.operation import BadOperation, parse_operation
 
         keys: dict[str, None] = {}
@@ -347,21 +336,25 @@ class Resolver:
     async def audit_log(self, did: str) -> Audit:
         """Fetch a did:plc's `/log/audit` and replay it (P-AUDIT-1). Raises a
         `ResolutionError` when the log cannot be had; a bad log is an `Audit` with findings."""
+        log = await self._plc_log(did, "/log/audit")
+        from .plc import replay
+
+        return replay(did, log)
+
+    async def _plc_log(self, did: str, path: str) -> Any:
+        """A did:plc's `path` (`/log`, `/log/audit`) from the directory, parsed."""
         check_plc_did(did)
         response = await self.plc.get(
-            f"{self.config.plc_url.rstrip('/')}/{did}/log/audit",
+            f"{self.config.plc_url.rstrip('/')}/{did}{path}",
             max_bytes=self.config.audit_log_max_bytes,
             timeout=self.config.document_timeout,
             accept="application/json",
         )
         check_plc_response(response, did)
         try:
-            log = parse_json(response.body)
+            return parse_json(response.body)
         except ValueError:
-            raise MalformedAnswer("the audit log is not JSON") from None
-        from .plc import replay
-
-        return replay(did, log)
+            raise MalformedAnswer(f"{path} is not JSON") from None
 
 
 async def _timed(run: Callable[[], Awaitable[str]], *, source: str, seen: list[str]) -> Evidence:

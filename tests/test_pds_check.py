@@ -30,6 +30,7 @@ from resolver import Resolver
 from resolver.commit import InvalidCommit, read_commit, signed_by
 from resolver.identity import HOSTED, INACTIVE, INVALID, NOT_HOSTED, UNREACHABLE
 from resolver.plc.encoding import cid_of, dag_cbor
+from tests.test_live_pds import xrpc
 from tests.test_views import disagreements
 
 DID = "did:plc:" + "p" * 24
@@ -155,21 +156,11 @@ async def _checked(devnet: DevnetState, identifier: str) -> Any:
         return identity, await resolver.check_pds(identity)
 
 
-def _pds(
-    devnet: DevnetState, method: str, body: dict[str, Any] | None, token: str | None = None
-) -> Any:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = f"{devnet.pds_url}/xrpc/{method}"
-    answer = httpx.post(url, json=body, headers=headers, timeout=30)
-    assert answer.status_code == 200, answer.text
-    return answer.json() if answer.content else None
-
-
 def _session(devnet: DevnetState, name: str) -> str:
     handle = name + world.LIVE_HANDLE_SUFFIX
     password = world.live_password(name)
     body = {"identifier": handle, "password": password}
-    return str(_pds(devnet, "com.atproto.server.createSession", body)["accessJwt"])
+    return str(xrpc(devnet, "com.atproto.server.createSession", body)["accessJwt"])
 
 
 async def test_an_account_its_pds_hosts_verifies_its_latest_commit_under_the_document_key(
@@ -246,12 +237,12 @@ async def test_a_deactivated_account_is_inactive_with_its_status(devnet: DevnetS
     name = f"off{uuid.uuid4().hex[:8]}"
     did = create_account(devnet.pds_url, name)
     token = _session(devnet, name)
-    _pds(devnet, "com.atproto.server.deactivateAccount", {}, token)
+    xrpc(devnet, "com.atproto.server.deactivateAccount", {}, token)
     _, checked = await _checked(devnet, did)
     check = checked.pds_check
     assert check is not None and check.outcome == INACTIVE, check
     assert check.status == "deactivated" and check.commit is None
-    _pds(devnet, "com.atproto.server.activateAccount", None, token)
+    xrpc(devnet, "com.atproto.server.activateAccount", None, token)
     _, again = await _checked(devnet, did)
     assert again.pds_check is not None and again.pds_check.outcome == HOSTED
 
@@ -354,7 +345,7 @@ async def test_an_audit_run_reports_each_pds_problem_as_a_finding_with_its_sever
         original_key = checks[targets[0].identifier].signing_key
         _declare(devnet, dids["key"], atproto=Key(uuid.uuid4().hex).did_key)
         token = _session(devnet, names["off"])
-        _pds(devnet, "com.atproto.server.deactivateAccount", {}, token)
+        xrpc(devnet, "com.atproto.server.deactivateAccount", {}, token)
         _declare(
             devnet, dids["host"], pds=f"https://nopds-{uuid.uuid4().hex[:6]}{world.BULK_SUFFIX}"
         )
@@ -377,7 +368,7 @@ async def test_an_audit_run_reports_each_pds_problem_as_a_finding_with_its_sever
         assert str(original_key) in details["commit_key_mismatch"]
         assert "deactivated" in details["repo_inactive"]
         _declare(devnet, dids["key"], atproto=str(original_key))
-        _pds(devnet, "com.atproto.server.activateAccount", None, token)
+        xrpc(devnet, "com.atproto.server.activateAccount", None, token)
         third = await auditor.run(targets[:2])
         kinds = {(f.identifier, f.kind) for f in store.run_findings(third.run_id)}
         assert kinds == {

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator, Iterator
 
+import httpx._transports.default
 import pytest
 
 from devnet.atwhois import Daemon, running_daemon
@@ -12,6 +14,13 @@ from devnet.network import DevnetState, running_devnet
 from resolver import Config, Resolver
 from tests.support.http import TOKEN
 from tests.support.webhook_receiver import Receiver
+
+# `httpx.get` makes a client each call, and each client an SSL context that loads certifi's
+# bundle: 73 ms a call, and the tests poll and loop with `httpx.get` thousands of times (a
+# minute and more of `make test`). One context per set of arguments serves them all: a
+# context is made to be shared, and none of them is changed after it is made.
+_transports = httpx._transports.default
+_transports.create_ssl_context = functools.lru_cache(maxsize=16)(_transports.create_ssl_context)
 
 
 @pytest.fixture(scope="session")

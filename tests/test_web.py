@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service as DriverService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.expected_conditions import staleness_of
@@ -180,13 +181,22 @@ def test_strangers_strings_render_inert(
     assert page.headers["X-Content-Type-Options"] == "nosniff"
 
 
+def left(browser: webdriver.Chrome, element: Any) -> None:
+    """Waits until the page `element` was on is gone. While the next one loads, Chrome may
+    answer a question about the element with an inspector error ("Node with given id does
+    not belong to the document") rather than "stale": asked again, it says stale."""
+    WebDriverWait(browser, 20, ignored_exceptions=(WebDriverException,)).until(
+        staleness_of(element)
+    )
+
+
 def test_the_home_page_and_the_lookup_form(browser: webdriver.Chrome, daemon: Daemon) -> None:
     text = visit(browser, daemon, "/", "home")
     assert "Who is behind a handle or a DID?" in text
     field = browser.find_element(By.ID, "q")
     field.send_keys("@Carol.Test")
     field.submit()
-    WebDriverWait(browser, 20).until(staleness_of(field))
+    left(browser, field)
     assert browser.current_url == daemon.url + "/id/%40Carol.Test"  # a permalink
     assert "@Carol.Test: verified" in browser.find_element(By.TAG_NAME, "body").text
 
@@ -199,7 +209,7 @@ def test_the_audits_page_edits_with_the_token(browser: webdriver.Chrome, daemon:
         form.find_element(By.NAME, "label").send_keys(label)
         form.find_element(By.NAME, "token").send_keys(token)
         form.submit()
-        WebDriverWait(browser, 20).until(staleness_of(form))  # the answer's page, not this one
+        left(browser, form)  # the answer's page, not this one
         return browser.find_element(By.TAG_NAME, "body").text
 
     assert "Not changed: wrong token." in add("grace.test", "team", "guess")
@@ -212,7 +222,7 @@ def test_the_audits_page_edits_with_the_token(browser: webdriver.Chrome, daemon:
     assert "grace.test team ok verified" in text
     link = browser.find_element(By.LINK_TEXT, "grace.test")
     link.click()
-    WebDriverWait(browser, 20).until(staleness_of(link))
+    left(browser, link)
     assert "1 check" in browser.find_element(By.TAG_NAME, "body").text
     visit(browser, daemon, "/audits/grace.test", "audit-history")
 

@@ -5,12 +5,8 @@ sign with, a deactivated account, a DID whose PDS does not host it, a PDS that i
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import socket
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +20,13 @@ from cli.render import render_text
 from devnet import world
 from devnet.atwhois import run, running_daemon
 from devnet.network import DevnetState
-from devnet.pds import create_account
+from devnet.pds import create_account, free_port
 from devnet.plc_ops import Key, PlcAccount, new_handle
 from resolver import Resolver
 from resolver.commit import InvalidCommit, read_commit, signed_by
 from resolver.identity import HOSTED, INACTIVE, INVALID, NOT_HOSTED, UNREACHABLE
 from resolver.plc.encoding import cid_of, dag_cbor
+from tests.support import repo
 from tests.test_live_pds import xrpc
 from tests.test_views import disagreements
 
@@ -41,38 +38,8 @@ PDS_ROTATION = Key("atwhois devnet pds rotation key")
 # --- the commit block, on bytes made here ------------------------------------------------
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _cid(block: bytes, codec: int = 0x71) -> bytes:
-    return bytes([1]) + _varint(codec) + bytes([0x12, 32]) + hashlib.sha256(block).digest()
-
-
-def _car(*blocks: tuple[bytes, bytes]) -> bytes:
-    header = libipld.encode_dag_cbor({"roots": [], "version": 1})
-    sections = b"".join(_varint(len(cid) + len(b)) + cid + b for cid, b in blocks)
-    return _varint(len(header)) + header + sections
-
-
 def _commit(key: Key, **changes: Any) -> tuple[str, bytes, bytes]:
-    """A signed commit block: its CID as text, the CID's bytes, and the block."""
-    fields: dict[str, Any] = {
-        "did": DID,
-        "version": 3,
-        "data": _cid(b"mst root"),
-        "rev": "3n3qpjq7vrk2v",
-        "prev": None,
-    }
-    signature = key.private.sign_recoverable(libipld.encode_dag_cbor(fields))[:64]
-    block = libipld.encode_dag_cbor({**fields, "sig": signature, **changes})
-    cid = _cid(block)
-    return libipld.encode_cid(cid), cid, block
+    return repo.signed_commit(key, DID, **changes)
 
 
 def test_a_commit_is_read_from_its_car_and_verified_with_the_key_that_signed_it() -> None:
@@ -81,7 +48,7 @@ def test_a_commit_is_read_from_its_car_and_verified_with_the_key_that_signed_it(
     roots are empty (as `getBlocks` sends)."""
     key, other = Key("commit key"), Key("another key")
     text, cid, block = _commit(key)
-    commit = read_commit(_car((_cid(b"x"), b"x"), (cid, block)), text)
+    commit = read_commit(repo.car((repo.cid(b"x"), b"x"), (cid, block)), text)
     assert (commit.did, commit.rev, commit.cid) == (DID, "3n3qpjq7vrk2v", text)
     assert signed_by(commit, (other.did_key, key.did_key)) == key.did_key
     assert signed_by(commit, (other.did_key,)) is None
@@ -111,36 +78,34 @@ def test_a_commit_is_read_from_its_car_and_verified_with_the_key_that_signed_it(
 def test_a_car_or_commit_that_breaks_a_rule_is_refused_naming_it(case: str, rule: str) -> None:
     key = Key("commit key")
     text, cid, block = _commit(key)
-    car = _car((cid, block))
+    car = repo.car((cid, block))
     header = libipld.encode_dag_cbor({"roots": [], "version": 1})
     match case:
         case "no block of that CID":
-            car = _car((_cid(b"x"), b"x"))
+            car = repo.car((repo.cid(b"x"), b"x"))
         case "the block does not hash to its CID":
-            car = _car((cid, block[:-1] + bytes([block[-1] ^ 1])))
+            car = repo.car((cid, block[:-1] + bytes([block[-1] ^ 1])))
         case "a CID of another codec":
-            car = _car((_cid(block, codec=0x55), block))
+            car = repo.car((repo.cid(block, codec=0x55), block))
         case "a section cut short":
             car = car[:-10]
         case "a header that is not CAR v1":
             other = libipld.encode_dag_cbor({"roots": [], "version": 2})
-            car = _varint(len(other)) + other + car[len(header) + 1 :]
+            car = repo.varint(len(other)) + other + car[len(header) + 1 :]
         case "more than 16 blocks":
-            car = _car(*[(_cid(bytes([n])), bytes([n])) for n in range(17)], (cid, block))
+            car = repo.car(*[(repo.cid(bytes([n])), bytes([n])) for n in range(17)], (cid, block))
         case "not DAG-CBOR":
-            garbage = b"\xff\x00"
-            text, car = libipld.encode_cid(_cid(garbage)), _car((_cid(garbage), garbage))
+            text, car = repo.alone(b"\xff\x00")
         case "no rev":
             fields = libipld.decode_dag_cbor(block)
             del fields["rev"]
-            bare = libipld.encode_dag_cbor(fields)
-            text, car = libipld.encode_cid(_cid(bare)), _car((_cid(bare), bare))
+            text, car = repo.alone(libipld.encode_dag_cbor(fields))
         case "version 2":
             text, cid, block = _commit(key, version=2)
-            car = _car((cid, block))
+            car = repo.car((cid, block))
         case "a signature of 63 bytes":
             text, cid, block = _commit(key, sig=b"s" * 63)
-            car = _car((cid, block))
+            car = repo.car((cid, block))
     with pytest.raises(InvalidCommit) as refused:
         read_commit(car, text)
     assert refused.value.rule == rule, str(refused.value)
@@ -273,21 +238,11 @@ async def test_a_pds_that_does_not_host_the_did_and_one_that_is_gone_are_told_ap
     check = checked.pds_check
     assert check is not None and check.outcome == NOT_HOSTED, check
     assert check.error is not None and "NXDOMAIN" in check.error
-    with socket_closed() as port:
-        account.move_pds(f"http://127.0.0.1:{port}")
-        _, checked = await _checked(devnet, account.did)
+    account.move_pds(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    _, checked = await _checked(devnet, account.did)
     check = checked.pds_check
     assert check is not None and check.outcome == UNREACHABLE, check
     assert check.error is not None and check.commit is None
-
-
-@contextlib.contextmanager
-def socket_closed() -> Iterator[int]:
-    """A loopback port nothing listens on (bound, then closed)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    yield port
 
 
 def test_the_check_from_the_command_line_and_the_daemon(
@@ -349,9 +304,8 @@ async def test_an_audit_run_reports_each_pds_problem_as_a_finding_with_its_sever
         _declare(
             devnet, dids["host"], pds=f"https://nopds-{uuid.uuid4().hex[:6]}{world.BULK_SUFFIX}"
         )
-        with socket_closed() as port:
-            _declare(devnet, dids["gone"], pds=f"http://127.0.0.1:{port}")
-            second = await auditor.run(targets)
+        _declare(devnet, dids["gone"], pds=f"http://127.0.0.1:{free_port()}")
+        second = await auditor.run(targets)
         kinds = {(f.identifier, f.kind, str(f.severity)) for f in store.run_findings(second.run_id)}
         handle = watched
         assert kinds == {

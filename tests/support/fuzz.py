@@ -247,20 +247,13 @@ def _entry(raw: bytes) -> None:
 
 def _car_of_commit() -> tuple[bytes, str]:
     """A real commit block, signed, in a CAR as `getBlocks` sends it; and its CID."""
-    import hashlib
-
-    import libipld
-
     from devnet.plc_ops import Key
 
-    fields = {"did": "did:plc:" + "f" * 24, "version": 3, "data": b"", "rev": "3a", "prev": None}
-    signature = Key("fuzz").private.sign_recoverable(libipld.encode_dag_cbor(fields))[:64]
-    block = libipld.encode_dag_cbor({**fields, "sig": signature})
-    cid = bytes([1, 0x71, 0x12, 32]) + hashlib.sha256(block).digest()
-    header = libipld.encode_dag_cbor({"roots": [], "version": 1})
-    section = cid + block
-    car = bytes([len(header)]) + header + bytes([len(section), 1]) + section
-    return car, libipld.encode_cid(cid)
+    from .repo import alone, signed_commit
+
+    _, _, block = signed_commit(Key("fuzz"), "did:plc:" + "f" * 24)
+    text, car = alone(block)
+    return car, text
 
 
 COMMIT_CAR, COMMIT_CID = _car_of_commit()

@@ -53,21 +53,19 @@ class RemoteDirectory:
         self._token = token
 
     async def lookup(self, identifier: str) -> Identity:
-        path = "/v1/identity/" + urllib.parse.quote(identifier, safe="")
+        return await self._report(identifier)
+
+    async def check_pds(self, identity: Identity) -> Identity:
+        """The daemon's report with its PDS check (`?check_pds=1`), done there now."""
+        return await self._report(identity.query, "?check_pds=1")
+
+    async def _report(self, identifier: str, query: str = "") -> Identity:
+        path = "/v1/identity/" + urllib.parse.quote(identifier, safe="") + query
         try:
             _, body = await self._ask("GET", path)
             return Identity.from_json(parse_json(body))
         except (DaemonUnanswered, ValueError, KeyError, TypeError) as err:
             return self._unanswered(identifier, f"did not answer: {err or type(err).__name__}")
-
-    async def check_pds(self, identity: Identity) -> Identity:
-        """The daemon's report with its PDS check (`?check_pds=1`), done there now."""
-        path = "/v1/identity/" + urllib.parse.quote(identity.query, safe="") + "?check_pds=1"
-        try:
-            _, body = await self._ask("GET", path)
-            return Identity.from_json(parse_json(body))
-        except (DaemonUnanswered, ValueError, KeyError, TypeError) as err:
-            return self._unanswered(identity.query, f"did not answer: {err or type(err).__name__}")
 
     async def refresh(self, identifier: str) -> Identity:
         """The daemon resolves every part afresh (`refreshIdentity`, with the token), then

@@ -227,10 +227,6 @@ def _pds_kind(check: Check) -> str | None:
     return None
 
 
-def _same_detail(previous: Check, current: Check) -> bool:
-    return previous.pds_detail == current.pds_detail
-
-
 def _pds_changes(previous: Check, current: Check, found: Callable[..., Finding]) -> list[Finding]:
     """With check_pds, when both checks asked the PDS: its answer changed (an inactive
     account's status, or why the check failed, included)."""
@@ -238,7 +234,7 @@ def _pds_changes(previous: Check, current: Check, found: Callable[..., Finding])
         return []
     before, after = previous.pds_check, current.pds_check
     if before == after and (
-        after not in ("inactive", "invalid") or _same_detail(previous, current)
+        after not in ("inactive", "invalid") or previous.pds_detail == current.pds_detail
     ):
         return []  # hosted with another commit, or failing the same way: no news
     kind = _pds_kind(current)

@@ -34,7 +34,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
@@ -46,6 +46,10 @@ log = logging.getLogger("atwhois.revalidate")
 CLAIM_WINDOW = 30.0  # seconds a claim waits for its change to show
 FIRST_RECHECK, LAST_RECHECK = 0.5, 8.0  # the back-off between re-checks
 Watcher = Callable[[set[str]], Awaitable[None]]  # told the DID and handles that changed
+
+
+class Change(NamedTuple):
+    hinted: str | None  # the handle the source says the DID has now
 
 
 class Revalidator:
@@ -62,9 +66,8 @@ class Revalidator:
         self.failures = 0
         self.claims: Counter[str] = Counter()  # how the claims re-checked here ended
         self._gate = asyncio.Semaphore(concurrency)
-        # DID -> the handle hinted by a change that came during its refresh ("" for none;
-        # None: no change came): once more, after
-        self._running: dict[str, str | None] = {}
+        # DID -> the change that came during its refresh (None: none): once more, after
+        self._running: dict[str, Change | None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def claimed(self, did: str, hinted: str | None, claim: str) -> None:
@@ -76,11 +79,12 @@ class Revalidator:
 
     def changed(self, did: str, hinted: str | None = None) -> None:
         """`did` changed (`hinted`: the handle the source says it has now)."""
+        change = Change(hinted)
         if did in self._running:
-            self._running[did] = hinted or ""  # once more when the one under way ends
+            self._running[did] = change  # once more when the one under way ends
             return
         self._running[did] = None
-        self._spawn(self._revalidate(did, hinted or ""))
+        self._spawn(self._revalidate(did, change))
 
     def changed_many(self, dids: Iterable[str]) -> None:
         for did in dids:
@@ -101,12 +105,12 @@ class Revalidator:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _revalidate(self, did: str, hinted: str | None) -> None:
+    async def _revalidate(self, did: str, change: Change | None) -> None:
         try:
-            while hinted is not None:
+            while change is not None:
                 async with self._gate:
-                    await self._refresh(did, hinted or None)
-                hinted, self._running[did] = self._running[did], None
+                    await self._refresh(did, change.hinted)
+                change, self._running[did] = self._running[did], None
         finally:
             del self._running[did]
 

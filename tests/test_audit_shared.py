@@ -83,7 +83,11 @@ def test_processes_share_a_run_and_take_over_from_a_killed_one(
             owners = {f"{os.uname().nodename}:{p.pid}" for p in processes}
             # both take part, and checks are being recorded
             until(lambda: _workers(store, run_id) == owners and _checked(store, run_id) >= 50, 30)
-            killed, survivor = processes
+            # the one killed holds identities it claimed: between two batches a process
+            # holds none, and one killed then leaves nothing to take over
+            until(lambda: _holding(store, run_id, processes) is not None, 30)
+            killed = _holding(store, run_id, processes) or processes[0]
+            survivor = processes[1] if killed is processes[0] else processes[0]
             killed.send_signal(signal.SIGKILL)
             killed.wait(timeout=10)
             assert store.runs_shared.status(run_id) == "running"  # killed mid-run ...
@@ -223,3 +227,17 @@ def _runs_logged(log: Path) -> set[int]:
 def _finished_runs(store: AuditStore) -> int:
     row = store.db.one("SELECT count(*) FROM runs WHERE status='finished'")
     return int(row[0]) if row else 0
+
+
+def _holding(
+    store: AuditStore, run_id: int, processes: list[subprocess.Popen[str]]
+) -> subprocess.Popen[str] | None:
+    """One of `processes` that holds identities of the run now (None: neither does)."""
+    for process in processes:
+        held = store.db.one(
+            "SELECT count(*) FROM run_items WHERE run_id=? AND owner=?",
+            (run_id, f"{os.uname().nodename}:{process.pid}"),
+        )
+        if held is not None and held[0] > 0:
+            return process
+    return None

@@ -36,6 +36,8 @@ class Check:
     upstream: str | None = None  # a transient failure: the upstream that failed
     pds_check: str | None = None  # with check_pds: what the PDS said (`PdsCheck.outcome`)
     pds_detail: str | None = None  # its status at the PDS, or why the check failed
+    dnssec: str | None = None  # with dnssec: what DNSSEC said of the TXT answer (its state)
+    dnssec_detail: str | None = None  # why, when not secure
 
     @property
     def transient(self) -> bool:
@@ -72,6 +74,8 @@ class Check:
             upstream=failed_upstream(identity) if identity.status is Status.UNAVAILABLE else None,
             pds_check=identity.pds_check.outcome if identity.pds_check else None,
             pds_detail=_pds_detail(identity),
+            dnssec=identity.dns.dnssec.state if identity.dns.dnssec else None,
+            dnssec_detail=identity.dns.dnssec.reason if identity.dns.dnssec else None,
         )
 
     def _fields(self) -> dict[str, Any]:

@@ -65,6 +65,13 @@ KINDS: dict[str, tuple[Severity, str]] = {
     "pds_invalid": (WARNING, "the PDS answered what no PDS may (R-PDS-*, R-CAR-*, R-COMMIT-*)"),
     "pds_unreachable": (WARNING, "the PDS the document names could not be reached"),
     "pds_recovered": (INFO, "the PDS hosts the account again, active, its commit verified"),
+    # with dnssec: what DNSSEC says of the handle's TXT answer
+    "dnssec_bogus": (
+        CRITICAL,
+        "the TXT answer's DNSSEC signatures fail: forged, or a zone signed wrong",
+    ),
+    "dnssec_lost": (WARNING, "the TXT answer was DNSSEC-secure and no longer is"),
+    "dnssec_secure_again": (INFO, "the TXT answer is DNSSEC-secure again"),
 }
 
 # The statuses a check that reached the upstream can have (UNAVAILABLE is transient).
@@ -204,6 +211,7 @@ def _field_changes(previous: Check, current: Check, found: Callable[..., Finding
     if previous.conflict and not current.conflict and current.method == "both":
         findings.append(found("conflict_cleared", "DNS and HTTPS agree again", True, False))
     findings.extend(_pds_changes(previous, current, found))
+    findings.extend(_dnssec_changes(previous, current, found))
     return findings
 
 
@@ -244,3 +252,23 @@ def _pds_changes(previous: Check, current: Check, found: Callable[..., Finding])
     return [
         found(kind, f"{current.pds or 'the PDS'}: {detail}", previous.pds_check, current.pds_check)
     ]
+
+
+def _dnssec_changes(
+    previous: Check, current: Check, found: Callable[..., Finding]
+) -> list[Finding]:
+    """With dnssec, when both checks had a TXT answer to validate: it became bogus, stopped
+    being secure, or became secure again."""
+    before, after = previous.dnssec, current.dnssec
+    if before is None or after is None or before == after:
+        return []
+    if after == "bogus":
+        kind = "dnssec_bogus"
+    elif before == "secure":
+        kind = "dnssec_lost"
+    elif after == "secure":
+        kind = "dnssec_secure_again"
+    else:
+        return []  # between insecure and indeterminate: it vouched for nothing either way
+    detail = current.dnssec_detail or f"DNSSEC: {after}"
+    return [found(kind, detail, before, after)]

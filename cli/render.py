@@ -74,6 +74,19 @@ def _evidence(name: str, evidence: Report, style: Style) -> str:
     return "  ".join(parts)
 
 
+_DNSSEC_COLORS = {"secure": GREEN, "bogus": RED}
+
+
+def _dnssec(check: Report, style: Style) -> str:
+    """What DNSSEC said of the TXT answer (`--dnssec`), under the DNS row."""
+    parts = [f"  {'dnssec':<7} {style(check['state'], _DNSSEC_COLORS.get(check['state'], YELLOW))}"]
+    if check["zone"]:
+        parts.append(f"zone {check['zone']}")
+    if check["reason"]:
+        parts.append(f"({check['reason']})")
+    return "  ".join(parts)
+
+
 _PDS_COLORS = {"hosted": GREEN, "unreachable": YELLOW, "inactive": RED, "not_hosted": RED}
 
 
@@ -126,6 +139,8 @@ def render_text(report: Report, *, style: Style | None = None, server: str | Non
         lines.append(row("declares", declared))
     lines.append(row("resolution", f"of {evidence['handle'] or '(no handle)'}"))
     lines.append("    " + _evidence("dns", evidence["dns"], style))
+    if evidence["dns"].get("dnssec"):
+        lines.append("    " + _dnssec(evidence["dns"]["dnssec"], style))
     lines.append("    " + _evidence("https", evidence["https"], style))
     if "dns_https_conflict" in report["warnings"]:
         dns, https = evidence["dns"]["dids"], evidence["https"]["dids"]
@@ -171,6 +186,7 @@ def _rules(report: Report, row: Callable[[str, str], str]) -> list[str]:
     steps = [step for step in evidence.values() if isinstance(step, dict)]
     messages = [report["error"], *(step.get("error") for step in steps)]
     messages += evidence.get("plc_log", {}).get("findings", [])
+    messages += [(evidence.get("dns", {}).get("dnssec") or {}).get("reason")]
     tags = cited(*messages)
     return [row("rules", f"{', '.join(tags)}: see {SPEC}")] if tags else []
 

@@ -135,6 +135,20 @@ class Values:
         "its latest commit signed by the document's key (lookups and audits)",
         _RESOLVER.check_pds,
     )
+    dnssec: bool = _setting(
+        RESOLUTION,
+        "validate the DNS answer's DNSSEC chain from the trust anchors: secure, insecure "
+        "(proven unsigned), bogus (the DNS method then counts as invalid) or indeterminate",
+        _RESOLVER.dnssec,
+    )
+    dnssec_anchor: list[str] = _setting(
+        RESOLUTION,
+        "a trust anchor, as a DS or DNSKEY record (repeatable; the variable takes a "
+        "comma-separated list)",
+        [],
+        shown="the root zone's KSK-2017 and KSK-2024",
+        metavar="RECORD",
+    )
     timeout: float | None = _setting(
         RESOLUTION,
         "deadline of each step: DNS, HTTPS well-known, DID document",

@@ -14,10 +14,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import cast
 
+import dns.flags
 import dns.message
 import dns.rcode
+import dns.rdatatype
 
-from . import world
+from . import dnssec, world
 from .faults import Faults
 from .process import Child
 
@@ -51,6 +53,7 @@ def render_zone(
         f"@ SOA ns.test. hostmaster.test. {serial} 3600 600 86400 60",
         "@ NS ns.test.",
         f"ns A {LOOPBACK}",
+        f"{dnssec.ISLAND} NS ns.test.",  # the signed zones (`devnet.dnssec`)
     ]
     for handle, name in sorted(world.ATPROTO_TXT.items()):
         owner = f"_atproto.{handle}."
@@ -96,9 +99,9 @@ template:
     zonefile-sync: -1
     zonefile-load: whole
     journal-content: none
-zone:
+{dnssec.KNOT_POLICIES}zone:
   - domain: test.
-"""
+{dnssec.knot_zones()}"""
 
 
 class Knot:
@@ -152,7 +155,8 @@ class DnsProxy:
     """UDP and TCP on one loopback port, forwarding raw messages to Knot, except for the
     names the world marks as slow, never answered, or SERVFAIL. `delay` is added to every
     answer (benchmarks use it to model network latency), plus up to `spread` more, fixed per
-    name (servers near and far)."""
+    name (servers near and far). With `strip_dnssec`, it passes on no DNSSEC record, as a
+    resolver or middlebox that does not know DNSSEC."""
 
     def __init__(
         self,
@@ -160,8 +164,10 @@ class DnsProxy:
         delay: float = 0.0,
         faults: Path | None = None,
         spread: float = 0.0,
+        strip_dnssec: bool = False,
     ) -> None:
         self.upstream = (LOOPBACK, upstream_port)
+        self.strip_dnssec = strip_dnssec
         self.delay = delay
         self.spread = spread
         self.queries = 0
@@ -211,7 +217,8 @@ class DnsProxy:
             return response.to_wire()
         if name in world.DNS_SLOW:
             await asyncio.sleep(world.DNS_SLOW_SECONDS)
-        return await (self._forward_tcp(wire) if tcp else self._forward_udp(wire))
+        reply = await (self._forward_tcp(wire) if tcp else self._forward_udp(wire))
+        return _stripped(reply) if self.strip_dnssec and reply is not None else reply
 
     async def _forward_udp(self, wire: bytes) -> bytes | None:
         loop = asyncio.get_running_loop()
@@ -248,6 +255,22 @@ class DnsProxy:
             pass
         finally:
             writer.close()
+
+
+_DNSSEC_TYPES = {
+    dns.rdatatype.RRSIG,
+    dns.rdatatype.NSEC,
+    dns.rdatatype.NSEC3,
+}
+
+
+def _stripped(wire: bytes) -> bytes:
+    """The response without signatures and denials, and without the DO bit."""
+    response = dns.message.from_wire(wire)
+    for section in (response.answer, response.authority, response.additional):
+        section[:] = [rrset for rrset in section if rrset.rdtype not in _DNSSEC_TYPES]
+    response.ednsflags &= ~dns.flags.DO
+    return response.to_wire()
 
 
 class _UdpProtocol(asyncio.DatagramProtocol):

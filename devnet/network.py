@@ -25,7 +25,7 @@ from typing import Any
 
 from resolver import Config
 
-from . import world
+from . import dnssec, world
 from .dns import DnsProxy, Knot, render_zone
 from .faults import write_faults
 from .https import Certificates, HttpsHosts
@@ -40,6 +40,8 @@ class DevnetState:
 
     plc_url: str
     dns_server: str  # host:port of the proxy in front of Knot
+    dns_server_stripping: str  # another proxy, which strips DNSSEC records (`devnet.dnssec`)
+    dnssec_anchor: str  # the DS record of dnssec.test., the test network's trust anchor
     knot_port: int
     https_port: int
     ca_file: str
@@ -90,6 +92,12 @@ class DevnetState:
             capture_output=True,
             timeout=20,
         )
+
+    def set_delegation(self, child: str, mode: str) -> None:
+        """The DS record of a signed zone of the island in its parent: "signed", "unsigned"
+        (removed), "spoiled" (naming no key); Knot signs the parent again at once."""
+        knot = Path(self.workdir) / "knot"
+        dnssec.set_delegation(knot, self.knot_port, self.dids, child, mode)
 
     def set_file(self, host: str, path: str, body: str | None) -> None:
         """Change (or, with None, remove) what an HTTPS host serves at `path`."""
@@ -144,6 +152,7 @@ class DevnetState:
             "ATWHOIS_CA_BUNDLE": self.ca_file,
             "ATWHOIS_ALLOW_NET": "127.0.0.0/8",
             "ATWHOIS_HTTPS_PORT": str(self.https_port),
+            "ATWHOIS_DNSSEC_ANCHOR": self.dnssec_anchor,
         }
 
 
@@ -243,6 +252,7 @@ async def run(
     workdir.mkdir(parents=True, exist_ok=True)
     children: list[Child] = []
     proxy: DnsProxy | None = None
+    stripping: DnsProxy | None = None
     hosts: HttpsHosts | None = None
     try:
         # The server allows only [A-Za-z_] in a schema name: spell the PID in letters.
@@ -259,9 +269,14 @@ async def run(
 
         knot = Knot(workdir / "knot", _free_udp_and_tcp_port())
         zone = render_zone(lambda v: fill_placeholders(v, dids), bulk=bulk, shaped=handles)
+        (workdir / "knot").mkdir(parents=True, exist_ok=True)
+        dnssec.write_zones(workdir / "knot", dids)
         children.append(knot.start(zone))
+        anchor = dnssec.link_delegations(workdir / "knot", knot.port, dids)
         proxy = DnsProxy(knot.port, delay=delay, faults=workdir / "dns-faults.json", spread=spread)
         dns_port = await proxy.start()
+        stripping = DnsProxy(knot.port, strip_dnssec=True)
+        stripping_port = await stripping.start()
 
         write_files(workdir / "www", dids)
         hosts = HttpsHosts(
@@ -284,6 +299,8 @@ async def run(
         state = DevnetState(
             plc_url=plc_url,
             dns_server=f"127.0.0.1:{dns_port}",
+            dns_server_stripping=f"127.0.0.1:{stripping_port}",
+            dnssec_anchor=anchor,
             knot_port=knot.port,
             https_port=https_port,
             ca_file=str(workdir / "tls" / "ca.pem"),
@@ -301,8 +318,9 @@ async def run(
         print(_banner(state), flush=True)
         await _wait_for_signal()
     finally:
-        if proxy:
-            proxy.close()
+        for dns_proxy in (proxy, stripping):
+            if dns_proxy:
+                dns_proxy.close()
         if hosts:
             hosts.close()
         for child in reversed(children):

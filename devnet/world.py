@@ -142,6 +142,13 @@ PLC_IDENTITIES: list[PlcIdentity] = [
     _plain("wendy", "wendy.test", "audit: gets tombstoned"),
     _plain("xavier", "xavier.test", "audit: DNS record flips to another DID, then breaks"),
     _plain("yvonne", "yvonne.test", "audit: moves from DNS to HTTPS"),
+    # DNSSEC (`devnet.dnssec`): DNS-only handles in the zones under dnssec.test.
+    _plain("sam", "sam.dnssec.test", "DNSSEC: TXT in a zone Knot signs (secure)"),
+    _plain("nora", "nora.nsec3.dnssec.test", "DNSSEC: TXT in a zone signed with NSEC3 (secure)"),
+    _plain("ursula", "ursula.plain.dnssec.test", "DNSSEC: unsigned child of an NSEC zone"),
+    _plain("otto", "otto.plain.nsec3.dnssec.test", "DNSSEC: unsigned child of an NSEC3 zone"),
+    _plain("bruno", "bruno.broken.dnssec.test", "DNSSEC: TXT whose signature fails (bogus)"),
+    _plain("dana", "dana.moving.dnssec.test", "audit: its zone's DS goes, then comes back wrong"),
     PlcIdentity(
         "quinn",
         [{**_create("quinn.test", signer="quinn"), "signingKey": P256_SIGNING_KEY}],

@@ -13,6 +13,12 @@ from .errors import InvalidInput
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 DEFAULT_PLC_URL = "https://plc.directory"
 _MAX_TIMEOUT = 3600.0
+# The root zone's key-signing keys, KSK-2017 and KSK-2024 (IANA's root-anchors.xml): where
+# DNSSEC validation starts on the real network (S-SEC-1).
+ROOT_TRUST_ANCHORS = (
+    ". DS 20326 8 2 E06D44B80B8F1D39A95C0B0D7C65D08458E880409BBC683457104237C7F8EC8D",
+    ". DS 38696 8 2 683D2D0ACB8C9B712A1948B27F741219298D0A450D612C483AF444A4C0FB2B16",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,9 @@ class Config:
     document_timeout: float = 5.0  # DID document, whole fetch
     verify_plc: bool = False  # replay the did:plc audit log instead of trusting the directory
     check_pds: bool = False  # lookups and audits also ask the PDS (`resolver.pds`)
+    dnssec: bool = False  # validate TXT answers from the trust anchors (`resolver.dnssec_chain`)
+    # DS or DNSKEY records in presentation form: the zones trusted without a parent.
+    dnssec_anchors: tuple[str, ...] = ROOT_TRUST_ANCHORS
     max_redirects: int = 5  # H-WK-6
     # Politeness: at most this many requests at once to one web host, to the PLC directory,
     # and to the DNS servers (None: no limit). Audits set it.
@@ -72,7 +81,7 @@ class Config:
         """Refuse what would quietly do something else: a flag that is not a boolean (the
         string "false" is truthy), a deadline that never ends or is already over, a CA file
         that is not there, a directory that is not an http(s) URL."""
-        for name in ("dev", "verify_plc", "check_pds"):
+        for name in ("dev", "verify_plc", "check_pds", "dnssec"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidInput(
                     f"{name} must be true or false, not {getattr(self, name)!r}", "config"
@@ -93,6 +102,11 @@ class Config:
         parts = urlsplit(self.plc_url) if isinstance(self.plc_url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput(f"plc_url {self.plc_url!r} is not an http(s) URL", "config")
+        if self.dnssec_anchors != ROOT_TRUST_ANCHORS:
+            from .dnssec import parse_anchors  # here: most configurations keep the root's
+
+            if not parse_anchors(self.dnssec_anchors):
+                raise InvalidInput("dnssec_anchors names no trust anchor", "config")
         if self.ca_bundle is not None and not os.path.isfile(self.ca_bundle):
             raise InvalidInput(f"ca_bundle {self.ca_bundle!r} is not a readable file", "config")
 

@@ -13,12 +13,15 @@ from dataclasses import dataclass
 
 import dns.asyncresolver
 import dns.exception
+import dns.flags
+import dns.message
+import dns.name
 import dns.nameserver
 import dns.rdatatype
 import dns.resolver
 
 from .config import Config
-from .errors import NotFound, UpstreamFailure, UpstreamTimeout
+from .errors import AtwhoisError, NotFound, UpstreamFailure, UpstreamTimeout
 
 _PER_SERVER_TIMEOUT = 2.0
 _SHARED_SECONDS = 1.0  # how long a host's addresses answer other fetches (at most its TTL)
@@ -36,17 +39,11 @@ class DnsClient:
 
     def __init__(self, config: Config) -> None:
         self.timeout = config.dns_timeout
-        servers = config.dns_servers + config.dns_fallback_servers
-        resolver = dns.asyncresolver.Resolver(configure=not servers)
-        if servers:
-            resolver.nameservers = [dns.nameserver.Do53Nameserver(s.host, s.port) for s in servers]
-        resolver.rotate = False  # fallbacks are asked in order, after the primaries
-        # Leave every server a share of the deadline, so a dead primary cannot use it all.
-        share = config.dns_timeout / max(1, len(resolver.nameservers))
-        resolver.timeout = min(_PER_SERVER_TIMEOUT, share)
-        resolver.lifetime = config.dns_timeout
-        resolver.cache = None
-        self._resolver = resolver
+        self._resolver = _resolver(config, dnssec=False)
+        # With DNSSEC validation on, TXT answers and the walk's questions ask for DNSSEC
+        # records (DO) and for answers a validating resolver would refuse (CD): atwhois checks
+        # them itself, and says which ones failed instead of seeing only SERVFAIL (S-SEC-11).
+        self._dnssec = _resolver(config, dnssec=True) if config.dnssec else None
         self._recent: dict[str, _Shared] = {}
         self._swept_at = _SWEEP_FLOOR
         # Politeness: the configured servers are one upstream; cap the queries in flight.
@@ -55,8 +52,28 @@ class DnsClient:
 
     async def txt(self, name: str) -> list[list[bytes]]:
         """Every TXT record at `name`, each as its list of character-strings."""
-        answer = await self._query(name, dns.rdatatype.TXT)
-        return [list(rdata.strings) for rdata in answer]
+        return (await self.txt_answer(name))[0]
+
+    async def txt_answer(self, name: str) -> tuple[list[list[bytes]], dns.message.Message]:
+        """`txt`, and the response that carried the records (with their signatures when
+        DNSSEC validation is on)."""
+        answer = await self._query(name, dns.rdatatype.TXT, self._dnssec)
+        assert answer.response is not None
+        return [list(rdata.strings) for rdata in answer], answer.response
+
+    async def ask(
+        self, name: dns.name.Name, rdtype: dns.rdatatype.RdataType
+    ) -> dns.message.Message:
+        """One question of the DNSSEC walk: the whole response, also when it holds no answer
+        (NODATA, NXDOMAIN: their denials are what the walk reads)."""
+        try:
+            answer = await self._query(
+                name.to_text(), rdtype, self._dnssec, raise_on_no_answer=False
+            )
+        except _NoSuchName as err:
+            return err.response
+        assert answer.response is not None
+        return answer.response
 
     async def addresses(self, host: str) -> list[str]:
         """A and AAAA records of `host` (A first). NotFound only if both are absent.
@@ -112,14 +129,27 @@ class DnsClient:
         transient = [e for e in errors if not isinstance(e, NotFound)]
         raise transient[0] if transient else errors[0]
 
-    async def _query(self, name: str, rdtype: dns.rdatatype.RdataType) -> dns.resolver.Answer:
+    async def _query(
+        self,
+        name: str,
+        rdtype: dns.rdatatype.RdataType,
+        resolver: dns.asyncresolver.Resolver | None = None,
+        raise_on_no_answer: bool = True,
+    ) -> dns.resolver.Answer:
+        resolver = resolver or self._resolver
         try:
             if self._gate is None:
-                return await self._resolver.resolve(name, rdtype, search=False)
+                return await resolver.resolve(
+                    name, rdtype, search=False, raise_on_no_answer=raise_on_no_answer
+                )
             async with self._gate:
-                return await self._resolver.resolve(name, rdtype, search=False)
-        except dns.resolver.NXDOMAIN:
-            raise NotFound(f"{name}: NXDOMAIN") from None
+                return await resolver.resolve(
+                    name, rdtype, search=False, raise_on_no_answer=raise_on_no_answer
+                )
+        except dns.resolver.NXDOMAIN as err:
+            if raise_on_no_answer:
+                raise NotFound(f"{name}: NXDOMAIN") from None
+            raise _NoSuchName(next(iter(err.kwargs["responses"].values()))) from None
         except dns.resolver.NoAnswer:
             raise NotFound(f"{name}: no {rdtype.name} record (NODATA)") from None
         except dns.resolver.LifetimeTimeout:
@@ -128,6 +158,31 @@ class DnsClient:
             raise UpstreamFailure(f"{name}: every nameserver failed ({_reasons(err)})") from None
         except dns.exception.DNSException as err:
             raise UpstreamFailure(f"{name}: DNS error: {err}") from None
+
+
+class _NoSuchName(AtwhoisError):
+    """NXDOMAIN, for a question whose response is wanted whatever it says."""
+
+    def __init__(self, response: dns.message.Message) -> None:
+        self.response = response
+
+
+def _resolver(config: Config, *, dnssec: bool) -> dns.asyncresolver.Resolver:
+    """A dnspython resolver asking the configured nameservers, primaries first."""
+    servers = config.dns_servers + config.dns_fallback_servers
+    resolver = dns.asyncresolver.Resolver(configure=not servers)
+    if servers:
+        resolver.nameservers = [dns.nameserver.Do53Nameserver(s.host, s.port) for s in servers]
+    resolver.rotate = False  # fallbacks are asked in order, after the primaries
+    # Leave every server a share of the deadline, so a dead primary cannot use it all.
+    share = config.dns_timeout / max(1, len(resolver.nameservers))
+    resolver.timeout = min(_PER_SERVER_TIMEOUT, share)
+    resolver.lifetime = config.dns_timeout
+    resolver.cache = None
+    if dnssec:
+        resolver.use_edns(0, dns.flags.DO, 1232)
+        resolver.flags = dns.flags.RD | dns.flags.CD
+    return resolver
 
 
 def _reasons(err: dns.resolver.NoNameservers) -> str:

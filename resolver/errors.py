@@ -99,6 +99,11 @@ class AmbiguousHandle(InvalidData):
     """DNS holds `did=` records naming different DIDs (H-DNS-3)."""
 
 
+class DnssecBogus(InvalidData):
+    """DNSSEC validation failed: a signature that does not verify, a key no DS names, a
+    denial that proves nothing. The DNS answer is no evidence (S-SEC-10)."""
+
+
 class ForbiddenAddress(InvalidData):
     """A host resolved to an address outside what configuration allows (SSRF guard)."""
 

@@ -30,6 +30,7 @@ class Evidence:
     ms: float | None = None
     source: str | None = None  # the name queried or the URL fetched
     via: str | None = None  # what answered for the source: an atwhois PLC mirror says so
+    dnssec: DnssecCheck | None = None  # the DNS method with DNSSEC validation on (S-SEC-*)
 
     @classmethod
     def skipped(cls, why: str) -> Evidence:
@@ -60,10 +61,11 @@ class Evidence:
             data["ms"],
             data["source"],
             data.get("via"),
+            DnssecCheck.from_json(data["dnssec"]) if data.get("dnssec") else None,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "outcome": str(self.outcome),
             "dids": list(self.dids),
             "error": self.error,
@@ -72,6 +74,31 @@ class Evidence:
             "source": self.source,
             "via": self.via,
         }
+        if self.dnssec is not None:
+            out["dnssec"] = self.dnssec.to_json()
+        return out
+
+
+SECURE, INSECURE, BOGUS, INDETERMINATE = "secure", "insecure", "bogus", "indeterminate"
+
+
+@dataclass(frozen=True, slots=True)
+class DnssecCheck:
+    """Whether DNSSEC vouches for a DNS answer (`resolver.dnssec_chain`), in RFC 4033's terms:
+    SECURE (a chain of signatures from a trust anchor), INSECURE (proven unsigned below a
+    signed parent), BOGUS (signatures or proofs that fail), INDETERMINATE (no trust anchor
+    above the name, or a resolver that strips DNSSEC records)."""
+
+    state: str
+    zone: str | None = None  # secure: the zone whose key signed; insecure: the unsigned cut
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "zone": self.zone, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DnssecCheck:
+        return cls(data["state"], data.get("zone"), data.get("reason"))
 
 
 SKIPPED = Evidence(Outcome.SKIPPED)

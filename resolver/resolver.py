@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .config import Config
 from .did import check_http_response, check_plc_response, document_url, mirror_note
 from .document import parse_json_document
-from .errors import InvalidInput, MalformedAnswer, ResolutionError
+from .errors import DnssecBogus, InvalidInput, MalformedAnswer, ResolutionError
 from .handle import (
     WELL_KNOWN_MAX_BYTES,
     WELL_KNOWN_PATH,
@@ -27,7 +27,7 @@ from .handle import (
     dids_in_txt,
     txt_name,
 )
-from .identity import Evidence, Identity, invalid_input, now_iso
+from .identity import BOGUS, DnssecCheck, Evidence, Identity, invalid_input, now_iso
 from .outcome import Outcome
 from .report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
 from .response import Getter
@@ -42,6 +42,7 @@ from .untrusted import parse_json
 
 if TYPE_CHECKING:
     from .dns import DnsClient
+    from .dnssec_chain import DnssecChain
     from .fetch import Fetcher
     from .plc import Audit
 
@@ -65,6 +66,7 @@ class Resolver:
         self._dns = dns
         self._web: Getter | None = web
         self._plc: Getter | None = plc
+        self._dnssec: DnssecChain | None = None
 
     @property
     def dns(self) -> DnsClient:
@@ -73,6 +75,16 @@ class Resolver:
 
             self._dns = DnsClient(self.config)
         return self._dns
+
+    @property
+    def dnssec(self) -> DnssecChain:
+        """The DNSSEC walk, and what it proved so far (kept across lookups)."""
+        if self._dnssec is None:
+            from .dnssec import parse_anchors
+            from .dnssec_chain import DnssecChain
+
+            self._dnssec = DnssecChain(self.dns.ask, parse_anchors(self.config.dnssec_anchors))
+        return self._dnssec
 
     @property
     def web(self) -> Getter:
@@ -204,13 +216,21 @@ class Resolver:
         if name is None:
             return Evidence.skipped("_atproto name is over 253 characters [H-DNS-5]")
         seen: list[str] = []
+        checked: list[DnssecCheck] = []
 
         async def run() -> str:
-            records = await self.dns.txt(name)
+            if not self.config.dnssec:
+                records = await self.dns.txt(name)
+            else:
+                records, response = await self.dns.txt_answer(name)
+                checked.append(await self.dnssec.check(response))
             seen.extend(dids_in_txt(records))
+            if checked and checked[0].state == BOGUS:
+                raise DnssecBogus(f"DNSSEC: the answer is bogus: {checked[0].reason}")
             return did_from_txt(records)
 
-        return await _timed(run, source=name, seen=seen)
+        evidence = await _timed(run, source=name, seen=seen)
+        return dataclasses.replace(evidence, dnssec=checked[0]) if checked else evidence
 
     async def _https_method(self, handle: str) -> Evidence:
         url = f"https://{handle}{WELL_KNOWN_PATH}"

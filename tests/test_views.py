@@ -50,6 +50,12 @@ def disagreements(report: Report, text: str) -> list[str]:
             says(step["source"], f"{name} asked")
         if step["error"] and step["outcome"] != "ok":
             says(step["error"], f"{name} error")
+    dnssec = evidence["dns"].get("dnssec")
+    if dnssec is not None:
+        says(f"dnssec  {dnssec['state']}", "dnssec state")
+        for name in ("zone", "reason"):
+            if dnssec[name]:
+                says(dnssec[name], f"dnssec {name}")
     plc_log = evidence["plc_log"]
     if (report["did"] or "").startswith("did:plc:"):
         says(f"plc log   {plc_log['outcome']}", "plc log outcome")

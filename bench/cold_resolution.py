@@ -6,6 +6,9 @@ handle -> DID -> document, no check), in one run.
     python -m bench cold [--delay-ms 50] [--lookups 600] [--concurrency 32] [--loop uvloop]
     python -m bench cold --check-pds   # the PDS check's cost: lookups of accounts of the
                                        # reference PDS, with it against without it
+    python -m bench cold --dnssec      # DNSSEC validation's cost: lookups of the handles of
+                                       # the signed zones, with it (each lookup walking
+                                       # from the anchor, and with the walk kept) and without
 
 Every lookup in process runs on uvloop's event loop, as atwhois's commands run theirs
 (`--loop asyncio`: the standard library's, for comparison); the SDK shares the loop.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import ssl
@@ -296,6 +300,76 @@ async def pds_check_cost(
     ]
 
 
+async def dnssec_cost(
+    devnet: DevnetState, lookups: int, concurrency: int, delay_ms: float
+) -> list[Row]:
+    """Lookups of the DNS-only handles of the test network's signed zones (secure under NSEC
+    and NSEC3, insecure below unsigned delegations) without DNSSEC, with it walking from the
+    anchor for every lookup (a resolver of its own over the same network edges: the cold
+    case), and with the walk kept across lookups (a daemon's case), in one run."""
+    from devnet import dnssec as island
+
+    config = devnet.config(https_timeout=5.0, document_timeout=5.0, dns_timeout=5.0)
+    validating = dataclasses.replace(config, dnssec=True)
+    handles = [island.handle(zone) for zone in island.ZONES if zone != island.BROKEN]
+    async with Resolver(validating) as kept_resolver:
+        # All three over the same network edges (DNS client, connection pools): only the
+        # DNSSEC work differs.
+        edges = kept_resolver
+        plain_resolver = Resolver(config, dns=edges.dns, web=edges.web, plc=edges.plc)
+
+        async def plain(handle: str) -> bool:
+            return (await plain_resolver.lookup(handle)).verified
+
+        async def kept(handle: str) -> bool:
+            identity = await kept_resolver.lookup(handle)
+            return identity.verified and identity.dns.dnssec is not None
+
+        async def walked(handle: str) -> bool:
+            own = Resolver(validating, dns=edges.dns, web=edges.web, plc=edges.plc)
+            identity = await own.lookup(handle)
+            return identity.verified and identity.dns.dnssec is not None
+
+        print(
+            f"DNSSEC validation's cost, {delay_ms:.0f} ms added to every DNS answer and HTTPS "
+            f"response; {lookups} lookups of {len(handles)} DNS-only handles of the signed "
+            f"zones at concurrency {concurrency}"
+        )
+        kinds = [("lookup", plain), ("lookup + DNSSEC, walk kept", kept)]
+        for warm_up in (plain, kept):  # the process's first lookups pay its start-up
+            await measure("warm-up", warm_up, handles, len(handles), concurrency)
+        # The order matters (a run pays for what the one before it left behind): without
+        # and with the walk kept are measured before and after the cold walks, and the
+        # better of each pair counts.
+        firsts = [await measure(n, f, handles, lookups, concurrency) for n, f in kinds]
+        cold = await measure("lookup + DNSSEC, own walk", walked, handles, lookups, concurrency)
+        seconds = [await measure(n, f, handles, lookups, concurrency) for n, f in kinds]
+        without, warm = (
+            max(pair, key=lambda r: r.rate) for pair in zip(firsts, seconds, strict=True)
+        )
+    rows = []
+    for result in (*firsts, cold, *seconds):
+        print("  " + result.line())
+    base_cpu = without.cpu_seconds / max(without.ok, 1) * 1000
+    for label, result in (("its own walk", cold), ("the walk kept", warm)):
+        cpu = result.cpu_seconds / max(result.ok, 1) * 1000
+        print(
+            f"  DNSSEC with {label} / without: throughput {result.rate / without.rate:.2f}, "
+            f"p50 {_p50(result) / _p50(without):.2f}, CPU per lookup {cpu / base_cpu:.2f}"
+        )
+        rows.append(
+            Row(f"cold lookups with DNSSEC, {label}", result.rate, without.rate, "without", "/s")
+        )
+        rows.append(
+            Row(f"  CPU per lookup with DNSSEC, {label}", cpu, base_cpu, "without", "ms", True)
+        )
+    return rows
+
+
+def _p50(result: Result) -> float:
+    return statistics.median(result.latencies)
+
+
 def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(prog="python -m bench cold", description=__doc__)
     parser.add_argument("--delay-ms", type=float, default=50)
@@ -305,6 +379,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument(
         "--check-pds", action="store_true", help="measure the PDS check's cost instead"
     )
+    parser.add_argument(
+        "--dnssec", action="store_true", help="measure DNSSEC validation's cost instead"
+    )
     args = parser.parse_args(argv)
     loop = uvloop.new_event_loop if args.loop == "uvloop" else asyncio.new_event_loop
     with (
@@ -313,5 +390,5 @@ def main(argv: list[str] | None = None) -> list[Row]:
         asyncio.Runner(loop_factory=loop) as runner,
     ):
         print(f"event loop: {args.loop}")
-        measured = pds_check_cost if args.check_pds else run
+        measured = pds_check_cost if args.check_pds else dnssec_cost if args.dnssec else run
         return runner.run(measured(devnet, args.lookups, args.concurrency, args.delay_ms))

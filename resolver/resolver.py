@@ -222,8 +222,12 @@ class Resolver:
             if not self.config.dnssec:
                 records = await self.dns.txt(name)
             else:
-                records, response = await self.dns.txt_answer(name)
-                checked.append(await self.dnssec.check(response))
+                warming = asyncio.ensure_future(self.dnssec.warm(name))
+                try:
+                    records, response = await self.dns.txt_answer(name)
+                    checked.append(await self.dnssec.check(response))
+                finally:
+                    warming.cancel()  # the walk it started goes on, kept for the next lookup
             seen.extend(dids_in_txt(records))
             if checked and checked[0].state == BOGUS:
                 raise DnssecBogus(f"DNSSEC: the answer is bogus: {checked[0].reason}")

@@ -201,8 +201,8 @@ FROM_CONFIG: dict[str, Callable[[Config], Any]] = {
     "dnssec_anchor": lambda c: list(c.dnssec_anchors),
     "ca_bundle": lambda c: c.ca_bundle,
     "https_port": lambda c: c.https_port,
-    "dns_server": lambda c: [f"{n.host}:{n.port}" for n in c.dns_servers] or "the system's",
-    "dns_fallback": lambda c: [f"{n.host}:{n.port}" for n in c.dns_fallback_servers],
+    "dns_server": lambda c: [str(n) for n in c.dns_servers] or "the system's",
+    "dns_fallback": lambda c: [str(n) for n in c.dns_fallback_servers],
     "allow_net": lambda c: [str(net) for net in c.allow_nets],
     "timeout": lambda c: [c.dns_timeout, c.https_timeout, c.document_timeout],
 }

@@ -97,17 +97,18 @@ class Values:
     plc_url: str = _setting(RESOLUTION, "PLC directory base URL", _RESOLVER.plc_url, metavar="URL")
     dns_server: list[str] = _setting(
         RESOLUTION,
-        "nameserver to ask (repeatable; the variable takes a comma-separated list)",
+        "nameserver to ask: an IP address, or a DNS-over-HTTPS server's https URL "
+        "(repeatable; the variable takes a comma-separated list)",
         [],
         shown="the system's resolvers",
-        metavar="HOST[:PORT]",
+        metavar="HOST[:PORT]|URL",
     )
     dns_fallback: list[str] = _setting(
         RESOLUTION,
-        "nameserver asked when the others fail (repeatable)",
+        "nameserver asked when the others fail, as --dns-server (repeatable)",
         [],
         shown="none",
-        metavar="HOST[:PORT]",
+        metavar="HOST[:PORT]|URL",
     )
     ca_bundle: str | None = _setting(
         RESOLUTION, "PEM file of trusted CAs", shown="the system's", metavar="FILE"

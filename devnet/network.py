@@ -27,6 +27,7 @@ from resolver import Config
 
 from . import dnssec, world
 from .dns import DnsProxy, Knot, render_zone
+from .doh import start_doh
 from .faults import write_faults
 from .https import Certificates, HttpsHosts
 from .pds import create_account, free_port, launch_pds, wait_for_pds
@@ -42,6 +43,7 @@ class DevnetState:
     dns_server: str  # host:port of the proxy in front of Knot
     dns_server_stripping: str  # another proxy, which strips DNSSEC records (`devnet.dnssec`)
     dnssec_anchor: str  # the DS record of dnssec.test., the test network's trust anchor
+    doh_url: str  # DNS over HTTPS (dnsdist) in front of the same proxy (`devnet.doh`)
     knot_port: int
     https_port: int
     ca_file: str
@@ -271,7 +273,8 @@ async def run(
         zone = render_zone(lambda v: fill_placeholders(v, dids), bulk=bulk, shaped=handles)
         (workdir / "knot").mkdir(parents=True, exist_ok=True)
         dnssec.write_zones(workdir / "knot", dids)
-        children.append(knot.start(zone))
+        knotd = knot.start(zone)
+        children.append(knotd)
         anchor = dnssec.link_delegations(workdir / "knot", knot.port, dids)
         proxy = DnsProxy(knot.port, delay=delay, faults=workdir / "dns-faults.json", spread=spread)
         dns_port = await proxy.start()
@@ -279,9 +282,15 @@ async def run(
         stripping_port = await stripping.start()
 
         write_files(workdir / "www", dids)
+        certificates = Certificates(workdir / "tls")
+        # in a thread: its first answers come through the proxy, which runs on this loop
+        doh, doh_url = await asyncio.to_thread(
+            start_doh, workdir / "doh", certificates.ca, certificates.ca_file, dns_port
+        )
+        children.append(doh)
         hosts = HttpsHosts(
             workdir / "www",
-            Certificates(workdir / "tls"),
+            certificates,
             delay=delay,
             faults=workdir / "https-faults.json",
             live_port=pds_port,
@@ -301,6 +310,7 @@ async def run(
             dns_server=f"127.0.0.1:{dns_port}",
             dns_server_stripping=f"127.0.0.1:{stripping_port}",
             dnssec_anchor=anchor,
+            doh_url=doh_url,
             knot_port=knot.port,
             https_port=https_port,
             ca_file=str(workdir / "tls" / "ca.pem"),
@@ -309,7 +319,13 @@ async def run(
             dids=dids,
             pds_url=pds_url,
             live=live,
-            pids={"devnet": os.getpid(), "plc": plc.pid, "pds": pds.pid, "knotd": children[-1].pid},
+            pids={
+                "devnet": os.getpid(),
+                "plc": plc.pid,
+                "pds": pds.pid,
+                "knotd": knotd.pid,
+                "dnsdist": doh.pid,
+            },
             startup_seconds=round(time.monotonic() - started, 2),
         )
         tmp = state_file.with_suffix(".tmp")

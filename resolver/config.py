@@ -25,11 +25,29 @@ ROOT_TRUST_ANCHORS = (
 class Nameserver:
     host: str
     port: int = 53
+    url: str | None = None  # DNS over HTTPS (RFC 8484): the server's https URL
+
+    def __str__(self) -> str:
+        return self.url or f"{self.host}:{self.port}"
 
     @classmethod
     def parse(cls, text: str) -> Nameserver:
-        """`HOST`, `HOST:PORT`, `[V6]:PORT`; HOST must be an IP address."""
+        """`HOST`, `HOST:PORT`, `[V6]:PORT` (HOST an IP address), or a DoH server's URL,
+        `https://HOST[:PORT]/PATH` (its HOST is resolved by the system's resolvers, or is an
+        IP address)."""
         text = text.strip()
+        if "://" in text:
+            parts = urlsplit(text)
+            try:
+                https_port = parts.port or 443
+            except ValueError:
+                raise InvalidInput(f"DNS server {text!r}: bad port", "config") from None
+            if parts.scheme != "https" or not parts.hostname or not parts.path:
+                raise InvalidInput(
+                    f"DNS server {text!r} is not a DNS-over-HTTPS URL (https://HOST/PATH)",
+                    "config",
+                )
+            return cls(parts.hostname, https_port, text)
         host, port = text, "53"
         if text.startswith("["):
             host, _, rest = text[1:].partition("]")

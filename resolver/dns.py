@@ -20,7 +20,7 @@ import dns.nameserver
 import dns.rdatatype
 import dns.resolver
 
-from .config import Config
+from .config import Config, Nameserver
 from .errors import AtwhoisError, NotFound, UpstreamFailure, UpstreamTimeout
 
 _PER_SERVER_TIMEOUT = 2.0
@@ -49,6 +49,14 @@ class DnsClient:
         # Politeness: the configured servers are one upstream; cap the queries in flight.
         limit = config.per_host_limit
         self._gate = asyncio.Semaphore(limit) if limit is not None else None
+
+    async def aclose(self) -> None:
+        """Close the DoH servers' connection pools (Do53 keeps nothing open)."""
+        from .doh import DohNameserver
+
+        resolvers = [self._resolver, self._dnssec] if self._dnssec else [self._resolver]
+        servers = {id(n): n for r in resolvers for n in r.nameservers}.values()
+        await asyncio.gather(*(n.aclose() for n in servers if isinstance(n, DohNameserver)))
 
     async def txt(self, name: str) -> list[list[bytes]]:
         """Every TXT record at `name`, each as its list of character-strings."""
@@ -167,12 +175,20 @@ class _NoSuchName(AtwhoisError):
         self.response = response
 
 
+def _nameserver(server: Nameserver, config: Config) -> dns.nameserver.Nameserver:
+    if server.url is None:
+        return dns.nameserver.Do53Nameserver(server.host, server.port)
+    from .doh import DohNameserver  # here: most configurations ask over port 53
+
+    return DohNameserver(server.url, config.ca_bundle, config.user_agent)
+
+
 def _resolver(config: Config, *, dnssec: bool) -> dns.asyncresolver.Resolver:
     """A dnspython resolver asking the configured nameservers, primaries first."""
     servers = config.dns_servers + config.dns_fallback_servers
     resolver = dns.asyncresolver.Resolver(configure=not servers)
     if servers:
-        resolver.nameservers = [dns.nameserver.Do53Nameserver(s.host, s.port) for s in servers]
+        resolver.nameservers = [_nameserver(s, config) for s in servers]
     resolver.rotate = False  # fallbacks are asked in order, after the primaries
     # Leave every server a share of the deadline, so a dead primary cannot use it all.
     share = config.dns_timeout / max(1, len(resolver.nameservers))

@@ -246,7 +246,7 @@ class DnssecChain:
             raise DnssecBogus(
                 f"{zone} signs records, but {parent} proves no zone starts there [S-SEC-6]"
             )
-        return _Zone(_unsigned_below(zone, parent)), self._keep(*denials)
+        return _Zone(_unsigned_below(zone, parent, _proof(denials))), self._keep(*denials)
 
     # --- unsigned answers ----------------------------------------------------------------
 
@@ -267,8 +267,8 @@ class DnssecChain:
                         ("cut", below), functools.partial(self._find_cut, below, zone, proven)
                     ),
                 )
-            if cut == UNSIGNED_DELEGATION:
-                return _unsigned_below(below, zone)
+            if cut.startswith(UNSIGNED_DELEGATION):
+                return _unsigned_below(below, zone, cut.removeprefix(UNSIGNED_DELEGATION + " "))
             if cut == _ZONE_STARTS:
                 zone, proven = below, await self._zone(below, anchor)
         if proven.keys is None:
@@ -282,6 +282,8 @@ class DnssecChain:
         else:
             denials = _denials(response)
             cut = ds_denial(name, zone, denials, cast(dns.rrset.RRset, proven.keys), self._clock())
+            if cut == UNSIGNED_DELEGATION:  # kept with what proved it, for the report
+                cut = f"{cut} {_proof(denials)}"
             seconds = self._keep(*denials)
         self._cuts.put(name, cut, seconds)
         return cut
@@ -329,11 +331,15 @@ class DnssecChain:
         return max(seconds, 0.0)
 
 
-def _unsigned_below(cut: dns.name.Name, parent: dns.name.Name) -> DnssecCheck:
+def _proof(denials: list[Signed]) -> str:
+    return "NSEC3" if any(d.rrset.rdtype == NSEC3 for d in denials) else "NSEC"
+
+
+def _unsigned_below(cut: dns.name.Name, parent: dns.name.Name, proof: str) -> DnssecCheck:
     return DnssecCheck(
         INSECURE,
         str(cut),
-        f"{parent} delegates {cut} with no DS record, proven by NSEC/NSEC3 [S-SEC-6]",
+        f"{parent} delegates {cut} with no DS record, proven by {proof} [S-SEC-6]",
     )
 
 

@@ -112,7 +112,7 @@ class Resolver:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(edge.aclose() for edge in (self._web, self._plc) if edge))
+        await asyncio.gather(*(edge.aclose() for edge in (self._web, self._plc, self._dns) if edge))
 
     async def lookup(self, identifier: str) -> Identity:
         """Resolve a handle (a leading @ allowed), a DID or an at:// URI, and verify it."""

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v knotd >/dev/null 2>&1 || need_apt+=(knot)
 command -v kdig >/dev/null 2>&1 || need_apt+=(knot-dnsutils)
+# DNS over HTTPS on the test network (a front end for the DNS proxy; never started as a service)
+command -v dnsdist >/dev/null 2>&1 || need_apt+=(dnsdist)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)

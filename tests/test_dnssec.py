@@ -307,6 +307,9 @@ async def test_each_zone_of_the_island_gives_its_dnssec_state(devnet: DevnetStat
             report = identity.to_json()
             assert report["evidence"]["dns"]["dnssec"]["state"] == state
             assert disagreements(report, render_text(report)) == []
+            if state == INSECURE:  # what proved the delegation unsigned, named
+                proof = "NSEC3" if zone == island.PLAIN_NSEC3 else "NSEC"
+                assert f"proven by {proof} [S-SEC-6]" in (check.reason or "")
             if state == BOGUS:
                 assert identity.status is Status.HANDLE_NOT_FOUND
                 assert identity.dns.error_kind == "DnssecBogus"

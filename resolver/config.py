@@ -120,8 +120,10 @@ class Config:
         parts = urlsplit(self.plc_url) if isinstance(self.plc_url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput(f"plc_url {self.plc_url!r} is not an http(s) URL", "config")
-        if self.dnssec_anchors != ROOT_TRUST_ANCHORS:
-            from .dnssec import parse_anchors  # here: most configurations keep the root's
+        if self.dnssec and self.dnssec_anchors != ROOT_TRUST_ANCHORS:
+            # Checked when they are used: parsing them loads dnspython, which a lookup that
+            # the cache answers, or a daemon's client, never needs.
+            from .dnssec import parse_anchors
 
             if not parse_anchors(self.dnssec_anchors):
                 raise InvalidInput("dnssec_anchors names no trust anchor", "config")

@@ -52,11 +52,10 @@ class DnsClient:
 
     async def aclose(self) -> None:
         """Close the DoH servers' connection pools (Do53 keeps nothing open)."""
-        from .doh import DohNameserver
-
         resolvers = [self._resolver, self._dnssec] if self._dnssec else [self._resolver]
         servers = {id(n): n for r in resolvers for n in r.nameservers}.values()
-        await asyncio.gather(*(n.aclose() for n in servers if isinstance(n, DohNameserver)))
+        # duck-typed: importing `.doh` here would load httpx into every lookup
+        await asyncio.gather(*(n.aclose() for n in servers if hasattr(n, "aclose")))
 
     async def txt(self, name: str) -> list[list[bytes]]:
         """Every TXT record at `name`, each as its list of character-strings."""

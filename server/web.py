@@ -84,7 +84,13 @@ class WebPages:
 
     async def identity(self, request: web.Request) -> web.Response:
         identifier = request.match_info["identifier"].strip()
-        identity = await self.service.cached.lookup(identifier)
+        cached = self.service.cached
+        identity = await cached.lookup(identifier)
+        # A person reads one page at a time: with the setting (or ?check_pds=1), the PDS is
+        # asked now, as `lookup --check-pds` does; the JSON routes ask only when asked to.
+        asked = request.query.get("check_pds") in ("1", "true")
+        if identity.did and (cached.resolver.config.check_pds or asked):
+            identity = await cached.check_pds(identity)
         report = identity.to_json(include_document=True)
         history: Audit | str | None = None  # the log, or why it could not be read
         if identity.did and identity.did.startswith("did:plc:"):

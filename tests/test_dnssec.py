@@ -123,7 +123,10 @@ def test_trust_anchors_are_read_from_ds_or_dnskey_records_and_the_deepest_one_is
         with pytest.raises(InvalidInput, match="trust anchor"):
             parse_anchors([bad])
     with pytest.raises(InvalidInput, match="trust anchor"):
-        Config(dnssec_anchors=("example. TXT hello",))
+        Config(dnssec=True, dnssec_anchors=("example. TXT hello",))
+    # checked when used: without DNSSEC validation, parsing them would load dnspython for
+    # nothing (a lookup the cache answers loads no network stack)
+    assert Config(dnssec_anchors=("example. TXT hello",)).dnssec_anchors
 
 
 def test_a_signature_holds_under_the_zone_key_only_for_its_records_and_its_period() -> None:

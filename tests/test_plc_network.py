@@ -32,6 +32,13 @@ NAMES = [
     "quinn",
     "trent",
     "uma",
+    # the DNSSEC zones' handles (their DNS changes during the session, their logs do not)
+    "sam",
+    "nora",
+    "ursula",
+    "otto",
+    "bruno",
+    "dana",
 ]
 
 

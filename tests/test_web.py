@@ -263,3 +263,24 @@ def test_cors_is_off_by_default_and_a_verifying_daemon_says_the_document_matches
         page = httpx.get(plain.url + "/id/alice.test").text
         assert "the log verifies and the document matches it" in page
         assert "was not compared" not in page
+
+
+def test_the_dnssec_and_pds_checks_have_their_rows(
+    browser: webdriver.Chrome, devnet: DevnetState, tmp_path: Path
+) -> None:
+    """A daemon with DNSSEC validation and the PDS check on: the page's evidence table has a
+    DNSSEC row under DNS TXT (secure with its zone; bogus with the reason, the DNS row
+    invalid) and a row for the repository at the PDS; accessible in both schemes."""
+    env = {**devnet.env(), "ATWHOIS_DNSSEC": "1", "ATWHOIS_CHECK_PDS": "1"}
+    with running_daemon(env, tmp_path / "serve.log", "--cache", "memory:") as checking:
+        text = visit(browser, checking, "/id/sam.dnssec.test", "dnssec-secure")
+        row = browser.find_element(By.XPATH, "//tr[th[normalize-space()='DNSSEC']]").text
+        assert "secure" in row and "zone dnssec.test." in row, row
+        text = visit(browser, checking, "/id/bruno.broken.dnssec.test", "dnssec-bogus")
+        row = browser.find_element(By.XPATH, "//tr[th[normalize-space()='DNSSEC']]").text
+        assert "bogus" in row and "signature by broken.dnssec.test. fails" in row, row
+        assert "DNS TXT invalid" in text
+        live = next(iter(devnet.live))
+        visit(browser, checking, f"/id/{live}", "pds-check")
+        row = browser.find_element(By.XPATH, "//tr[th[normalize-space()='repo at the PDS']]")
+        assert "hosted" in row.text and "signed by did:key:" in row.text, row.text

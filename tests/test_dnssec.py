@@ -37,6 +37,7 @@ from resolver.dnssec import (
     UNSIGNED_DELEGATION,
     Signed,
     closest_anchor,
+    covers,
     ds_denial,
     keys_named,
     parse_anchors,
@@ -55,6 +56,10 @@ from tests.test_views import disagreements
 
 N = dns.name.from_text
 ORIGIN = N("example.")
+# The zones below are signed for a day starting ten days from now, and checked at NOW inside
+# that day: a rule that looked at the clock instead of the time it is given would fail.
+INCEPTION = int(time.time()) + 10 * 86400
+NOW = INCEPTION + 3600.0
 
 
 # --- the rules, on zones signed here -----------------------------------------------------
@@ -73,7 +78,7 @@ def _signed_zone(lines: list[str]) -> tuple[dns.zone.Zone, Any]:
         key.public_key(), dns.dnssec.Algorithm.ECDSAP256SHA256, flags=257
     )
     with zone.writer() as txn:
-        dns.dnssec.sign_zone(zone, txn, keys=[(key, dnskey)], lifetime=86400)
+        dns.dnssec.sign_zone(zone, txn, keys=[(key, dnskey)], inception=INCEPTION, lifetime=86400)
     # names in full, as in a response (the zone keeps them relative to its origin)
     whole = dns.zone.from_text(zone.to_text(relativize=False), origin=ORIGIN, relativize=False)
     return whole, (key, dnskey)
@@ -116,12 +121,16 @@ def test_trust_anchors_are_read_from_ds_or_dnskey_records_and_the_deepest_one_is
         ]
     )
     assert anchors[N("example.")].keys == (dnskey,)
+    ttl_only = parse_anchors([f"example. 3600 DNSKEY {dnskey.to_text()}"])
+    assert ttl_only[N("example.")].keys == (dnskey,)
     assert closest_anchor(N("_atproto.a.example."), anchors) == N("example.")
     assert closest_anchor(N("_atproto.a.example.com."), anchors) == N(".")
     assert closest_anchor(N("a.test."), {N("example."): anchors[N("example.")]}) is None
     for bad in ("example. A 127.0.0.1", "example. DS 1 2", "not a record"):
         with pytest.raises(InvalidInput, match="trust anchor"):
             parse_anchors([bad])
+    with pytest.raises(InvalidInput, match="is a DS or a DNSKEY record, not A"):
+        parse_anchors(["example. A 127.0.0.1"])
     with pytest.raises(InvalidInput, match="trust anchor"):
         Config(dnssec=True, dnssec_anchors=("example. TXT hello",))
     # checked when used: without DNSSEC validation, parsing them would load dnspython for
@@ -135,7 +144,7 @@ def test_a_signature_holds_under_the_zone_key_only_for_its_records_and_its_perio
     zone, _ = _signed_zone(['_atproto.a TXT "did=did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"'])
     keys = _keys(zone)
     txt = _rrset(zone, "_atproto.a", "TXT")
-    now = time.time()
+    now = NOW
     verify(txt, ORIGIN, keys, now)
     changed = dns.rrset.from_text(
         txt.rrset.name, 60, "IN", "TXT", '"did=did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"'
@@ -147,9 +156,13 @@ def test_a_signature_holds_under_the_zone_key_only_for_its_records_and_its_perio
         verify(txt, ORIGIN, _keys(other), now)
     with pytest.raises(DnssecBogus, match="expired"):
         verify(txt, ORIGIN, keys, now + 2 * 86400)
+    with pytest.raises(DnssecBogus, match="not yet valid"):
+        verify(txt, ORIGIN, keys, INCEPTION - 60.0)
     with pytest.raises(DnssecBogus, match="not signed"):
         verify(Signed(txt.rrset, None), ORIGIN, keys, now)
-    with pytest.raises(DnssecBogus, match="not by"):
+    with pytest.raises(
+        DnssecBogus, match=r"_atproto\.a\.example\. TXT is signed by example\., not by other\."
+    ):
         verify(txt, N("other."), keys, now)
 
 
@@ -162,21 +175,29 @@ def test_a_zone_key_is_trusted_when_a_usable_ds_names_it_and_it_signs_the_key_se
     assert keys_named(ORIGIN, keyset.rrset, [ds]) == [dnskey]
     wrong = dns.rdata.from_text("IN", "DS", f"{ds.key_tag} 13 2 {'00' * 32}")
     assert keys_named(ORIGIN, keyset.rrset, [wrong]) == []  # type: ignore[list-item]
-    verify_keyset(keyset, ORIGIN, [dnskey], time.time())
+    verify_keyset(keyset, ORIGIN, [dnskey], NOW)
     with pytest.raises(DnssecBogus, match="matches its DS"):
-        verify_keyset(keyset, ORIGIN, [], time.time())
+        verify_keyset(keyset, ORIGIN, [], NOW)
     gost = dns.rdata.from_text("IN", "DS", f"{ds.key_tag} 12 3 {'00' * 32}")
-    assert usable_ds([ds, gost]) == [ds]
+    gost_digest = dns.rdata.from_text("IN", "DS", f"{ds.key_tag} 13 3 {'00' * 32}")
+    assert usable_ds([ds, gost, gost_digest]) == [ds]  # both the algorithm and the digest
+    # a key without the zone flag is no zone key, whatever names it
+    not_zone = dns.rdata.from_text("IN", "DNSKEY", f"0 3 13 {dnskey.to_text().split(' ', 3)[3]}")
+    made = dns.dnssec.make_ds(ORIGIN, not_zone, "SHA256")
+    assert keys_named(ORIGIN, [not_zone], [made]) == []
+    assert keys_named(ORIGIN, [not_zone, dnskey], [made, ds]) == [dnskey]
 
 
 def test_a_denial_of_ds_proves_an_unsigned_delegation_or_no_zone() -> None:
     """S-SEC-6: NS without DS at the name is an unsigned delegation; a name with other
     records, an empty non-terminal, or no name at all, no zone; a denial that is missing or
     lists the DS, bogus."""
-    zone, _ = _signed_zone(["child NS ns.elsewhere.", 'host TXT "x"', '_atproto.deep.er TXT "x"'])
+    zone, (key, dnskey) = _signed_zone(
+        ["child NS ns.elsewhere.", 'host TXT "x"', '_atproto.deep.er TXT "x"']
+    )
     keys = _keys(zone)
     denials = _denials(zone, "NSEC")
-    now = time.time()
+    now = NOW
     assert ds_denial(N("child.example."), ORIGIN, denials, keys, now) == UNSIGNED_DELEGATION
     assert ds_denial(N("host.example."), ORIGIN, denials, keys, now) == NO_DELEGATION
     assert ds_denial(N("er.example."), ORIGIN, denials, keys, now) == NO_DELEGATION  # ENT
@@ -187,8 +208,25 @@ def test_a_denial_of_ds_proves_an_unsigned_delegation_or_no_zone() -> None:
         "child.example.", 60, "IN", "NSEC", "host.example. NS DS RRSIG NSEC"
     )
     forged = [Signed(listed, d.sigs) if d.rrset.name == listed.name else d for d in denials]
-    with pytest.raises(DnssecBogus):
+    with pytest.raises(DnssecBogus, match="fails"):  # its signature was over other types
         ds_denial(N("child.example."), ORIGIN, forged, keys, now)
+    listed_sigs = dns.dnssec.sign(listed, key, ORIGIN, dnskey, inception=INCEPTION, lifetime=86400)
+    resigned = [
+        Signed(listed, dns.rrset.from_rdata(listed.name, 60, listed_sigs))
+        if d.rrset.name == listed.name
+        else d
+        for d in denials
+    ]
+    with pytest.raises(DnssecBogus, match="says it has one"):
+        ds_denial(N("child.example."), ORIGIN, resigned, keys, now)
+    # the NSEC chain's ends: its last NSEC wraps to the apex; names of other zones
+    last = max(denials, key=lambda d: d.rrset.name)
+    following = last.rrset[0].next  # type: ignore[attr-defined]
+    assert following == ORIGIN
+    assert covers(last.rrset.name, following, N("zzz.example."), ORIGIN)
+    assert not covers(last.rrset.name, following, N("zzz.other."), ORIGIN)
+    assert not covers(N("a.example."), N("c.example."), N("c.example."), ORIGIN)
+    assert covers(N("a.example."), N("c.example."), N("b.example."), ORIGIN)
 
 
 def test_nsec3_denials_match_cover_with_opt_out_and_refuse_costly_iterations() -> None:
@@ -203,7 +241,7 @@ def test_nsec3_denials_match_cover_with_opt_out_and_refuse_costly_iterations() -
         owner = N(f"{owner_hash}.example.")
         text = f"1 {flags} {it} - {following} {types}"
         rrset = dns.rrset.from_text(owner, 60, "IN", "NSEC3", text)
-        sig = dns.dnssec.sign(rrset, key, ORIGIN, dnskey, lifetime=3600)
+        sig = dns.dnssec.sign(rrset, key, ORIGIN, dnskey, inception=INCEPTION, lifetime=86400)
         return Signed(rrset, dns.rrset.from_rdata(owner, 60, sig))
 
     def hashed(name: str) -> str:
@@ -230,7 +268,7 @@ def test_nsec3_denials_match_cover_with_opt_out_and_refuse_costly_iterations() -
             for i, owner in enumerate(points)
         ]
 
-    now = time.time()
+    now = NOW
     delegation = nsec3(child, apex, "NS")
     assert ds_denial(N("child.example."), ORIGIN, [delegation], keys, now) == UNSIGNED_DELEGATION
     names = nsec3(child, apex, "TXT RRSIG")
@@ -240,6 +278,15 @@ def test_nsec3_denials_match_cover_with_opt_out_and_refuse_costly_iterations() -
     assert ds_denial(N("child.example."), ORIGIN, ring(flags=0), keys, now) == NO_DELEGATION
     costly = ds_denial(N("child.example."), ORIGIN, ring(flags=0, it=151), keys, now)
     assert costly == UNSIGNED_DELEGATION
+    # S-SEC-8 over NSEC3: the hash of a name between two hashes of the chain is proven
+    # absent; the hash of a name the chain holds is not, nor one of NSEC3 of another zone
+    assert proves_absent(N("child.example."), ORIGIN, ring(flags=0), keys, now)
+    assert not proves_absent(N("child.example."), ORIGIN, [delegation], keys, now)
+    elsewhere = [
+        Signed(dns.rrset.from_rdata_list(N(f"{low}.other."), 60, list(r.rrset)), r.sigs)
+        for r in ring(flags=0)
+    ]
+    assert not proves_absent(N("child.example."), ORIGIN, elsewhere, keys, now)
     plain = [r for r in ring(flags=0) if r.rrset.name.labels[0].decode() != apex]
     with pytest.raises(DnssecBogus, match="closest encloser"):
         ds_denial(N("child.example."), ORIGIN, plain, keys, now)
@@ -256,12 +303,17 @@ def test_a_wildcard_answer_holds_only_with_proof_that_the_name_asked_is_not_ther
         dns.rrset.from_rdata_list(asked, 60, list(wild.rrset)),
         dns.rrset.from_rdata_list(asked, 60, list(wild.sigs or ())),
     )
-    verify(expanded, ORIGIN, keys, time.time())  # the signature is the wildcard's
+    verify(expanded, ORIGIN, keys, NOW)  # the signature is the wildcard's
     assert wildcard_source(expanded) == N("x.w.example.")
+    one_label = Signed(
+        dns.rrset.from_rdata_list(N("x.w.example."), 60, list(wild.rrset)),
+        dns.rrset.from_rdata_list(N("x.w.example."), 60, list(wild.sigs or ())),
+    )
+    assert wildcard_source(one_label) == N("x.w.example.")
     assert wildcard_source(wild) is None
     denials = _denials(zone, "NSEC")
-    assert proves_absent(N("x.w.example."), ORIGIN, denials, keys, time.time())
-    assert not proves_absent(N("z.example."), ORIGIN, denials, keys, time.time())
+    assert proves_absent(N("x.w.example."), ORIGIN, denials, keys, NOW)
+    assert not proves_absent(N("z.example."), ORIGIN, denials, keys, NOW)
 
 
 def test_a_response_without_do_or_signatures_is_from_a_resolver_that_strips_them() -> None:
@@ -274,9 +326,12 @@ def test_a_response_without_do_or_signatures_is_from_a_resolver_that_strips_them
     assert strips_dnssec(response)
     zone, _ = _signed_zone(['_atproto.a TXT "x"'])
     txt = _rrset(zone, "_atproto.a", "TXT")
+    response.answer = [txt.rrset]  # records, but no signature: still stripped
+    assert strips_dnssec(response)
     response.answer = [txt.rrset, txt.sigs]
     assert not strips_dnssec(response)
-    assert [s.rrset.rdtype for s in signed_rrsets(response.answer)] == [dns.rdatatype.TXT]
+    (found,) = signed_rrsets(response.answer)
+    assert found.rrset.rdtype == dns.rdatatype.TXT and found.sigs == txt.sigs
 
 
 # --- the test network's signed zones -------------------------------------------------------

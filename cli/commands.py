@@ -245,14 +245,17 @@ COMMANDS = [
         ("plc", "mirror"),
         "cli.plc:mirror",
         "mirror the PLC directory named by --plc-url, verifying every operation, and serve "
-        "its read API (GET /{did}, /log/audit, /export, ...); exit 1 after --once if the "
-        "upstream served ops the rules refuse",
+        "its read API (GET /{did}, /log/audit, /export, /export/stream, ...); exit 1 after "
+        "--once if the upstream served ops the rules refuse",
         [
             "plc_url",
             "plc_db",
             "plc_mirror_interval",
             "plc_mirror_workers",
             "plc_mirror_profile",
+            "plc_mirror_stream",
+            "plc_mirror_stream_backlog",
+            "plc_mirror_stream_timeout",
             "max_connections",
             "idle_timeout",
         ],

@@ -21,6 +21,7 @@ from foundation.pool import default_workers
 from mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
 from mirror.api import json_errors
 from mirror.store import SqlMirrorStore, default_mirror_path, open_mirror_store
+from mirror.upstream_stream import UpstreamStream
 from resolver.errors import InvalidInput, UpstreamFailure
 from server.lifecycle import runner_settings, serve_until_stopped
 from server.metrics import CONTENT_TYPE, Exposition
@@ -153,11 +154,25 @@ def mirror_follower_from(
     """The follower the settings describe (`stop()` it: it may have worker processes)."""
     workers = values.plc_mirror_workers
     workers = default_workers() if workers is None else workers
+    stream = UpstreamStream(values.plc_url) if values.plc_mirror_stream == "auto" else None
     return Follower(
         Replica(store, workers=workers if store.writable else 0),
         Upstream(values.plc_url),
         interval=values.plc_mirror_interval,
         progress=progress,
+        stream=stream,
+    )
+
+
+def mirror_api_from(values: Values, store: SqlMirrorStore, follower: Follower) -> MirrorApi:
+    """The read API (and /export/stream) the settings describe, over the follower's state."""
+    return MirrorApi(
+        store,
+        follower.state,
+        profile=values.plc_mirror_profile,
+        poke=follower.poke,
+        stream_backlog=values.plc_mirror_stream_backlog,
+        stream_timeout=values.plc_mirror_stream_timeout,
     )
 
 
@@ -252,7 +267,7 @@ def _serve(
     args: argparse.Namespace, values: Values, store: SqlMirrorStore, follower: Follower
 ) -> int:
     host, _, port = args.listen.rpartition(":")
-    api = MirrorApi(store, follower.state, profile=values.plc_mirror_profile, poke=follower.poke)
+    api = mirror_api_from(values, store, follower)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per poll says nothing
 

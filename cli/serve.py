@@ -44,7 +44,7 @@ from stream.follower import Follower
 from .audit import webhook_from
 from .config import effective_settings
 from .configuration import SettingError
-from .plc import mirror_follower_from, mirror_store_from
+from .plc import mirror_api_from, mirror_follower_from, mirror_store_from
 from .running import configure
 from .settings import Values
 
@@ -164,8 +164,7 @@ async def serve(
 def _plc_mirror(values: Values) -> tuple[MirrorApi, MirrorFollower]:
     store = mirror_store_from(values)
     follower = mirror_follower_from(values, store)
-    api = MirrorApi(store, follower.state, profile=values.plc_mirror_profile, poke=follower.poke)
-    return api, follower
+    return mirror_api_from(values, store, follower), follower
 
 
 def _serve_plc_mirror(

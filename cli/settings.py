@@ -352,6 +352,31 @@ class Values:
         low=0,
         high=256,
     )
+    plc_mirror_stream: str = _setting(
+        MIRROR,
+        "once caught up, follow the upstream's /export/stream (a WebSocket: new operations at "
+        "once) when it has one, else poll /export; or always poll",
+        "auto",
+        metavar="MODE",
+        choices=("auto", "off"),
+    )
+    plc_mirror_stream_backlog: int = _setting(
+        MIRROR,
+        "how far back a consumer of this mirror's /export/stream may start, in operations "
+        "(further: OutdatedCursor, page /export first)",
+        defaults.PLC_STREAM_BACKLOG,
+        metavar="OPS",
+        low=0,
+    )
+    plc_mirror_stream_timeout: float = _setting(
+        MIRROR,
+        "seconds a consumer of /export/stream may take to read one message before it is "
+        "closed (ConsumerTooSlow)",
+        defaults.PLC_STREAM_TIMEOUT,
+        metavar="SECONDS",
+        low=0.01,
+        high=3600,
+    )
     plc_mirror_profile: str = _setting(
         MIRROR,
         "answer as plc.directory does (Multikey documents, 410 for a tombstone) or as the "

@@ -37,3 +37,7 @@ AUDIT_LEASE = 60.0
 # The PLC mirror (`mirror`)
 PLC_MIRROR_INTERVAL = 5.0  # seconds between polls once caught up
 PLC_MIRROR_PROFILE = "directory"  # answer as plc.directory does
+# /export/stream: how far back a consumer may start (about a week of plc.directory's
+# operations), and how long one message may wait for it to read
+PLC_STREAM_BACKLOG = 1_000_000
+PLC_STREAM_TIMEOUT = 10.0

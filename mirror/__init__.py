@@ -2,8 +2,9 @@
 operation before it enters the state, and serves the directory's read API."""
 
 from .api import MirrorApi, MirrorFetcher, report
-from .follow import Follower, MirrorState
+from .follow import Follower
 from .replica import Replica
+from .state import MirrorState
 from .store import SqlMirrorStore, default_mirror_path, open_mirror_store
 from .upstream import Upstream
 

@@ -34,9 +34,10 @@ from resolver.response import MIRROR_HEADER, Response
 from resolver.syntax import check_plc_did
 from resolver.untrusted import BadNumber, parse_count
 
-from .follow import MirrorState
 from .records import StoredOp
+from .state import MirrorState
 from .store import SqlMirrorStore
+from .stream import BACKLOG, SEND_TIMEOUT, ExportStream
 
 PROFILES = ("directory", "reference")
 _JSON = "application/json; charset=utf-8"
@@ -72,6 +73,15 @@ def _json(value: Any, content_type: str = _JSON) -> Reply:
     return Reply(200, json.dumps(value, separators=(",", ":")).encode(), content_type)
 
 
+def sequenced_line(op: StoredOp) -> str:
+    """An operation as `/export?after=<seq>` and `/export/stream` send it (P-API-3): the
+    `sequenced_op` form, with the mirror's seq and without the `nullified` flag (the
+    reference sends none there)."""
+    line = {"type": "sequenced_op", **_entry(op), "seq": op.seq}
+    del line["nullified"]
+    return json.dumps(line, separators=(",", ":"))
+
+
 def _entry(op: StoredOp) -> dict[str, Any]:
     """A `/log/audit` entry and a legacy export line: the reference's key order."""
     return {
@@ -99,6 +109,8 @@ class MirrorApi:
         *,
         profile: str = defaults.PLC_MIRROR_PROFILE,
         poke: Callable[[], None] | None = None,
+        stream_backlog: int = BACKLOG,
+        stream_timeout: float = SEND_TIMEOUT,
     ) -> None:
         """`poke`: asks the follower in this process to read the upstream now (a DID it
         does not know may have been created since its last read)."""
@@ -109,6 +121,9 @@ class MirrorApi:
         self.profile = profile
         self._poke = poke
         self._documents: OrderedDict[str, bytes] = OrderedDict()
+        self.stream = ExportStream(
+            store, state, sequenced_line, backlog=stream_backlog, send_timeout=stream_timeout
+        )
 
     def answer(
         self, method: str, path: str, query: dict[str, str], asked_at: float | None = None
@@ -209,17 +224,14 @@ class MirrorApi:
             except BadNumber:
                 return _message(400, "Invalid after parameter")
             ops = self.store.export(after_seq=seq, after_time=None, count=count)
-            lines = [{"type": "sequenced_op", **_entry(op), "seq": op.seq} for op in ops]
-            for line in lines:
-                del line["nullified"]
-        else:
-            try:
-                since = _normalized(after) if after else ""
-            except (ValueError, OverflowError):  # not a time; one past year 9999 in UTC
-                return _message(400, "Invalid after parameter")
-            ops = self.store.export(after_seq=None, after_time=since, count=count)
-            lines = [_entry(op) for op in ops]
-        body = "\n".join(json.dumps(line, separators=(",", ":")) for line in lines)
+            body = "\n".join(sequenced_line(op) for op in ops)
+            return Reply(200, body.encode(), "application/jsonlines")
+        try:
+            since = _normalized(after) if after else ""
+        except (ValueError, OverflowError):  # not a time; one past year 9999 in UTC
+            return _message(400, "Invalid after parameter")
+        ops = self.store.export(after_seq=None, after_time=since, count=count)
+        body = "\n".join(json.dumps(_entry(op), separators=(",", ":")) for op in ops)
         return Reply(200, body.encode(), "application/jsonlines")
 
     # --- serving ------------------------------------------------------------------------
@@ -228,6 +240,7 @@ class MirrorApi:
         """The routes; a did:plc path only, so the daemon's own pages keep theirs. GET
         routes answer HEAD too (aiohttp sends the head without the body)."""
         app.router.add_get("/export", self._handle)
+        app.router.add_get("/export/stream", self.stream.handle)
         pattern = r"/{did:did(:|%3[Aa])plc(:|%3[Aa])[^/]+}"
         for suffix in ("", "/data", "/log", "/log/audit", "/log/last"):
             app.router.add_get(pattern + suffix, self._handle)

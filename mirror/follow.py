@@ -22,12 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from collections.abc import Callable
 
 from foundation import Backoff, defaults
 from resolver.errors import ResponseTooLarge, UpstreamFailure
@@ -36,10 +31,10 @@ from resolver.plc.document import compare_state, state_from_data
 
 from .records import BadLine, Batch
 from .replica import Page, PageResult, Replica
-from .store import SqlMirrorStore
+from .state import STALL_AFTER, MirrorState
 from .upstream import PAGE_SIZE, Upstream, UpstreamFault, order_page
+from .upstream_stream import FUTURE, OUTDATED, StreamClosed, StreamUnavailable, UpstreamStream
 
-STALL_AFTER = 300.0  # seconds without progress before /_health says the follower is stalled
 STOP_WAIT = 3.0  # seconds `stop` waits for the follower's thread, whatever the upstream does
 # A poke (a reader asked about a DID the mirror does not know) starts a poll early, but polls
 # start at least this many seconds apart: 404s asked in a flood cost the upstream at most
@@ -47,147 +42,13 @@ STOP_WAIT = 3.0  # seconds `stop` waits for the follower's thread, whatever the 
 POKE_GAP = 1.0
 NOTIFY_CHUNK = 10_000  # DIDs told to `on_applied` at once, at most, while catching up
 DOCUMENT_CHECKS = 16  # upstream documents compared per poll, once caught up
-
-
-@dataclass
-class MirrorState:
-    """What `/_health`, `/metrics`, the progress line and the lookups' evidence say."""
-
-    upstream: str
-    ops: int = 0  # applied since start
-    dids: int = 0  # created since start
-    duplicates: int = 0
-    rejected: Counter[str] = field(default_factory=Counter)  # by rule
-    nullified: int = 0
-    pages: int = 0
-    cursor: str | None = None
-    cursor_time: str | None = None  # createdAt of the last op applied
-    caught_up_at: float | None = None  # when a page last came back short (wall clock)
-    # when the last complete read of the export began: the mirror holds every op the
-    # upstream had then (P-API-2)
-    complete_as_of: float | None = None
-    documents_checked: int = 0
-    disagreements: int = 0
-    errors: int = 0
-    faults: int = 0  # pages that went back (UpstreamFault)
-    bad_lines: int = 0  # lines that did not parse, kept as evidence
-    last_error: str | None = None
-    role: str = "writer"  # or "reader": another process follows, this one reads the store
-    progress_at: float = field(default_factory=time.time)  # a page applied, a catch-up
-    stall_after: float = STALL_AFTER
-
-    @classmethod
-    def of(cls, upstream: str, store: SqlMirrorStore) -> MirrorState:
-        """The state of a mirror kept in `store`, as far as it was stored."""
-        state = cls(upstream, role="writer" if store.writable else "reader")
-        state.reload(store)
-        return state
-
-    def reload(self, store: SqlMirrorStore) -> None:
-        """The cursor and the last catch-up as stored (by this process or the writer)."""
-        meta = store.meta()
-        self.cursor, self.cursor_time = meta.get("cursor"), meta.get("cursor_time")
-        caught_up, complete = meta.get("caught_up_at"), meta.get("complete_as_of")
-        self.caught_up_at = float(caught_up) if caught_up else None
-        self.complete_as_of = float(complete) if complete else None
-
-    def current_for(self, asked_at: float) -> bool:
-        """Whether the mirror's view is complete as of `asked_at` (a request's arrival): its
-        404 then confirms absence (P-API-2)."""
-        return self.complete_as_of is not None and self.complete_as_of >= asked_at
-
-    def behind_seconds(self, now: float | None = None) -> float | None:
-        """At most how far behind the upstream: the time since the export was last read
-        to its end (None while backfilling)."""
-        if self.caught_up_at is None:
-            return None
-        return max(0.0, (now or time.time()) - self.caught_up_at)
-
-    def problem(self, now: float | None = None) -> str | None:
-        """Why the follower is not doing its job (None: it is): the last poll failed, or
-        nothing moved for longer than `stall_after` (a trickling or hanging upstream)."""
-        if self.role != "writer":
-            return None  # the writer's problems are the writer's to report
-        if self.last_error is not None:
-            return f"the last poll of {self.upstream} failed: {self.last_error}"
-        idle = (now or time.time()) - self.progress_at
-        if idle > self.stall_after:
-            return f"no progress from {self.upstream} for {idle:.0f} s"
-        return None
-
-    def provenance(self, asked_at: float) -> str:
-        """The `Atwhois-Plc-Mirror` header of an answer to a request that came at
-        `asked_at`: what a lookup through the mirror cites, and whether the mirror had
-        read its upstream since (`current`: its 404 is then a confirmed absence)."""
-        behind = self.behind_seconds()
-        lag = f"behind={behind:.1f}s" if behind is not None else "behind=backfilling"
-        current = "yes" if self.current_for(asked_at) else "no"
-        return (
-            f"verified; upstream={self.upstream}; {lag}; cursor={self.cursor_time or '-'}; "
-            f"current={current}"
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "upstream": self.upstream,
-            "ops_applied": self.ops,
-            "dids_created": self.dids,
-            "duplicates": self.duplicates,
-            "rejected": dict(self.rejected),
-            "nullified": self.nullified,
-            "pages": self.pages,
-            "cursor": self.cursor,
-            "cursor_time": self.cursor_time,
-            "behind_s": self.behind_seconds(),
-            "documents_checked": self.documents_checked,
-            "disagreements": self.disagreements,
-            "errors": self.errors,
-            "faults": self.faults,
-            "bad_lines": self.bad_lines,
-            "last_error": self.last_error,
-            "problem": self.problem(),
-            "role": self.role,
-        }
-
-    def metrics(self) -> Iterator[Metric]:
-        labels = ["upstream"]
-        ops = CounterMetricFamily(
-            "atwhois_plc_mirror_ops", "Operations verified and stored.", labels=labels
-        )
-        ops.add_metric([self.upstream], self.ops)
-        yield ops
-        refused = CounterMetricFamily(
-            "atwhois_plc_mirror_refused_ops",
-            "Operations the upstream served that the rules refuse, by the rule broken.",
-            labels=[*labels, "rule"],
-        )
-        for rule, n in sorted(self.rejected.items()):
-            refused.add_metric([self.upstream, rule], n)
-        yield refused
-        for name, value, what in (
-            ("nullified_ops", self.nullified, "Operations nullified by a recovery."),
-            ("upstream_errors", self.errors, "Failed polls of the upstream (retried)."),
-            ("upstream_faults", self.faults, "Pages that went back (not followed)."),
-            ("bad_lines", self.bad_lines, "Export lines that did not parse (kept as evidence)."),
-            ("documents_checked", self.documents_checked, "Upstream documents compared."),
-            (
-                "disagreements",
-                self.disagreements,
-                "DIDs flagged: the upstream's document disagrees with the verified log.",
-            ),
-        ):
-            family = CounterMetricFamily(f"atwhois_plc_mirror_{name}", what, labels=labels)
-            family.add_metric([self.upstream], value)
-            yield family
-        behind = self.behind_seconds()
-        if behind is not None:
-            gauge = GaugeMetricFamily(
-                "atwhois_plc_mirror_behind_seconds",
-                "At most how far behind the upstream: time since its export was read to the end.",
-                labels=labels,
-            )
-            gauge.add_metric([self.upstream], behind)
-            yield gauge
+STREAM_FLUSH = 0.05  # seconds a stream's messages gather before they are verified and stored
+STREAM_QUIET = 0.5  # seconds without a message before a ping proves the stream current
+# how much before a ping's answer the mirror counts itself complete (an atwhois upstream
+# sends a stored operation within a tick, 0.05 s)
+STREAM_MARGIN = 0.25
+STREAM_RECHECK = 600.0  # seconds before an upstream without a stream is asked again
+NO_STREAM, STOPPED = "no_stream", "stopped"  # how a stream ended, besides its close reasons
 
 
 class Follower:
@@ -202,10 +63,12 @@ class Follower:
         check_documents: int = DOCUMENT_CHECKS,
         stall_after: float = STALL_AFTER,
         on_applied: Callable[[list[str]], None] | None = None,
+        stream: UpstreamStream | None = None,
     ) -> None:
         """`on_applied`: told, on the follower's thread, of the DIDs whose state changed,
         once written, while following live (not while backfilling): what the daemon's
-        cache re-verifies."""
+        cache re-verifies. `stream`: once caught up, follow the upstream's /export/stream
+        (when it has one) rather than polling."""
         self.replica = replica
         self.upstream = upstream
         self.interval = interval
@@ -217,6 +80,8 @@ class Follower:
         self._check_documents = check_documents
         self._suspects: list[str] = []  # disagreed once: checked again after the next poll
         self.on_applied = on_applied
+        self.stream = stream
+        self._no_stream_since: float | None = None  # when the upstream last had none
         self._stop = threading.Event()
         self._wake = threading.Event()  # set: poll now (a poke, or stopping)
         self._thread: threading.Thread | None = None
@@ -316,15 +181,23 @@ class Follower:
         return result
 
     def run(self) -> None:
-        """Follow until stopped: catch up, wait a polling interval, again. Trouble (the
-        upstream's, the database's, a worker's) is logged, counted and retried with
-        back-off, never fatal and never silent."""
+        """Follow until stopped: catch up, then follow the upstream's stream, or wait a
+        polling interval and catch up again. Trouble (the upstream's, the database's, a
+        worker's) is logged, counted and retried with back-off, never fatal and never
+        silent."""
         backoff = Backoff(base=min(1.0, self.interval), cap=60.0)
         while not self._stop.is_set() and not self.replica.store.writable:
             self.state.reload(self.replica.store)  # a reader: the writer's progress
             self._stop.wait(min(1.0, self.interval))
         while not self._stop.is_set():
             try:
+                if self._streaming():
+                    ended = self._follow_stream()
+                    if ended == OUTDATED:  # too far behind for the stream: page, come back
+                        self.catch_up()
+                    if ended != NO_STREAM:
+                        backoff.reset()
+                        continue
                 self.catch_up()
             except Exception as err:  # an upstream's, a database's, a worker's trouble
                 self.state.errors += 1
@@ -337,6 +210,97 @@ class Follower:
             backoff.reset()
             self.state.last_error = None
             self._rest()
+
+    # --- following the upstream's /export/stream (P-API-3) ----------------------------
+
+    def _streaming(self) -> bool:
+        """Whether to follow the stream now: there is one to follow (or it is time to ask
+        again), and the cursor is a seq (an upstream paged by time has no stream)."""
+        if self.stream is None or not (self.state.cursor or "").isdigit():
+            return False
+        since = self._no_stream_since
+        return since is None or time.time() - since > STREAM_RECHECK
+
+    def _follow_stream(self) -> str:
+        """Reads the stream from the stored cursor (the upstream sends what came after it,
+        then each new operation) until it ends: `OUTDATED` when the cursor is too old for
+        the upstream's stream (the caller pages through /export, then comes back),
+        `NO_STREAM` when it has none (polling it is), `STOPPED`. A cursor in the upstream's
+        future is its fault, said loudly: the cursor is never moved back to suit it. Any
+        other end is a failure, retried with back-off from the stored cursor."""
+        assert self.stream is not None
+        try:
+            self.stream.open(self.state.cursor or "0")
+        except StreamUnavailable:
+            self._no_stream_since = time.time()
+            return NO_STREAM
+        self._no_stream_since = None
+        self.state.source = "stream"
+        try:
+            quiet_since = time.time()
+            while not self._stop.is_set():
+                lines = self.stream.receive(self.page_size, STREAM_FLUSH)
+                if lines:
+                    self._apply_streamed(lines)
+                    quiet_since = time.time()
+                    continue
+                # quiet: a ping proves the stream current now and then, and at once for a
+                # reader waiting on a DID the mirror does not know (a poke)
+                if self._wake.is_set() or time.time() - quiet_since > STREAM_QUIET:
+                    self._wake.clear()
+                    pinged = time.time()
+                    if not self.stream.alive():
+                        raise UpstreamFailure(f"{self.stream.url}: no answer to a ping")
+                    self._current_as_of(pinged - STREAM_MARGIN)
+                    self.state.last_error = None
+                    quiet_since = time.time()
+            return STOPPED
+        except StreamClosed as closed:
+            if closed.reason == OUTDATED:
+                return OUTDATED
+            self.state.stream_errors += 1
+            if closed.reason == FUTURE:
+                raise UpstreamFault(
+                    f"{closed}: the upstream has no operation at this mirror's cursor "
+                    f"{self.state.cursor} (it lost operations, or is another directory); "
+                    "the cursor stays"
+                ) from None
+            raise
+        except UpstreamFailure:
+            self.state.stream_errors += 1
+            raise
+        finally:
+            self.stream.close()
+            self.state.source = "poll"
+
+    def _apply_streamed(self, lines: list[bytes]) -> None:
+        """Messages as a page's lines: in order after the cursor, verified, stored with the
+        cursor they move to; the DIDs they changed told. A message that goes back is the
+        upstream's fault: what came before it is kept, then the stream is given up."""
+        cursor = self.state.cursor or "0"
+        order = order_page(lines, cursor, seqs_only=True)  # P-API-3: every message has one
+        fault = f"went back: {order.fault}" if order.fault else None
+        assert self.stream is not None
+        evidence = (
+            [BadLine.of(lines[order.usable], f"{self.stream.url}, {fault}", now_iso())]
+            if fault
+            else []
+        )
+        page = self.replica.submit(lines[: order.usable], evidence)
+        result = self._commit(page, order.moved, pipelined=False)
+        # while backfilling through the stream, nothing was known before: nothing to tell
+        self._tell_applied(result.touched if self.state.caught_up_at is not None else [])
+        if fault is not None:
+            self.state.faults += 1
+            raise UpstreamFault(f"{self.stream.url} {fault}")
+
+    def _current_as_of(self, moment: float) -> None:
+        """The stream proved current: the mirror holds what the upstream had at `moment`."""
+        state = self.state
+        state.caught_up_at = state.progress_at = time.time()
+        state.complete_as_of = moment
+        meta = {"caught_up_at": repr(state.caught_up_at), "complete_as_of": repr(moment)}
+        self.replica.store.write(Batch(meta=meta))
 
     def _rest(self) -> None:
         """Between polls: the interval, or less when poked; but polls start at least

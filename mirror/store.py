@@ -166,6 +166,10 @@ class SqlMirrorStore:
             )
         return [_op(row) for row in rows]
 
+    def head(self) -> int:
+        """The newest `seq` stored (0: none)."""
+        return int(self._one("SELECT COALESCE(MAX(seq), 0) FROM plc_ops") or 0)
+
     def rejected(self, limit: int) -> list[Rejection]:
         rows = self._rows(
             "SELECT did, cid, created_at, rule, message, entry, seen_at FROM plc_rejected "

@@ -130,14 +130,15 @@ def _position(line: bytes) -> _Position | None:
     return None
 
 
-def order_page(lines: list[bytes], cursor: str) -> PageOrder:
+def order_page(lines: list[bytes], cursor: str, *, seqs_only: bool = False) -> PageOrder:
     """Which lines of a page asked for after `cursor` may be applied: each must come after
     the cursor and after the line before it (a `seq` greater, a `createdAt` not earlier);
-    once in sequence numbers (a cursor past 0, or a line with a `seq`), a line without one
-    is out of order too (an upstream may move to sequence numbers, never back). The first
-    line out of order ends the usable part, as an upstream fault."""
+    once in sequence numbers (a cursor past 0, or a line with a `seq`; from the start with
+    `seqs_only`, as on /export/stream), a line without one is out of order too (an
+    upstream may move to sequence numbers, never back). The first line out of order ends
+    the usable part, as an upstream fault."""
     last_seq = int(cursor) if cursor.isascii() and cursor.isdigit() else None
-    in_seqs = last_seq is not None and last_seq > 0
+    in_seqs = last_seq is not None and (last_seq > 0 or seqs_only)
     last_time = None if last_seq is not None else _moment_or_none(cursor)
     moved: tuple[str, str] | None = None
     parsed: list[_Position] = []

@@ -1,9 +1,10 @@
 """Fuzz targets for hostile sources (issue 36): the mirror's follower over a scripted upstream
 whose pages go back, repeat, end in a line that does not parse or carry seqs no directory
 sends; the stream subscriber over frame sequences whose seqs go back or jump; the mirror's
-read API over any `after`, `count` and `limit`. Each run asserts what must hold whatever
-the input: cursors never move back, a follower makes a bounded number of requests (no
-loop, no hang), every answer is a 200 or a classified 400."""
+read API over any `after`, `count` and `limit`; the follower of an upstream's /export/stream
+over message batches that go back, repeat or do not parse, closed for any reason. Each run
+asserts what must hold whatever the input: cursors never move back, a follower makes a
+bounded number of requests (no loop, no hang), every answer is a 200 or a classified 400."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from devnet.synthetic_plc import export_lines
 from mirror import Follower, MirrorApi, MirrorState, Replica
 from mirror.records import Batch
 from mirror.store import SqliteMirrorStore
+from mirror.upstream_stream import FUTURE, OUTDATED, TOO_SLOW, StreamClosed
 from resolver.errors import UpstreamFailure
 from resolver.untrusted import BadNumber, parse_count
 from stream.subscriber import MemoryCursor, Subscriber
@@ -180,8 +182,69 @@ def read_api(case: tuple[dict[str, str], str]) -> None:
     assert 0 <= number <= 10_000 and limit.isascii()
 
 
+# What a hostile upstream's /export/stream sends: batches of messages (a message is a line
+# as above), then a close with any reason.
+stream_scripts = st.tuples(
+    st.lists(st.lists(lines, max_size=PAGE + 1), max_size=5),
+    st.sampled_from([FUTURE, OUTDATED, TOO_SLOW, "", "bye", "x" * 200]),
+)
+
+
+class ScriptedStream:
+    """Hands out the scripted batches, whatever the cursor, then closes with the reason."""
+
+    url = "wss://upstream.test/export/stream"
+
+    def __init__(self, batches: list[list[str]], reason: str) -> None:
+        self.batches = [[line.encode() for line in batch] for batch in batches]
+        self.reason = reason
+
+    def open(self, cursor: str) -> None:
+        return None
+
+    def receive(self, most: int, wait: float) -> list[bytes]:
+        if self.batches:
+            return self.batches.pop(0)
+        raise StreamClosed(f"{self.url} closed the stream {self.reason}", self.reason)
+
+    def alive(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        return None
+
+
+def follow_stream(script: tuple[list[list[str]], str]) -> None:
+    """A follower reading the script as its upstream's stream, from a cursor of 0: it
+    ends (OutdatedCursor: handed back to paging) or fails in a classified way, and its
+    cursor, the store's, never moves back."""
+    batches, reason = script
+    if not _STORE:
+        _STORE.append(SqliteMirrorStore(Path(tempfile.mkdtemp(prefix="atwhois-fuzz-")) / "m.db"))
+    store = _STORE[0]
+    store.write(Batch(meta={"cursor": "0", "cursor_time": ""}))
+    follower = Follower(
+        Replica(store),
+        ScriptedUpstream([]),  # type: ignore[arg-type]
+        page_size=PAGE,
+        check_documents=0,
+        stream=ScriptedStream(batches, reason),  # type: ignore[arg-type]
+    )
+    try:
+        try:
+            assert follower._follow_stream() == OUTDATED == reason
+        except UpstreamFailure:  # the upstream's fault or its close, classified
+            assert reason != OUTDATED or follower.state.faults
+        cursor = follower.state.cursor or "0"
+        assert cursor == (store.meta().get("cursor") or "0")
+        assert cursor.isdigit(), cursor  # a stream cursor is a seq
+    finally:
+        follower.stop()
+
+
 HOSTILE = [
     ("export page sequences", export_scripts, follow_script),
+    ("stream message sequences", stream_scripts, follow_stream),
     ("stream frame sequences", frame_scripts, feed_frames),
     ("mirror read API queries", st.tuples(queries, st.text(max_size=24)), read_api),
 ]

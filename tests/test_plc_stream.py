@@ -1,0 +1,254 @@
+"""`/export/stream` both ways (`mirror.stream`, the follower's `mirror.upstream_stream`), on
+the test network: an atwhois mirror follows the reference directory by polling (it has no
+stream), a second mirror follows the first one's stream; either end is killed and started
+again; a cursor too old for the stream is sent to `/export` and comes back; a cursor in the
+upstream's future is refused loudly; a consumer that stops reading is closed while the
+serving mirror's memory stays put (P-API-3)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import websockets
+from websockets.sync.client import connect
+
+from devnet.atwhois import Daemon, running_daemon
+from devnet.network import DevnetState
+from devnet.pds import free_port
+from devnet.plc_ops import PlcAccount, new_handle
+from devnet.synthetic_plc import export_lines
+from mirror import Follower, Replica, Upstream
+from mirror.store import SqliteMirrorStore
+from mirror.upstream import UpstreamFault
+from mirror.upstream_stream import OUTDATED, UpstreamStream
+from tests.support import metrics
+from tests.support.waiting import until
+from tests.test_plc_mirror_network import caught_up
+
+
+@contextlib.contextmanager
+def mirror(
+    env: dict[str, str], tmp_path: Path, name: str, port: int, *args: str
+) -> Iterator[Daemon]:
+    """`atwhois plc mirror` on a port of its own (so that it comes back where its
+    follower looks for it), its store kept in `tmp_path` across restarts."""
+    with running_daemon(
+        env,
+        tmp_path / f"{name}.log",
+        "--plc-db",
+        str(tmp_path / f"{name}.db"),
+        "--plc-mirror-interval",
+        "0.5",
+        *args,
+        command=("plc", "mirror", "--listen", f"127.0.0.1:{port}"),
+    ) as daemon:
+        yield daemon
+
+
+def ops(url: str) -> list[tuple[int, str, str]]:
+    """(seq, DID, CID) of every operation, in the mirror's seq order (`/export?after=`)."""
+    found: list[tuple[int, str, str]] = []
+    while True:
+        after = found[-1][0] if found else 0
+        body = httpx.get(f"{url}/export", params={"after": str(after)}, timeout=10).text
+        page = [json.loads(line) for line in body.split("\n") if line]
+        found += [(entry["seq"], entry["did"], entry["cid"]) for entry in page]
+        if len(page) < 1000:
+            return found
+
+
+def health(url: str) -> dict[str, object]:
+    answer: dict[str, object] = httpx.get(f"{url}/_health", timeout=10).json()
+    return answer
+
+
+def the_same(follower: str, upstream: str) -> bool:
+    """The follower holds exactly the upstream's operations, in its order, none twice, and
+    its cursor is the upstream's newest seq."""
+    mine, theirs = ops(follower), ops(upstream)
+    cids = [cid for _, _, cid in mine]
+    return (
+        cids == [cid for _, _, cid in theirs]
+        and len(set(cids)) == len(cids)
+        and health(follower)["cursor"] == str(theirs[-1][0])
+    )
+
+
+def closes(url: str, reason: str) -> float:
+    """How many consumers the mirror at `url` closed its stream on for `reason`."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return metrics.value(text, "atwhois_plc_stream_closed_total", reason=reason)
+
+
+def new_account(devnet: DevnetState) -> str:
+    return PlcAccount(devnet.plc_url, new_handle("streamed")).did
+
+
+def test_a_mirror_follows_another_mirrors_stream_through_restarts_of_either(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """New operations reach the second mirror within 1 s of the first storing them; the
+    second killed, or the first, and started again: nothing lost, nothing twice, the same
+    order and cursor as the first."""
+    a_port, b_port = free_port(), free_port()
+    a_url = f"http://127.0.0.1:{a_port}"
+    following_a = {**devnet.env(), "ATWHOIS_PLC_URL": a_url}
+    with mirror(devnet.env(), tmp_path, "a", a_port) as a:
+        caught_up(a.url, devnet.plc_url)
+        assert health(a.url)["source"] == "poll"  # the reference directory has no stream
+        with mirror(following_a, tmp_path, "b", b_port) as b:
+            until(lambda: health(b.url)["source"] == "stream", 20)
+            until(lambda: the_same(b.url, a_url), 20)
+            for _ in range(3):
+                did = new_account(devnet)
+                until(lambda did=did: did in {d for _, d, _ in ops(a_url)}, 10)
+                took = until(lambda did=did: did in {d for _, d, _ in ops(b.url)}, 5)
+                assert took < 1.0, f"{took:.2f} s from the first mirror to the second"
+            b.process.kill()  # no goodbye: what it stored is what it has
+            b.process.wait()
+        meanwhile = [new_account(devnet) for _ in range(2)]
+        until(lambda: set(meanwhile) <= {d for _, d, _ in ops(a_url)}, 10)
+        with mirror(following_a, tmp_path, "b", b_port) as b:
+            until(lambda: the_same(b.url, a_url), 20)
+            a.process.kill()
+            a.process.wait()
+            while_down = new_account(devnet)
+            with mirror(devnet.env(), tmp_path, "a", a_port):
+                until(lambda: while_down in {d for _, d, _ in ops(a_url)}, 20)
+                until(lambda: the_same(b.url, a_url), 30)  # reconnected, with back-off
+                assert health(b.url)["source"] == "stream"
+                assert health(b.url)["rejected"] == {} and health(b.url)["faults"] == 0
+
+
+def test_a_cursor_too_old_for_the_stream_pages_through_export_and_comes_back(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """The first mirror streams only the last 3 operations back: the second, stopped while
+    5 were made, is closed with OutdatedCursor, reads /export from its cursor, and follows
+    the stream again; it holds what the first holds."""
+    a_port, b_port = free_port(), free_port()
+    a_url = f"http://127.0.0.1:{a_port}"
+    following_a = {**devnet.env(), "ATWHOIS_PLC_URL": a_url}
+    with mirror(devnet.env(), tmp_path, "a", a_port, "--plc-mirror-stream-backlog", "3") as a:
+        caught_up(a.url, devnet.plc_url)
+        with mirror(following_a, tmp_path, "b", b_port) as b:
+            until(lambda: health(b.url)["source"] == "stream", 20)
+        made = [new_account(devnet) for _ in range(5)]
+        until(lambda: set(made) <= {d for _, d, _ in ops(a_url)}, 10)
+        with mirror(following_a, tmp_path, "b", b_port) as b:
+            until(lambda: the_same(b.url, a_url), 20)
+            until(lambda: health(b.url)["source"] == "stream", 20)
+            closed = closes(a.url, OUTDATED)
+            assert closed >= 1
+            assert health(b.url)["stream_errors"] == 0  # a notice, not a failure
+
+
+def test_a_cursor_in_the_upstreams_future_is_refused_and_stays(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """A follower whose cursor is past everything the upstream has: the stream's
+    FutureCursor is a fault of the upstream's, said with the cursor, and the cursor is not
+    moved back."""
+    port = free_port()
+    with mirror(devnet.env(), tmp_path, "a", port) as a:
+        caught_up(a.url, devnet.plc_url)
+        store = SqliteMirrorStore(tmp_path / "ahead.db")
+        from mirror.records import Batch
+
+        store.write(Batch(meta={"cursor": "999999", "cursor_time": ""}))
+        follower = Follower(Replica(store), Upstream(a.url), stream=UpstreamStream(a.url))
+        try:
+            with pytest.raises(UpstreamFault, match="cursor 999999"):
+                follower._follow_stream()
+            assert follower.state.cursor == "999999" == store.meta()["cursor"]
+            assert follower.state.stream_errors == 1
+        finally:
+            follower.stop()
+        closed = closes(a.url, "FutureCursor")
+        assert closed == 1
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_consumer_that_stops_reading_is_closed_and_costs_no_memory(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """20,000 operations (about 12 MB as messages) for a consumer that reads none: it is
+    closed with ConsumerTooSlow after the 1 s it may take per message, and the serving
+    mirror's resident memory grows by less than 10 MB meanwhile (nothing is buffered
+    for it but one page)."""
+    store = SqliteMirrorStore(tmp_path / "a.db")
+    Replica(store).apply(list(export_lines(5000, 4)))
+    store.close()
+    port = free_port()
+    args = ("--plc-mirror-stream-timeout", "1")
+    with mirror(devnet.env(), tmp_path, "a", port, *args) as a:
+        until(lambda: len(ops(a.url)) >= 20_000, 30)
+        before = _rss_kib(a.process.pid)
+        # a consumer that asks, then reads nothing: a bare socket with a small window
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(("127.0.0.1", port))
+        slow.sendall(
+            b"GET /export/stream?cursor=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        try:
+            took = until(lambda: closes(a.url, "ConsumerTooSlow") == 1, 30)
+            grown = _rss_kib(a.process.pid) - before
+            assert grown < 10 * 1024, (
+                f"the mirror grew {grown} KiB for a consumer that reads nothing"
+            )
+            assert health(a.url)["stream"]["consumers"] == 0  # type: ignore[index]
+            assert took > 0.5  # it was given its second to read
+            slow.settimeout(10)
+            received = 0
+            with contextlib.suppress(ConnectionError):
+                while chunk := slow.recv(65536):  # what was in flight, then the end
+                    received += len(chunk)
+            assert 0 < received < 4 * 1024 * 1024  # a fraction of the 12 MB it asked for
+        finally:
+            slow.close()
+
+
+def test_a_cursor_that_is_not_a_number_is_a_400_not_a_hang(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """The reference hangs the handshake here (issue 33); the mirror answers at once."""
+    port = free_port()
+    with mirror(devnet.env(), tmp_path, "a", port) as a:
+        caught_up(a.url, devnet.plc_url)
+        for cursor in ("abc", "-1", "1e3", "٣", "9" * 40):
+            with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+                connect(f"ws://127.0.0.1:{port}/export/stream?cursor={cursor}", open_timeout=5)
+            assert refused.value.response.status_code == 400, cursor
+        answer = httpx.get(f"{a.url}/export/stream", timeout=5)
+        assert answer.status_code == 426  # not a WebSocket handshake
+        with connect(f"ws://127.0.0.1:{port}/export/stream", open_timeout=5) as live:
+            did = new_account(devnet)
+            message = json.loads(live.recv(timeout=10))
+            assert message["type"] == "sequenced_op" and message["did"] == did
+            assert "nullified" not in message and isinstance(message["seq"], int)
+
+
+def test_the_stream_sends_what_export_sends(devnet: DevnetState, tmp_path: Path) -> None:
+    """From a cursor, the stream's messages are /export?after='s lines, one by one."""
+    port = free_port()
+    with mirror(devnet.env(), tmp_path, "a", port) as a:
+        caught_up(a.url, devnet.plc_url)
+        lines = httpx.get(f"{a.url}/export", params={"after": "5"}, timeout=10).text.split("\n")
+        with connect(f"ws://127.0.0.1:{port}/export/stream?cursor=5", open_timeout=5) as stream:
+            got = [stream.recv(timeout=10) for _ in lines]
+        assert got == lines

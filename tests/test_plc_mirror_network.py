@@ -34,8 +34,10 @@ PATHS = ("", "/data", "/log", "/log/audit", "/log/last")
 
 @contextlib.contextmanager
 def mirror_process(
-    env: dict[str, str], tmp_path: Path, *args: str, name: str = "mirror"
+    env: dict[str, str], tmp_path: Path, *args: str, name: str = "mirror", port: int = 0
 ) -> Iterator[Daemon]:
+    """`atwhois plc mirror`, its store kept in `tmp_path` under `name` (across restarts);
+    on `port` when given (a mirror followed by another must come back where it was)."""
     with running_daemon(
         env,
         tmp_path / f"{name}.log",
@@ -44,7 +46,7 @@ def mirror_process(
         "--plc-mirror-interval",
         str(INTERVAL),
         *args,
-        command=("plc", "mirror", "--listen", "127.0.0.1:0"),
+        command=("plc", "mirror", "--listen", f"127.0.0.1:{port}"),
     ) as daemon:
         yield daemon
 

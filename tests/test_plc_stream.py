@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,7 @@ import pytest
 import websockets
 from websockets.sync.client import connect
 
-from devnet.atwhois import Daemon, running_daemon
+from devnet.atwhois import Daemon
 from devnet.network import DevnetState
 from devnet.pds import free_port
 from devnet.plc_ops import PlcAccount, new_handle
@@ -29,26 +28,13 @@ from mirror.upstream import UpstreamFault
 from mirror.upstream_stream import OUTDATED, UpstreamStream
 from tests.support import metrics
 from tests.support.waiting import until
-from tests.test_plc_mirror_network import caught_up
+from tests.test_plc_mirror_network import caught_up, mirror_process
 
 
-@contextlib.contextmanager
 def mirror(
     env: dict[str, str], tmp_path: Path, name: str, port: int, *args: str
-) -> Iterator[Daemon]:
-    """`atwhois plc mirror` on a port of its own (so that it comes back where its
-    follower looks for it), its store kept in `tmp_path` across restarts."""
-    with running_daemon(
-        env,
-        tmp_path / f"{name}.log",
-        "--plc-db",
-        str(tmp_path / f"{name}.db"),
-        "--plc-mirror-interval",
-        "0.5",
-        *args,
-        command=("plc", "mirror", "--listen", f"127.0.0.1:{port}"),
-    ) as daemon:
-        yield daemon
+) -> contextlib.AbstractContextManager[Daemon]:
+    return mirror_process(env, tmp_path, *args, name=name, port=port)
 
 
 def ops(url: str) -> list[tuple[int, str, str]]:

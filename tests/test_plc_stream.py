@@ -181,6 +181,7 @@ def test_a_consumer_that_stops_reading_is_closed_and_costs_no_memory(
     args = ("--plc-mirror-stream-timeout", "1")
     with mirror(devnet.env(), tmp_path, "a", port, *args) as a:
         until(lambda: len(ops(a.url)) >= 20_000, 30)
+        until(lambda: health(a.url)["behind_s"] is not None, 30)  # its own backfill done
         before = _rss_kib(a.process.pid)
         # a consumer that asks, then reads nothing: a bare socket with a small window
         slow = socket.socket()

@@ -241,6 +241,7 @@ class MirrorApi:
         routes answer HEAD too (aiohttp sends the head without the body)."""
         app.router.add_get("/export", self._handle)
         app.router.add_get("/export/stream", self.stream.handle)
+        app.on_cleanup.append(lambda _: self.stream.aclose())
         pattern = r"/{did:did(:|%3[Aa])plc(:|%3[Aa])[^/]+}"
         for suffix in ("", "/data", "/log", "/log/audit", "/log/last"):
             app.router.add_get(pattern + suffix, self._handle)

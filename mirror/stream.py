@@ -132,9 +132,10 @@ class ExportStream:
         )
 
     async def _newest(self) -> int:
-        self._start_watching()
-        if self._head < 0:
+        """The newest seq stored; the watcher is started (it runs while anyone listens)."""
+        if self._watcher is None or self._watcher.done():
             self._head = await self._read_head()
+            self._watcher = asyncio.ensure_future(self._watch())
         return self._head
 
     async def _read_head(self) -> int:
@@ -142,19 +143,16 @@ class ExportStream:
             return self.store.head()
         return await asyncio.to_thread(self.store.head)
 
-    def _start_watching(self) -> None:
-        if self._watcher is None or self._watcher.done():
-            self._watcher = asyncio.ensure_future(self._watch())
-
     async def _watch(self) -> None:
-        """One look at the store every tick for all consumers; each waits for its turn."""
-        while True:
+        """One look at the store every tick for all consumers, while there are any; each
+        waits for its turn."""
+        while self.state.stream_consumers > 0:
+            await asyncio.sleep(self.tick)
             head = await self._read_head()
             if head != self._head:
                 self._head = head
                 async with self._moved:
                     self._moved.notify_all()
-            await asyncio.sleep(self.tick)
 
     async def _wait_past(self, position: int) -> None:
         """Until the store holds an operation after `position`, or the consumer left."""
@@ -164,6 +162,7 @@ class ExportStream:
                     await self._moved.wait_for(lambda: self._head > position)
 
     async def aclose(self) -> None:
+        """Stops the watcher (the server's shutdown: its consumers are gone)."""
         if self._watcher is not None:
             self._watcher.cancel()
 

@@ -3,6 +3,13 @@ included, on SQLite and on PostgreSQL; where a backfill's time goes; and the rea
 `GET /{did}` at 100 connections, against the bare aiohttp handler (`bench serve`'s baseline).
 
     python -m bench mirror [--dids 200000] [--ops-per-did 5] [--seconds 10]
+    python -m bench mirror --scale [--sizes 1000000,3000000,10000000] [--skip-postgres]
+
+`--scale`: the curve (issue 33) over directories of the real one's shape
+(`devnet.synthetic_plc.directory_lines`, `seq` format), each size alone: backfill ops/s and
+CPU per op with a worker per core, peak RSS of the mirror's main process, disk bytes per op
+(the SQLite file after a checkpoint), and `GET /{did}` over DIDs drawn uniformly from the
+whole mirror against the bare handler.
 
 The upstream is a small server in a child process that pages the export file as the
 reference directory does (`/export?after=<createdAt>`, JSON Lines). The synthetic export is
@@ -14,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import json
 import os
 import subprocess
@@ -29,7 +37,7 @@ from bench.child import run_cli
 from bench.serve_load import free_port, rotate_script, wait_for, wrk
 from devnet.atwhois import ATWHOIS
 from devnet.postgres import scratch_database
-from devnet.synthetic_plc import write_export
+from devnet.synthetic_plc import directory_lines, write_export
 from mirror.records import Batch
 from mirror.replica import Verifier
 from mirror.store import SqliteMirrorStore
@@ -58,16 +66,22 @@ def _export_file(dids: int, ops_per_did: int) -> Path:
 
 
 def serve_export(path: str, port: int) -> None:
-    """The upstream: the export file, paged by `after` (a createdAt) and `count`."""
+    """The upstream: the export file, paged by `after` (a createdAt, or a seq for a file of
+    `seq` lines, whose line N has seq N) and `count`."""
     from aiohttp import web
 
     lines = Path(path).read_bytes().splitlines()
-    created = [json.loads(line)["createdAt"] for line in lines]
+    by_seq = b'"seq":' in lines[0]
+    created = [] if by_seq else [json.loads(line)["createdAt"] for line in lines]
+
+    def first_after(after: str) -> int:
+        if by_seq:
+            return int(after) if after.isdigit() else 0
+        return bisect.bisect_right(created, after) if after and not after.isdigit() else 0
 
     async def export(request: web.Request) -> web.Response:
         count = min(int(request.query.get("count", "1000")), 1000)
-        after = request.query.get("after", "")
-        start = bisect.bisect_right(created, after) if after and not after.isdigit() else 0
+        start = first_after(request.query.get("after", ""))
         return web.Response(
             body=b"\n".join(lines[start : start + count]), content_type="application/jsonlines"
         )
@@ -89,6 +103,7 @@ def backfill(upstream: str, db: str, workers: int | None) -> dict[str, float]:
         "ops_per_s": summary["ops_applied"] / run.seconds,
         "cpu_per_op_us": run.cpu_seconds / max(summary["ops_applied"], 1) * 1e6,
         "refused": sum(summary["rejected"].values()),
+        "peak_mib": run.peak_mib,
     }
 
 
@@ -173,7 +188,10 @@ BARE_DOCUMENT = textwrap.dedent("""
 """)
 
 
-def _read_path(db: str, dids: list[str], connections: int, seconds: int) -> None:
+def _read_path(
+    db: str, dids: list[str], connections: int, seconds: int
+) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """wrk's (req/s, …, p99 ms) for the bare handler and for the mirror's `GET /{did}`."""
     with tempfile.TemporaryDirectory() as tmp:
         _, script = rotate_script(Path(tmp), [f"/{did}" for did in dids])
         port = free_port()
@@ -216,6 +234,84 @@ def _read_path(db: str, dids: list[str], connections: int, seconds: int) -> None
         f"  GET /{{did}} of {len(dids):,} DIDs {ours[0]:9,.0f} req/s   p99 {ours[2]:7.2f} ms   "
         f"ratio {ours[0] / base[0]:.2f}"
     )
+    return base, ours
+
+
+def _directory_file(ops: int) -> Path:
+    path = cache_file(f"plc-directory-{ops}.jsonl")
+    if not path.exists():
+        started = time.perf_counter()
+        partial = path.with_suffix(".partial")
+        with partial.open("w") as out:
+            for line in directory_lines(ops):
+                out.write(line + "\n")
+        partial.rename(path)
+        print(f"  (made {path} in {time.perf_counter() - started:.0f} s)")
+    return path
+
+
+def _disk_bytes(db: str) -> int:
+    """The SQLite file's size once its write-ahead log is folded in."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(db)) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return Path(db).stat().st_size
+
+
+def _uniform_dids(path: Path, wanted: int) -> list[str]:
+    """`wanted` DIDs drawn evenly from the whole export (not the last ones touched), none
+    tombstoned (their 410 is not a document)."""
+    dids, gone = [], set()
+    with path.open() as source:
+        for number, line in enumerate(source):
+            if '"plc_tombstone"' in line:
+                gone.add(json.loads(line)["did"])
+            elif number % 97 == 0:
+                dids.append(json.loads(line)["did"])
+    step = max(1, len(dids) // wanted)
+    return sorted(set(dids[::step]) - gone)[:wanted]
+
+
+def scale(sizes: list[int], connections: int, seconds: int, skip_postgres: bool) -> None:
+    rows = []
+    for ops in sizes:
+        path = _directory_file(ops)
+        port = free_port()
+        upstream = subprocess.Popen(
+            [sys.executable, "-m", "bench.plc_mirror", str(path), str(port)]
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_for(f"{url}/export?count=1")
+            with tempfile.TemporaryDirectory(prefix="atwhois-mirror-scale-") as tmp:
+                db = f"{tmp}/mirror.db"
+                run = backfill(url, db, None)
+                disk = _disk_bytes(db)
+                print(f"{ops:,} ops, SQLite: {run}")
+                rows.append((f"{ops:,}", "SQLite", run, disk / max(run["ops"], 1)))
+                base, ours = _read_path(db, _uniform_dids(path, 10_000), connections, seconds)
+                rows[-1] += (ours[0] / base[0], ours[2] / base[2])
+            if not skip_postgres:
+                with scratch_database("atwhois_bench") as pg:
+                    run = backfill(url, pg, None)
+                    rows.append((f"{ops:,}", "PostgreSQL", run, None, None, None))
+        finally:
+            upstream.terminate()
+            upstream.wait()
+    print(
+        "\n| ops | store | backfill ops/s | CPU/op | peak RSS | disk/op "
+        "| GET /{did} vs bare | p99 vs bare |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for size, store, run, per_op, ratio, p99 in rows:
+        disk = f"{per_op:,.0f} B" if per_op else "-"
+        reads = f"{ratio:.2f}x" if ratio else "-"
+        tail = f"{p99:.2f}x" if p99 else "-"
+        print(
+            f"| {size} | {store} | {run['ops_per_s']:,.0f} | {run['cpu_per_op_us']:.0f} us | "
+            f"{run['peak_mib']:,.0f} MiB | {disk} | {reads} | {tail} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -225,7 +321,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=100)
     parser.add_argument("--skip-postgres", action="store_true")
+    parser.add_argument("--scale", action="store_true", help="the curve over real-shaped sizes")
+    parser.add_argument("--sizes", default="1000000,3000000,10000000")
     args = parser.parse_args(argv)
+    if args.scale:
+        sizes = [int(size) for size in args.sizes.split(",")]
+        scale(sizes, args.connections, args.seconds, args.skip_postgres)
+        return
     path = _export_file(args.dids, args.ops_per_did)
     total = args.dids * args.ops_per_did
     print(f"synthetic directory: {total:,} ops over {args.dids:,} DIDs, K-256, 2% recoveries")

@@ -39,11 +39,13 @@ class DnsClient:
 
     def __init__(self, config: Config) -> None:
         self.timeout = config.dns_timeout
-        self._resolver = _resolver(config, dnssec=False)
+        servers = [_nameserver(s, config) for s in config.dns_servers + config.dns_fallback_servers]
+        self._resolver = _resolver(config, servers, dnssec=False)
         # With DNSSEC validation on, TXT answers and the walk's questions ask for DNSSEC
         # records (DO) and for answers a validating resolver would refuse (CD): atwhois checks
         # them itself, and says which ones failed instead of seeing only SERVFAIL (S-SEC-11).
-        self._dnssec = _resolver(config, dnssec=True) if config.dnssec else None
+        # Both ask the same servers (a DoH server's one pool of connections).
+        self._dnssec = _resolver(config, servers, dnssec=True) if config.dnssec else None
         self._recent: dict[str, _Shared] = {}
         self._swept_at = _SWEEP_FLOOR
         # Politeness: the configured servers are one upstream; cap the queries in flight.
@@ -52,8 +54,7 @@ class DnsClient:
 
     async def aclose(self) -> None:
         """Close the DoH servers' connection pools (Do53 keeps nothing open)."""
-        resolvers = [self._resolver, self._dnssec] if self._dnssec else [self._resolver]
-        servers = {id(n): n for r in resolvers for n in r.nameservers}.values()
+        servers = self._resolver.nameservers
         # duck-typed: importing `.doh` here would load httpx into every lookup
         await asyncio.gather(*(n.aclose() for n in servers if hasattr(n, "aclose")))
 
@@ -182,12 +183,14 @@ def _nameserver(server: Nameserver, config: Config) -> dns.nameserver.Nameserver
     return DohNameserver(server.url, config.ca_bundle, config.user_agent)
 
 
-def _resolver(config: Config, *, dnssec: bool) -> dns.asyncresolver.Resolver:
-    """A dnspython resolver asking the configured nameservers, primaries first."""
-    servers = config.dns_servers + config.dns_fallback_servers
+def _resolver(
+    config: Config, servers: list[dns.nameserver.Nameserver], *, dnssec: bool
+) -> dns.asyncresolver.Resolver:
+    """A dnspython resolver asking `servers` (the configured ones, primaries first), or the
+    system's when none is configured."""
     resolver = dns.asyncresolver.Resolver(configure=not servers)
     if servers:
-        resolver.nameservers = [_nameserver(s, config) for s in servers]
+        resolver.nameservers = list(servers)
     resolver.rotate = False  # fallbacks are asked in order, after the primaries
     # Leave every server a share of the deadline, so a dead primary cannot use it all.
     share = config.dns_timeout / max(1, len(resolver.nameservers))

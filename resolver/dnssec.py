@@ -37,7 +37,7 @@ DNSKEY, DS, NSEC, NSEC3, RRSIG = (
     RdataType.NSEC3,
     RdataType.RRSIG,
 )
-NS, SOA, CNAME = RdataType.NS, RdataType.SOA, RdataType.CNAME
+NS, SOA = RdataType.NS, RdataType.SOA
 
 # S-SEC-3: RFC 8624's algorithms a validator must or should check; a zone whose every DS
 # names another is treated as unsigned, not as broken.

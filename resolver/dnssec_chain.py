@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar, cast
+from typing import Generic, NamedTuple, TypeVar, cast
 
 import dns.message
 import dns.name
@@ -71,6 +71,14 @@ class _Zone:
     keys: dns.rrset.RRset | None = None
 
 
+class _Cut(NamedTuple):
+    """What a DS question at a name proved: a signed zone starts there (`_ZONE_STARTS`), an
+    unsigned one does (`UNSIGNED_DELEGATION`, with the denial that proved it), or none."""
+
+    kind: str
+    proof: str = ""  # NSEC or NSEC3
+
+
 class _Kept(Generic[K, V]):
     """At most `limit` values, each until its own deadline; the least recently used go."""
 
@@ -107,9 +115,8 @@ class DnssecChain:
         self._anchors = anchors
         self._clock = clock
         self._zones: _Kept[dns.name.Name, _Zone] = _Kept(max_zones, clock)
-        self._cuts: _Kept[dns.name.Name, str] = _Kept(max_zones * 4, clock)
+        self._cuts: _Kept[dns.name.Name, _Cut] = _Kept(max_zones * 4, clock)
         self._asking: dict[tuple[str, dns.name.Name], asyncio.Future[object]] = {}
-        self.queries = 0  # questions asked for the walk (the answers' own not counted)
 
     async def warm(self, name: str) -> None:
         """Prove the keys of the anchor above `name` while its answer is being asked for:
@@ -262,29 +269,28 @@ class DnssecChain:
             cut = self._cuts.get(below)
             if cut is None:
                 cut = cast(
-                    str,
+                    _Cut,
                     await self._once(
                         ("cut", below), functools.partial(self._find_cut, below, zone, proven)
                     ),
                 )
-            if cut.startswith(UNSIGNED_DELEGATION):
-                return _unsigned_below(below, zone, cut.removeprefix(UNSIGNED_DELEGATION + " "))
-            if cut == _ZONE_STARTS:
+            if cut.kind == UNSIGNED_DELEGATION:
+                return _unsigned_below(below, zone, cut.proof)
+            if cut.kind == _ZONE_STARTS:
                 zone, proven = below, await self._zone(below, anchor)
         if proven.keys is None:
             return proven.check
         raise DnssecBogus(f"{name} is not signed, in signed zone {zone} [S-SEC-4]")
 
-    async def _find_cut(self, name: dns.name.Name, zone: dns.name.Name, proven: _Zone) -> str:
+    async def _find_cut(self, name: dns.name.Name, zone: dns.name.Name, proven: _Zone) -> _Cut:
         ds, response = await self._signed(name, DS)
         if ds is not None:
-            cut, seconds = _ZONE_STARTS, self._keep(ds)
+            cut, seconds = _Cut(_ZONE_STARTS), self._keep(ds)
         else:
             denials = _denials(response)
-            cut = ds_denial(name, zone, denials, cast(dns.rrset.RRset, proven.keys), self._clock())
-            if cut == UNSIGNED_DELEGATION:  # kept with what proved it, for the report
-                cut = f"{cut} {_proof(denials)}"
-            seconds = self._keep(*denials)
+            keys = cast(dns.rrset.RRset, proven.keys)
+            kind = ds_denial(name, zone, denials, keys, self._clock())
+            cut, seconds = _Cut(kind, _proof(denials)), self._keep(*denials)
         self._cuts.put(name, cut, seconds)
         return cut
 
@@ -296,7 +302,6 @@ class DnssecChain:
         """The RRset at `name` and its signatures, or None when there is none. Raises
         `_Indeterminate` when the resolver strips signatures, `DnssecBogus` when a record
         comes unsigned from a resolver that does pass them on."""
-        self.queries += 1
         response = await self._ask(name, rdtype)
         for signed in signed_rrsets(response.answer):
             if signed.rrset.name == name and signed.rrset.rdtype == rdtype:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import json
 import time
 from collections import OrderedDict
@@ -36,7 +37,7 @@ from resolver.untrusted import BadNumber, parse_count
 
 from .records import StoredOp
 from .state import MirrorState
-from .store import SqlMirrorStore
+from .store import SqlMirrorStore, read_from
 from .stream import BACKLOG, SEND_TIMEOUT, ExportStream
 
 PROFILES = ("directory", "reference")
@@ -279,9 +280,9 @@ class MirrorApi:
     async def _answer(
         self, method: str, path: str, query: dict[str, str], asked_at: float
     ) -> Reply:
-        if self.store.name == "sqlite":
-            return self.answer(method, path, query, asked_at)
-        return await asyncio.to_thread(self.answer, method, path, query, asked_at)
+        return await read_from(
+            self.store, functools.partial(self.answer, method, path, query, asked_at)
+        )
 
     async def _current_for(self, asked_at: float, wait: float) -> bool:
         """Pokes the follower and waits until its view is complete as of `asked_at`."""

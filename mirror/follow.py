@@ -109,7 +109,8 @@ class Follower:
             full = len(lines) >= self.page_size
             order = order_page(lines, cursor)
             fault = f"went back: {order.fault}" if order.fault else None
-            evidence = [self._fault_evidence(cursor, lines[order.usable], fault)] if fault else []
+            source = f"{self.upstream.url}/export?after={cursor}"
+            evidence = [_fault_evidence(source, lines[order.usable], fault)] if fault else []
             page = self.replica.submit(lines[: order.usable], evidence) if lines else None
             if in_hand is not None:
                 result = self._commit(*in_hand, pipelined=True)
@@ -147,10 +148,6 @@ class Follower:
         self.replica.flush()
         if dids and self.on_applied is not None:
             self.on_applied(dids)
-
-    def _fault_evidence(self, cursor: str, line: bytes, fault: str) -> BadLine:
-        reason = f"{self.upstream.url}/export?after={cursor}, {fault}"
-        return BadLine.of(line, reason, now_iso())  # as the verdicts' evidence is stamped
 
     def _recover(self) -> None:
         """After a failure mid-backfill: the verifiers saw pages that may not be stored,
@@ -281,11 +278,7 @@ class Follower:
         order = order_page(lines, cursor, seqs_only=True)  # P-API-3: every message has one
         fault = f"went back: {order.fault}" if order.fault else None
         assert self.stream is not None
-        evidence = (
-            [BadLine.of(lines[order.usable], f"{self.stream.url}, {fault}", now_iso())]
-            if fault
-            else []
-        )
+        evidence = [_fault_evidence(self.stream.url, lines[order.usable], fault)] if fault else []
         page = self.replica.submit(lines[: order.usable], evidence)
         result = self._commit(page, order.moved, pipelined=False)
         # while backfilling through the stream, nothing was known before: nothing to tell
@@ -361,3 +354,8 @@ class Follower:
             self.state.disagreements += 1
             reason = f"the upstream's document disagrees with the verified log: {findings[0]}"
             self.replica.store.flag(did, reason, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+
+def _fault_evidence(source: str, line: bytes, fault: str) -> BadLine:
+    """The line where an upstream's answer went wrong, kept with where it came from."""
+    return BadLine.of(line, f"{source}, {fault}", now_iso())  # stamped as verdicts are

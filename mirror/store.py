@@ -9,12 +9,13 @@ the placeholder (`?` against `%s`) and in a few words of DDL.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from foundation import data_path
 from foundation.sql import POSTGRES_SCHEMES, in_chunks, marks
@@ -84,7 +85,7 @@ class SqlMirrorStore:
         # connection and lock, so that reads go on (WAL, MVCC) while a page is written.
         self._read_lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._next_seq = 1 + (self._one("SELECT COALESCE(MAX(seq), 0) FROM plc_ops") or 0)
+        self._next_seq = 1 + self.head()
         self._bad_since_prune = BAD_LINES_SLACK  # the first write with bad lines prunes
 
     def _sql(self, text: str) -> str:
@@ -291,6 +292,17 @@ class SqlMirrorStore:
         self._writer.close()
         if self._writer_lock is not None:
             self._writer_lock.close()
+
+
+T = TypeVar("T")
+
+
+async def read_from(store: SqlMirrorStore, read: Callable[[], T]) -> T:
+    """A read of the store from the event loop: SQLite's are quick and run on the loop; a
+    network database's go to a thread, not to hold the loop for a round trip."""
+    if store.name == "sqlite":
+        return read()
+    return await asyncio.to_thread(read)
 
 
 def _chunks(dids: Iterable[str]) -> Iterator[list[str]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 from collections.abc import Callable
 
@@ -28,7 +29,7 @@ from foundation import defaults
 
 from .records import StoredOp
 from .state import MirrorState
-from .store import SqlMirrorStore
+from .store import SqlMirrorStore, read_from
 from .upstream_stream import FUTURE, OUTDATED, TOO_SLOW
 
 BACKLOG = defaults.PLC_STREAM_BACKLOG  # operations a cursor may be behind the newest
@@ -125,10 +126,9 @@ class ExportStream:
                 request.transport.abort()
 
     async def _read(self, position: int) -> list[StoredOp]:
-        if self.store.name == "sqlite":
-            return self.store.export(after_seq=position, after_time=None, count=PAGE)
-        return await asyncio.to_thread(
-            self.store.export, after_seq=position, after_time=None, count=PAGE
+        export = self.store.export
+        return await read_from(
+            self.store, functools.partial(export, after_seq=position, after_time=None, count=PAGE)
         )
 
     async def _newest(self) -> int:
@@ -139,9 +139,7 @@ class ExportStream:
         return self._head
 
     async def _read_head(self) -> int:
-        if self.store.name == "sqlite":
-            return self.store.head()
-        return await asyncio.to_thread(self.store.head)
+        return await read_from(self.store, self.store.head)
 
     async def _watch(self) -> None:
         """One look at the store every tick for all consumers, while there are any; each

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -37,7 +39,7 @@ from bench.child import run_cli
 from bench.serve_load import free_port, rotate_script, wait_for, wrk
 from devnet.atwhois import ATWHOIS
 from devnet.postgres import scratch_database
-from devnet.synthetic_plc import directory_lines, write_export
+from devnet.synthetic_plc import directory_lines, export_lines
 from mirror.records import Batch
 from mirror.replica import Verifier
 from mirror.store import SqliteMirrorStore
@@ -54,15 +56,23 @@ def cache_file(name: str) -> Path:
     return folder / name
 
 
-def _export_file(dids: int, ops_per_did: int) -> Path:
-    path = cache_file(f"plc-export-{dids}x{ops_per_did}.jsonl")
+def _made_once(name: str, lines: Callable[[], Iterator[str]]) -> Path:
+    """The export file `name` in the cache, written from `lines` the first time."""
+    path = cache_file(name)
     if not path.exists():
         started = time.perf_counter()
         partial = path.with_suffix(".partial")
-        write_export(partial, dids, ops_per_did)
+        with partial.open("w") as out:
+            for line in lines():
+                out.write(line + "\n")
         partial.rename(path)
         print(f"  (made {path} in {time.perf_counter() - started:.0f} s)")
     return path
+
+
+def _export_file(dids: int, ops_per_did: int) -> Path:
+    made = functools.partial(export_lines, dids, ops_per_did)
+    return _made_once(f"plc-export-{dids}x{ops_per_did}.jsonl", made)
 
 
 def serve_export(path: str, port: int) -> None:
@@ -238,16 +248,7 @@ def _read_path(
 
 
 def _directory_file(ops: int) -> Path:
-    path = cache_file(f"plc-directory-{ops}.jsonl")
-    if not path.exists():
-        started = time.perf_counter()
-        partial = path.with_suffix(".partial")
-        with partial.open("w") as out:
-            for line in directory_lines(ops):
-                out.write(line + "\n")
-        partial.rename(path)
-        print(f"  (made {path} in {time.perf_counter() - started:.0f} s)")
-    return path
+    return _made_once(f"plc-directory-{ops}.jsonl", functools.partial(directory_lines, ops))
 
 
 def _disk_bytes(db: str) -> int:

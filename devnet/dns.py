@@ -19,7 +19,7 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 
-from . import dnssec, world
+from . import world
 from .faults import Faults
 from .process import Child
 
@@ -53,7 +53,6 @@ def render_zone(
         f"@ SOA ns.test. hostmaster.test. {serial} 3600 600 86400 60",
         "@ NS ns.test.",
         f"ns A {LOOPBACK}",
-        f"{dnssec.ISLAND} NS ns.test.",  # the signed zones (`devnet.dnssec`)
     ]
     for handle, name in sorted(world.ATPROTO_TXT.items()):
         owner = f"_atproto.{handle}."
@@ -81,7 +80,7 @@ def render_zone(
     return "\n".join(lines) + "\n"
 
 
-def _knot_config(workdir: Path, port: int) -> str:
+def _knot_config(workdir: Path, port: int, policies: str, zones: str) -> str:
     return f"""server:
     rundir: "{workdir}"
     listen: {LOOPBACK}@{port}
@@ -99,24 +98,27 @@ template:
     zonefile-sync: -1
     zonefile-load: whole
     journal-content: none
-{dnssec.KNOT_POLICIES}zone:
+{policies}zone:
   - domain: test.
-{dnssec.knot_zones()}"""
+{zones}"""
 
 
 class Knot:
-    """knotd serving the zone file in `workdir`; `reload()` picks up an edited zone."""
+    """knotd serving the `test.` zone file in `workdir`, and the zones that `zones` (with
+    the signing `policies` they name) adds to its configuration; `reload_zone` picks up an
+    edited zone."""
 
-    def __init__(self, workdir: Path, port: int) -> None:
+    def __init__(self, workdir: Path, port: int, *, policies: str = "", zones: str = "") -> None:
         self.workdir = workdir
         self.port = port
+        self.policies, self.zones = policies, zones
         self.config = workdir / "knot.conf"
         self.zone_file = workdir / "test.zone"
         self.child: Child | None = None
 
     def start(self, zone: str) -> Child:
         (self.workdir / "db").mkdir(parents=True, exist_ok=True)
-        self.config.write_text(_knot_config(self.workdir, self.port))
+        self.config.write_text(_knot_config(self.workdir, self.port, self.policies, self.zones))
         self.zone_file.write_text(zone)
         self.child = Child.start(["knotd", "-c", str(self.config)], log=self.workdir / "knotd.log")
         self._wait_until_answering()
@@ -140,15 +142,16 @@ class Knot:
                 time.sleep(0.05)
         raise TimeoutError("knotd did not answer")
 
-    def reload(self, zone: str) -> None:
-        """Replace the zone (the serial must grow) and have knotd load it now."""
-        self.zone_file.write_text(zone)
-        subprocess.run(
-            ["knotc", "-c", str(self.config), "zone-reload", "test."],
-            check=True,
-            capture_output=True,
-            timeout=20,
-        )
+
+def reload_zone(knot_dir: Path, zone: str) -> None:
+    """Has the knotd configured in `knot_dir` load `zone`'s edited file now (its serial must
+    have grown), and waits until it has."""
+    subprocess.run(
+        ["knotc", "-b", "-c", str(knot_dir / "knot.conf"), "zone-reload", zone],
+        check=True,
+        capture_output=True,
+        timeout=20,
+    )
 
 
 class DnsProxy:

@@ -14,7 +14,6 @@ the unsigned `test.`; the island's key is the test network's trust anchor.
 from __future__ import annotations
 
 import socket
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +27,8 @@ import dns.rdtypes.ANY.DNSKEY
 import dns.rrset
 import dns.zone
 from cryptography.hazmat.primitives.asymmetric import ec
+
+from .dns import reload_zone
 
 ISLAND = "dnssec.test."
 NSEC3_ZONE = "nsec3.dnssec.test."
@@ -50,6 +51,10 @@ ZONES = (ISLAND, NSEC3_ZONE, MOVING, BROKEN, PLAIN, PLAIN_NSEC3)
 _SIGNED_CHILDREN = {ISLAND: (NSEC3_ZONE, MOVING, BROKEN), NSEC3_ZONE: ()}
 _UNSIGNED_CHILDREN = {ISLAND: (PLAIN,), NSEC3_ZONE: (PLAIN_NSEC3,)}
 _SPOILED_DIGEST = "0" * 64
+
+
+# The island's delegation in the unsigned `test.` zone (no DS: an island of trust).
+DELEGATION = f"{ISLAND} NS ns.test.\n"
 
 
 def handle(zone: str) -> str:
@@ -182,12 +187,7 @@ def set_delegation(
 def _reload(directory: Path, port: int, zone: str, lines: list[str]) -> None:
     serial = _serial(zone, port) + 1
     (directory / f"{zone}zone").write_text(_zone_text(zone, lines, serial))
-    subprocess.run(
-        ["knotc", "-b", "-c", str(directory / "knot.conf"), "zone-reload", zone],
-        check=True,
-        capture_output=True,
-        timeout=20,
-    )
+    reload_zone(directory, zone)
     for _ in range(200):  # the reload is done when the new serial is served
         if _serial(zone, port) >= serial:
             return

@@ -6,7 +6,6 @@ DoH too).
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -15,16 +14,11 @@ import dns.rcode
 import httpx
 import trustme
 
+from .pds import free_port
 from .process import Child
 
 LOOPBACK = "127.0.0.1"
 PATH = "/dns-query"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
 
 
 def start_doh(
@@ -38,13 +32,13 @@ def start_doh(
         with cert.open("wb" if index == 0 else "ab") as out:
             out.write(pem.bytes())
     leaf.private_key_pem.write_to_path(str(key))
-    port = _free_port()
+    port = free_port()
     config = workdir / "dnsdist.conf"
     config.write_text(
         "\n".join(
             [
                 # its plain listener on a port of its own: never 53
-                f'setLocal("{LOOPBACK}:{_free_port()}")',
+                f'setLocal("{LOOPBACK}:{free_port()}")',
                 f'newServer({{address="{LOOPBACK}:{upstream_port}", checkName="ns.test."}})',
                 f'addDOHLocal("{LOOPBACK}:{port}", "{cert}", "{key}", "{PATH}")',
                 'setSecurityPollSuffix("")',  # no queries to the internet about its version

@@ -26,7 +26,7 @@ from typing import Any
 from resolver import Config
 
 from . import dnssec, world
-from .dns import DnsProxy, Knot, render_zone
+from .dns import DnsProxy, Knot, reload_zone, render_zone
 from .doh import start_doh
 from .faults import write_faults
 from .https import Certificates, HttpsHosts
@@ -88,12 +88,7 @@ class DevnetState:
         serial = int(re.search(r"hostmaster\.test\. (\d+)", text).group(1))  # type: ignore[union-attr]
         text = text.replace(f"hostmaster.test. {serial} ", f"hostmaster.test. {serial + 1} ", 1)
         zone_file.write_text(text)
-        subprocess.run(
-            ["knotc", "-b", "-c", str(knot / "knot.conf"), "zone-reload", "test."],
-            check=True,
-            capture_output=True,
-            timeout=20,
-        )
+        reload_zone(knot, "test.")
 
     def set_delegation(self, child: str, mode: str) -> None:
         """The DS record of a signed zone of the island in its parent: "signed", "unsigned"
@@ -269,8 +264,14 @@ async def run(
         children.append(pds)
         dids = seed_world(plc_url)
 
-        knot = Knot(workdir / "knot", _free_udp_and_tcp_port())
+        knot = Knot(
+            workdir / "knot",
+            _free_udp_and_tcp_port(),
+            policies=dnssec.KNOT_POLICIES,
+            zones=dnssec.knot_zones(),
+        )
         zone = render_zone(lambda v: fill_placeholders(v, dids), bulk=bulk, shaped=handles)
+        zone += dnssec.DELEGATION
         (workdir / "knot").mkdir(parents=True, exist_ok=True)
         dnssec.write_zones(workdir / "knot", dids)
         knotd = knot.start(zone)

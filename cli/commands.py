@@ -252,6 +252,7 @@ COMMANDS = [
             "plc_db",
             "plc_mirror_interval",
             "plc_mirror_workers",
+            "plc_mirror_replays",
             "plc_mirror_profile",
             "plc_mirror_stream",
             "plc_mirror_stream_backlog",

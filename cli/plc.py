@@ -20,7 +20,8 @@ from aiohttp import web
 from foundation.pool import default_workers
 from mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
 from mirror.api import json_errors
-from mirror.store import SqlMirrorStore, default_mirror_path, open_mirror_store
+from mirror.backends import default_mirror_path, open_mirror_store
+from mirror.store import SqlMirrorStore
 from mirror.upstream_stream import UpstreamStream
 from resolver.errors import InvalidInput, UpstreamFailure
 from server.lifecycle import runner_settings, serve_until_stopped
@@ -156,7 +157,11 @@ def mirror_follower_from(
     workers = default_workers() if workers is None else workers
     stream = UpstreamStream(values.plc_url) if values.plc_mirror_stream == "auto" else None
     return Follower(
-        Replica(store, workers=workers if store.writable else 0),
+        Replica(
+            store,
+            workers=workers if store.writable else 0,
+            max_replays=values.plc_mirror_replays,
+        ),
         Upstream(values.plc_url),
         interval=values.plc_mirror_interval,
         progress=progress,

@@ -352,6 +352,14 @@ class Values:
         low=0,
         high=256,
     )
+    plc_mirror_replays: int = _setting(
+        MIRROR,
+        "DIDs whose replay each verifying process keeps in memory (about 3.4 KiB each); "
+        "another DID's is rebuilt from its stored operations",
+        defaults.PLC_MIRROR_REPLAYS,
+        metavar="N",
+        low=1,
+    )
     plc_mirror_stream: str = _setting(
         MIRROR,
         "once caught up, follow the upstream's /export/stream (a WebSocket: new operations at "

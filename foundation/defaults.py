@@ -36,6 +36,9 @@ AUDIT_LEASE = 60.0
 
 # The PLC mirror (`mirror`)
 PLC_MIRROR_INTERVAL = 5.0  # seconds between polls once caught up
+# DIDs whose replay a verifying process keeps in memory (about 3.4 KiB each: two workers
+# and the main process stay under 1 GiB); one evicted is rebuilt from its stored ops
+PLC_MIRROR_REPLAYS = 100_000
 PLC_MIRROR_PROFILE = "directory"  # answer as plc.directory does
 # /export/stream: how far back a consumer may start (about a week of plc.directory's
 # operations), and how long one message may wait for it to read

@@ -25,17 +25,19 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import orjson
 from aiohttp import web
 
 from foundation import defaults
 from resolver.errors import AtwhoisError, InvalidDid, ResponseTooLarge
 from resolver.plc.audit import parse_time
-from resolver.plc.document import build_document, state_from_data
+from resolver.plc.document import build_document, state_data
+from resolver.plc.operation import State
 from resolver.response import MIRROR_HEADER, Response
 from resolver.syntax import check_plc_did
 from resolver.untrusted import BadNumber, parse_count
 
-from .records import StoredOp
+from .records import InForce, StoredOp
 from .state import MirrorState
 from .store import SqlMirrorStore, read_from
 from .stream import BACKLOG, SEND_TIMEOUT, ExportStream
@@ -44,7 +46,7 @@ PROFILES = ("directory", "reference")
 _JSON = "application/json; charset=utf-8"
 _DID_JSON = "application/did+ld+json; charset=utf-8"
 EXPORT_MAX = 1000
-DOCUMENT_CACHE = 65536  # documents kept made, by state (about 1 KiB each)
+DOCUMENT_CACHE = 65536  # documents kept made, by the seq of the op in force (about 1 KiB each)
 # How long a question about a DID the mirror does not know waits for the follower's next
 # read of the upstream (which starts at most a poke gap after the last one, and takes a
 # round trip): past that, the mirror answers the 404 it has, as not current.
@@ -94,12 +96,14 @@ def _entry(op: StoredOp) -> dict[str, Any]:
     }
 
 
+def _state(did: str, current: InForce) -> State:
+    state = current.state(did)
+    assert state is not None  # the caller answered a tombstone already
+    return state
+
+
 class UnknownProfile(AtwhoisError, ValueError):
     """A profile the read API does not answer as."""
-
-
-class CorruptState(AtwhoisError, ValueError):
-    """A state the mirror stored that does not read back as one."""
 
 
 class MirrorApi:
@@ -121,7 +125,7 @@ class MirrorApi:
         self.state = state
         self.profile = profile
         self._poke = poke
-        self._documents: OrderedDict[str, bytes] = OrderedDict()
+        self._documents: OrderedDict[int, bytes] = OrderedDict()
         self.stream = ExportStream(
             store, state, sequenced_line, backlog=stream_backlog, send_timeout=stream_timeout
         )
@@ -171,15 +175,15 @@ class MirrorApi:
 
     def _about(self, did: str, rest: list[str]) -> Reply:
         if rest in ([], ["data"]):
-            known, state_json = self.store.state(did)
-            if not known:
+            current = self.store.in_force(did)
+            if current is None:
                 return _unregistered(did)
-            if state_json is None:  # the store keeps no state for a tombstoned DID
+            if current.tombstoned:
                 status = 410 if self.profile == "directory" else 404
                 return _message(status, f"DID not available: {did}")
             if rest:
-                return Reply(200, state_json.encode())
-            return Reply(200, self._document(did, state_json), _DID_JSON)
+                return _json(state_data(did, _state(did, current)))
+            return Reply(200, self._document(did, current), _DID_JSON)
         if rest not in (["log"], ["log", "audit"], ["log", "last"]):
             return _message(404, "not found")
         log = self.store.log(did)
@@ -192,22 +196,21 @@ class MirrorApi:
             return _json([op.operation for op in in_force])
         return _json(in_force[-1].operation)
 
-    def _document(self, did: str, state_json: str) -> bytes:
-        """The document's bytes, made once per state: most reads are of DIDs that did not
-        change since the last read (the state's text keys the cache, so a change of state
+    def _document(self, did: str, current: InForce) -> bytes:
+        """The document's bytes, made once per op in force: most reads are of DIDs that did
+        not change since the last read (the op's seq keys the cache, so a change of state
         is a new entry, and an entry cannot outlive its state)."""
-        body = self._documents.get(state_json)
+        body = self._documents.get(current.seq)
         if body is None:
-            state = state_from_data(json.loads(state_json))
-            if state is None:
-                raise CorruptState(f"the mirror's stored state of {did} is not a state")
-            document = build_document(did, state, legacy_keys=self.profile == "reference")
-            body = json.dumps(document, separators=(",", ":")).encode()
-            self._documents[state_json] = body
+            document = build_document(
+                did, _state(did, current), legacy_keys=self.profile == "reference"
+            )
+            body = orjson.dumps(document)
+            self._documents[current.seq] = body
             if len(self._documents) > DOCUMENT_CACHE:
                 self._documents.popitem(last=False)
         else:
-            self._documents.move_to_end(state_json)
+            self._documents.move_to_end(current.seq)
         return body
 
     def _export(self, query: dict[str, str]) -> Reply:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from foundation import Backoff, defaults
 from resolver.errors import ResponseTooLarge, UpstreamFailure
 from resolver.identity import now_iso
-from resolver.plc.document import compare_state, state_from_data
+from resolver.plc.document import compare_state
 
 from .records import BadLine, Batch
 from .replica import Page, PageResult, Replica
@@ -336,16 +336,15 @@ class Follower:
         next poll (the upstream may have moved on meanwhile) before the DID is flagged."""
         suspects, self._suspects = self._suspects, []
         for did in [*suspects, *touched][: self._check_documents]:
-            known, state_json = self.replica.store.state(did)
-            if not known:
+            current = self.replica.store.in_force(did)
+            if current is None:
                 continue
             try:
                 served = self.upstream.document(did)
             except (UpstreamFailure, ResponseTooLarge, ValueError):
                 continue  # says nothing about the DID
             self.state.documents_checked += 1
-            state = state_from_data(json.loads(state_json)) if state_json else None
-            findings = compare_state(did, state, served)
+            findings = compare_state(did, current.state(did), served)
             if not findings:
                 continue
             if did not in suspects:

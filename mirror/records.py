@@ -8,7 +8,10 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+from resolver.errors import AtwhoisError
+from resolver.plc.operation import BadOperation, State, parse_operation
 
 ENTRY_CAP = 8192  # characters of a refused entry kept as evidence
 
@@ -19,13 +22,13 @@ class StoredOp:
     did: str
     cid: str
     created_at: str
-    entry: str  # the export line as the upstream served it, verified
+    operation_json: str  # the operation as the upstream served it (its keys in its order)
     signer: int  # which of the rotation keys in force signed it
     nullified: bool
 
     @property
     def operation(self) -> Any:
-        return json.loads(self.entry)["operation"]
+        return json.loads(self.operation_json)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +69,42 @@ class BadLine:
         return cls(hashlib.sha256(raw).hexdigest(), storable(reason), text, seen_at)
 
 
+class InForce(NamedTuple):
+    """A DID's op in force, as the mirror holds it."""
+
+    seq: int
+    tombstoned: bool
+    operation_json: bytes
+
+    def state(self, did: str) -> State | None:
+        """The state the op sets (None: tombstoned)."""
+        if self.tombstoned:
+            return None
+        try:
+            return parse_operation(json.loads(self.operation_json)).state
+        except (BadOperation, ValueError):
+            raise CorruptState(f"the mirror's op in force for {did} is not an operation") from None
+
+
+class CorruptState(AtwhoisError, ValueError):
+    """An op in force the mirror stored that does not read back as one."""
+
+
+class Head(NamedTuple):
+    """The op in force of a DID whose state a page changed."""
+
+    cid: str
+    tombstoned: bool
+
+
 @dataclass(slots=True)
 class Batch:
     """One page's worth of changes, written in one transaction with the new cursor."""
 
-    # did, cid, createdAt, the line, the index of the rotation key that signed it
-    ops: list[tuple[str, str, str, str, int]] = field(default_factory=list)
+    # did, cid, createdAt, the operation's JSON, the index of the rotation key that signed it
+    ops: list[tuple[str, str, str, bytes, int]] = field(default_factory=list)
     nullified: list[tuple[str, str]] = field(default_factory=list)  # did, cid
-    states: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # did: state, at
+    heads: dict[str, Head] = field(default_factory=dict)  # a DID's op in force, changed
     rejected: list[Rejection] = field(default_factory=list)
     flags: dict[str, tuple[str, str]] = field(default_factory=dict)  # did: reason, since
     meta: dict[str, str] = field(default_factory=dict)

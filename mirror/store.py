@@ -1,70 +1,30 @@
-"""Where the mirror keeps the directory: verified operations, per-DID state, what it refused
-and what it flagged. SQLite by default (one file, WAL: the follower writes while the API
-reads), PostgreSQL for operators who outgrow one machine (several daemons read one
-database; one writes, held by an advisory lock).
+"""Where the mirror keeps the directory: verified operations (packed: `mirror.packing`),
+each DID's op in force, what it refused and what it flagged. SQLite by default (one file,
+WAL: the follower writes while the API reads), PostgreSQL for operators who outgrow one
+machine (several daemons read one database; one writes, held by an advisory lock).
 
-One schema, one set of statements: the two backends differ only in how they connect, in
-the placeholder (`?` against `%s`) and in a few words of DDL.
+One schema (`mirror.schema`), one set of statements: the two backends differ only in how
+they connect, in the placeholder (`?` against `%s`) and in a few words of DDL.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from foundation import data_path
-from foundation.sql import POSTGRES_SCHEMES, in_chunks, marks
-from resolver.errors import AtwhoisError, SchemaMismatch
+import zstandard
 
-from .records import ENTRY_CAP, BadLine, Batch, Rejection, StoredOp
+from foundation.sql import in_chunks, marks
+from resolver.errors import AtwhoisError
 
-SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS plc_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS plc_ops (
-    seq BIGINT PRIMARY KEY,
-    did TEXT NOT NULL,
-    cid TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    entry TEXT NOT NULL,
-    signer SMALLINT NOT NULL,
-    nullified SMALLINT NOT NULL DEFAULT 0
-);
-CREATE UNIQUE INDEX IF NOT EXISTS plc_ops_did ON plc_ops (did, cid);
-CREATE INDEX IF NOT EXISTS plc_ops_created ON plc_ops (created_at);
-CREATE TABLE IF NOT EXISTS plc_dids (
-    did TEXT PRIMARY KEY,
-    state TEXT,
-    updated_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS plc_rejected (
-    did TEXT NOT NULL,
-    cid TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    rule TEXT NOT NULL,
-    message TEXT NOT NULL,
-    entry TEXT NOT NULL,
-    seen_at TEXT NOT NULL,
-    PRIMARY KEY (did, cid)
-);
-CREATE TABLE IF NOT EXISTS plc_bad_lines (
-    digest TEXT PRIMARY KEY,
-    reason TEXT NOT NULL,
-    entry TEXT NOT NULL,
-    seen_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS plc_bad_lines_seen ON plc_bad_lines (seen_at, digest);
-CREATE TABLE IF NOT EXISTS plc_flags (
-    did TEXT PRIMARY KEY,
-    reason TEXT NOT NULL,
-    since TEXT NOT NULL
-);
-"""
+from .packing import TRAIN_SAMPLE, Packer, train
+from .records import ENTRY_CAP, BadLine, Batch, InForce, Rejection, StoredOp
+from .schema import SQLITE, pack_seqs, prepare, unpack_seqs
+
+TRAIN_FIRST = TRAIN_SAMPLE  # ops packed without a dictionary before the first is trained
+TRAIN_EVERY = 1_000_000  # ops between two dictionaries: the directory's ops change shape
 BAD_LINES_KEPT = 10_000  # the newest lines that did not parse, kept as evidence
 BAD_LINES_SLACK = 1_000  # kept past that between two prunes (a prune walks the whole table)
 
@@ -76,7 +36,7 @@ class SqlMirrorStore:
     location = ""  # what `open_mirror_store` opens again (a worker process does)
     writable = True  # False: another process writes; this one reads
     _writer_lock: TextIO | None = None  # SQLite's: held open while this process writes
-    _placeholder = "?"
+    _dialect = SQLITE
 
     def __init__(self, writer: Any, reader: Any) -> None:
         self._writer = writer
@@ -85,11 +45,21 @@ class SqlMirrorStore:
         # connection and lock, so that reads go on (WAL, MVCC) while a page is written.
         self._read_lock = threading.Lock()
         self._write_lock = threading.Lock()
+        self._packer = Packer(self._dictionary)
+        self._trained_at = 0  # the seq the newest dictionary was trained at
+        if self.writable:
+            self._prepare()
+            newest = self._rows(
+                "SELECT number, trained_at, data FROM plc_dictionaries ORDER BY number DESC LIMIT 1"
+            )
+            if newest:
+                number, self._trained_at, data = newest[0]
+                self._packer.use(number, bytes(data))
         self._next_seq = 1 + self.head()
         self._bad_since_prune = BAD_LINES_SLACK  # the first write with bad lines prunes
 
     def _sql(self, text: str) -> str:
-        return text if self._placeholder == "?" else text.replace("?", self._placeholder)
+        return self._dialect.sql(text)
 
     def _rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._read_lock:
@@ -101,6 +71,35 @@ class SqlMirrorStore:
         rows = self._rows(text, params)
         return rows[0][0] if rows else None
 
+    def _dictionary(self, number: int) -> bytes | None:
+        data = self._one("SELECT data FROM plc_dictionaries WHERE number = ?", (number,))
+        return None if data is None else bytes(data)
+
+    def _prepare(self) -> None:
+        """The schema made, or moved from an earlier one: all of it, or (when it fails) the
+        mirror left as it was."""
+        cursor = self._writer.cursor()
+        self._begin(cursor)
+        try:
+            prepare(
+                cursor,
+                self._dialect,
+                self.location or "the database",
+                pack=self._packer.pack,
+                before_chunk=self._before_moved_chunk,
+                streaming_cursor=self._streaming_cursor,
+            )
+        except BaseException:
+            self._writer.rollback()
+            raise
+        self._writer.commit()
+
+    def _before_moved_chunk(self, cursor: Any, first: int) -> None:
+        self._next_seq = first
+        self._maybe_train(cursor)
+
+    # --- reading -------------------------------------------------------------------------
+
     def meta(self) -> dict[str, str]:
         return {name: value for name, value in self._rows("SELECT name, value FROM plc_meta")}
 
@@ -108,11 +107,7 @@ class SqlMirrorStore:
         """Which (did, cid) of these DIDs are kept already, verified: a page served again
         is skipped, not applied twice. Refused lines are not among them: what a line claims
         is no reason to skip the genuine op when it comes."""
-        pairs: set[tuple[str, str]] = set()
-        for chunk in _chunks(dids):
-            rows = self._rows(f"SELECT did, cid FROM plc_ops WHERE did IN ({marks(chunk)})", chunk)
-            pairs.update((did, cid) for did, cid in rows)
-        return pairs
+        return {(op[0], op[1]) for op in self._ops_of(dids, "did, cid")}
 
     def refusals(self, dids: Iterable[str]) -> dict[tuple[str, str], str]:
         """The lines of these DIDs kept as refused, by (did, cid), as kept (capped): a line
@@ -128,44 +123,58 @@ class SqlMirrorStore:
     def logs(self, dids: Iterable[str]) -> dict[str, list[StoredOp]]:
         """The verified ops of these DIDs, in order."""
         logs: dict[str, list[StoredOp]] = {}
-        for chunk in _chunks(dids):
-            for row in self._rows(
-                f"SELECT seq, did, cid, created_at, entry, signer, nullified FROM plc_ops "
-                f"WHERE did IN ({marks(chunk)}) ORDER BY seq",
-                chunk,
-            ):
-                logs.setdefault(row[1], []).append(_op(row))
+        for row in self._ops_of(dids, _COLUMNS):
+            logs.setdefault(row[1], []).append(self._op(row))
         return logs
 
     def log(self, did: str) -> list[StoredOp]:
+        return self.logs([did]).get(did, [])
+
+    def _ops_of(self, dids: Iterable[str], columns: str) -> list[tuple[Any, ...]]:
+        """`columns` of every op of these DIDs, in seq order."""
+        seqs: list[int] = []
+        for chunk in _chunks(dids):
+            rows = self._rows(f"SELECT seqs FROM plc_dids WHERE did IN ({marks(chunk)})", chunk)
+            for (packed,) in rows:
+                seqs += unpack_seqs(packed)
+        found: list[tuple[Any, ...]] = []
+        for some in in_chunks(sorted(seqs)):
+            found += self._rows(
+                f"SELECT {columns} FROM plc_ops WHERE seq IN ({marks(some)}) ORDER BY seq", some
+            )
+        return found
+
+    def in_force(self, did: str) -> InForce | None:
+        """The DID's op in force (None: the mirror does not know the DID)."""
         rows = self._rows(
-            "SELECT seq, did, cid, created_at, entry, signer, nullified FROM plc_ops "
-            "WHERE did = ? ORDER BY seq",
+            "SELECT d.head, d.tombstoned, o.operation FROM plc_dids d "
+            "JOIN plc_ops o ON o.seq = d.head WHERE d.did = ?",
             (did,),
         )
-        return [_op(row) for row in rows]
-
-    def state(self, did: str) -> tuple[bool, str | None]:
-        """(whether the DID is known, its state's JSON: None when tombstoned)."""
-        rows = self._rows("SELECT state FROM plc_dids WHERE did = ?", (did,))
-        return (True, rows[0][0]) if rows else (False, None)
+        if not rows:
+            return None
+        head, tombstoned, packed = rows[0]
+        return InForce(int(head), bool(tombstoned), self._packer.unpack(bytes(packed)))
 
     def export(
         self, *, after_seq: int | None, after_time: str | None, count: int
     ) -> list[StoredOp]:
-        columns = "seq, did, cid, created_at, entry, signer, nullified"
         if after_seq is not None:
             rows = self._rows(
-                f"SELECT {columns} FROM plc_ops WHERE seq > ? ORDER BY seq LIMIT ?",
+                f"SELECT {_COLUMNS} FROM plc_ops WHERE seq > ? ORDER BY seq LIMIT ?",
                 (after_seq, count),
             )
         else:
             rows = self._rows(
-                f"SELECT {columns} FROM plc_ops WHERE created_at > ? "
+                f"SELECT {_COLUMNS} FROM plc_ops WHERE created_at > ? "
                 "ORDER BY created_at, seq LIMIT ?",
                 (after_time or "", count),
             )
-        return [_op(row) for row in rows]
+        return [self._op(row) for row in rows]
+
+    def _op(self, row: Sequence[Any]) -> StoredOp:
+        operation = self._packer.unpack(bytes(row[4])).decode()
+        return StoredOp(int(row[0]), row[1], row[2], row[3], operation, int(row[5]), bool(row[6]))
 
     def head(self) -> int:
         """The newest `seq` stored (0: none)."""
@@ -197,11 +206,13 @@ class SqlMirrorStore:
         return {
             "ops": int(self._one("SELECT COUNT(*) FROM plc_ops") or 0),
             "dids": int(self._one("SELECT COUNT(*) FROM plc_dids") or 0),
-            "tombstoned": int(self._one("SELECT COUNT(*) FROM plc_dids WHERE state IS NULL") or 0),
+            "tombstoned": int(self._one("SELECT COUNT(*) FROM plc_dids WHERE tombstoned = 1") or 0),
             "rejected": int(self._one("SELECT COUNT(*) FROM plc_rejected") or 0),
             "flagged": int(self._one("SELECT COUNT(*) FROM plc_flags") or 0),
             "bad_lines": int(self._one("SELECT COUNT(*) FROM plc_bad_lines") or 0),
         }
+
+    # --- writing -------------------------------------------------------------------------
 
     def write(self, batch: Batch) -> None:
         """One transaction: all of `batch`, or (on any failure, raised) none of it, the
@@ -210,6 +221,7 @@ class SqlMirrorStore:
             cursor = self._writer.cursor()
             self._begin(cursor)
             try:
+                self._maybe_train(cursor)
                 self._write_batch(cursor, batch)
             except BaseException:
                 self._writer.rollback()
@@ -217,26 +229,90 @@ class SqlMirrorStore:
             self._writer.commit()
             self._next_seq += len(batch.ops)
 
+    def _maybe_train(self, cursor: Any) -> None:
+        """A new dictionary, trained on the newest ops, when the last is far enough behind
+        (the first once there are enough ops to train on)."""
+        stored = self._next_seq - 1
+        due = TRAIN_FIRST if self._packer.number == 0 else TRAIN_EVERY
+        if stored - self._trained_at < due:
+            return
+        self._trained_at = stored  # tried once per period, whatever comes of it
+        cursor.execute(
+            self._sql("SELECT operation FROM plc_ops ORDER BY seq DESC LIMIT ?"), (TRAIN_SAMPLE,)
+        )
+        samples = [self._packer.unpack(bytes(row[0])) for row in cursor.fetchall()]
+        try:
+            data = train(samples)
+        except zstandard.ZstdError:  # too few, or too alike to learn from: packed as they are
+            return
+        number = self._packer.number + 1
+        cursor.execute(
+            self._sql("INSERT INTO plc_dictionaries VALUES (?, ?, ?)"), (number, stored, data)
+        )
+        self._packer.use(number, data)
+
     def _write_batch(self, cursor: Any, batch: Batch) -> None:
         sql = self._sql
         first = self._next_seq
+        pack = self._packer.pack
         cursor.executemany(
             sql(
-                "INSERT INTO plc_ops (seq, did, cid, created_at, entry, signer) "
+                "INSERT INTO plc_ops (seq, did, cid, created_at, operation, signer) "
                 "VALUES (?, ?, ?, ?, ?, ?)"
             ),
-            [(first + i, *op) for i, op in enumerate(batch.ops)],
+            [
+                (first + i, did, cid, created, pack(operation), signer)
+                for i, (did, cid, created, operation, signer) in enumerate(batch.ops)
+            ],
         )
+        written = {(op[0], op[1]): first + i for i, op in enumerate(batch.ops)}
+        new: dict[str, list[int]] = {}
+        for (did, _), seq in written.items():
+            new.setdefault(did, []).append(seq)
+        # The seqs kept of the DIDs this page changes: theirs, and where an op named by its
+        # CID (nullified, or the op in force again after a recovery) was stored
+        seqs: dict[str, list[int]] = {}
+        for chunk in _chunks([*batch.heads, *(did for did, _ in batch.nullified)]):
+            cursor.execute(
+                sql(f"SELECT did, seqs FROM plc_dids WHERE did IN ({marks(chunk)})"), chunk
+            )
+            seqs.update((did, unpack_seqs(packed)) for did, packed in cursor.fetchall())
+
+        def seq_of(did: str, cid: str) -> int:
+            seq = written.get((did, cid))
+            if seq is not None:
+                return seq
+            kept = seqs.get(did)
+            if not kept:
+                raise MirrorCorrupt(f"{did}: op {cid} is named, and no op of it is kept")
+            cursor.execute(
+                sql(f"SELECT seq FROM plc_ops WHERE seq IN ({marks(kept)}) AND cid = ?"),
+                [*kept, cid],
+            )
+            row = cursor.fetchone()
+            if row is None:
+                raise MirrorCorrupt(f"{did}: op {cid} is not among the ops kept of it")
+            return int(row[0])
+
         cursor.executemany(
-            sql("UPDATE plc_ops SET nullified = 1 WHERE did = ? AND cid = ?"), batch.nullified
+            sql("UPDATE plc_ops SET nullified = 1 WHERE seq = ?"),
+            [(seq_of(did, cid),) for did, cid in batch.nullified],
         )
         cursor.executemany(
             sql(
-                "INSERT INTO plc_dids (did, state, updated_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (did) DO UPDATE SET state = excluded.state, "
-                "updated_at = excluded.updated_at"
+                "INSERT INTO plc_dids (did, head, tombstoned, seqs) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (did) DO UPDATE SET head = excluded.head, "
+                "tombstoned = excluded.tombstoned, seqs = excluded.seqs"
             ),
-            [(did, state, at) for did, (state, at) in batch.states.items()],
+            [
+                (
+                    did,
+                    seq_of(did, head.cid),
+                    int(head.tombstoned),
+                    pack_seqs([*seqs.get(did, []), *new.get(did, [])]),
+                )
+                for did, head in batch.heads.items()
+            ],
         )
         cursor.executemany(
             sql(
@@ -287,6 +363,10 @@ class SqlMirrorStore:
     def _begin(self, cursor: Any) -> None:
         """Opens the write transaction (DB-API drivers open one implicitly)."""
 
+    def _streaming_cursor(self) -> Any:
+        """A cursor of the writer's transaction that reads its rows as they are fetched."""
+        return self._writer.cursor()
+
     def close(self) -> None:
         self._reader.close()
         self._writer.close()
@@ -294,6 +374,7 @@ class SqlMirrorStore:
             self._writer_lock.close()
 
 
+_COLUMNS = "seq, did, cid, created_at, operation, signer, nullified"
 T = TypeVar("T")
 
 
@@ -310,111 +391,5 @@ def _chunks(dids: Iterable[str]) -> Iterator[list[str]]:
     return in_chunks(sorted(set(dids)))
 
 
-def _op(row: Sequence[Any]) -> StoredOp:
-    return StoredOp(int(row[0]), row[1], row[2], row[3], row[4], int(row[5]), bool(row[6]))
-
-
-class SqliteMirrorStore(SqlMirrorStore):
-    name = "sqlite"
-
-    def __init__(self, path: Path, *, writable: bool = True) -> None:
-        self.path = path
-        self.location = str(path)
-        self.writable = writable
-        if not writable:  # a verifying worker, a second daemon: reads what the writer commits
-            read_only = path.resolve().as_uri() + "?mode=ro"
-            reader = sqlite3.connect(
-                read_only, uri=True, check_same_thread=False, isolation_level=None
-            )
-            reader.execute("PRAGMA busy_timeout=5000")
-            super().__init__(reader, reader)
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # One writer: a second process on the same file reads instead (`open_mirror_store`)
-        self._writer_lock = path.with_name(path.name + ".writer").open("a")
-        try:
-            fcntl.flock(self._writer_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._writer_lock.close()
-            raise WriterElsewhere(f"{path}: another mirror process is writing it") from None
-        writer = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        for pragma in ("busy_timeout=5000", "journal_mode=WAL", "synchronous=NORMAL"):
-            writer.execute(f"PRAGMA {pragma}")
-        writer.executescript(_SCHEMA)
-        version = writer.execute("SELECT value FROM plc_meta WHERE name='schema_version'")
-        row = version.fetchone()
-        if row is not None and int(row[0]) != SCHEMA_VERSION:
-            raise SchemaMismatch(f"{path}: a mirror of schema {row[0]}, not {SCHEMA_VERSION}")
-        writer.execute(
-            "INSERT OR IGNORE INTO plc_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-        )
-        reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        reader.execute("PRAGMA busy_timeout=5000")
-        super().__init__(writer, reader)
-
-    def _begin(self, cursor: Any) -> None:
-        cursor.execute("BEGIN IMMEDIATE")
-
-
-class PostgresMirrorStore(SqlMirrorStore):
-    """PostgreSQL through psycopg 3. The writer takes an advisory lock: a second mirror
-    process on the same database reads, and refuses to write rather than interleave."""
-
-    name = "postgresql"
-    _placeholder = "%s"
-    _LOCK = 0x706C636D  # "plcm"
-
-    def __init__(self, url: str, *, writable: bool = True) -> None:
-        import psycopg  # only those who use PostgreSQL load its driver
-
-        self.location = url
-        self.writable = writable
-        if not writable:  # a reader (a verifying worker, a second daemon): no DDL, no lock
-            reader = psycopg.connect(url, autocommit=True)
-            super().__init__(reader, reader)
-            return
-        writer = psycopg.connect(url)
-        with writer.cursor() as cursor:
-            cursor.execute(_SCHEMA)
-            cursor.execute(
-                "INSERT INTO plc_meta VALUES ('schema_version', %s) ON CONFLICT DO NOTHING",
-                (str(SCHEMA_VERSION),),
-            )
-            cursor.execute("SELECT value FROM plc_meta WHERE name = 'schema_version'")
-            row = cursor.fetchone()
-            if row is not None and int(row[0]) != SCHEMA_VERSION:
-                raise SchemaMismatch(f"a mirror of schema {row[0]}, not {SCHEMA_VERSION}")
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", (self._LOCK,))
-            held = cursor.fetchone()
-            if not (held and held[0]):
-                writer.close()
-                raise WriterElsewhere("another mirror process is writing this database")
-        writer.commit()
-        reader = psycopg.connect(url, autocommit=True)
-        super().__init__(writer, reader)
-
-
-class WriterElsewhere(AtwhoisError, ValueError):
-    """Another process is the mirror's writer."""
-
-
-def open_mirror_store(where: str | Path, *, writable: bool = True) -> SqlMirrorStore:
-    """`postgresql://…` (or `postgres://…`), else a SQLite file path (`sqlite:///PATH` too).
-    Writable unless another process writes it already: then a reader of what it writes."""
-    text = str(where)
-    postgres = text.startswith(POSTGRES_SCHEMES)
-    if writable:
-        try:
-            if postgres:
-                return PostgresMirrorStore(text)
-            return SqliteMirrorStore(Path(text.removeprefix("sqlite://")))
-        except WriterElsewhere:
-            pass
-    if postgres:
-        return PostgresMirrorStore(text, writable=False)
-    return SqliteMirrorStore(Path(text.removeprefix("sqlite://")), writable=False)
-
-
-def default_mirror_path() -> Path:
-    """Beside the audit history: a mirror is data that took hours to verify, not a cache."""
-    return data_path("plc-mirror.db")
+class MirrorCorrupt(AtwhoisError, ValueError):
+    """The mirror's tables disagree with each other (edited by hand, or a broken disk)."""

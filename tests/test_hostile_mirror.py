@@ -22,7 +22,7 @@ from devnet.forwarder import PlcStandIn
 from devnet.plc_ops import AuditLog, Key
 from mirror import Follower, MirrorApi, Replica, Upstream
 from mirror.api import report
-from mirror.store import SqliteMirrorStore
+from mirror.backends import SqliteMirrorStore
 from mirror.upstream import UpstreamFault, order_page
 from resolver.errors import UpstreamTimeout
 from tests.support.waiting import until
@@ -330,7 +330,7 @@ def test_escaped_surrogates_never_wedge_the_store(tmp_path: Path) -> None:
         assert replica.apply([json.dumps(log.entries[1])]).applied == 1  # still writable
         before = store.counts()
         with pytest.raises(UnicodeEncodeError):
-            store.write(stores.Batch(ops=[(log.did, "\ud800", "t", "{}", 0)], meta={"a": "b"}))
+            store.write(stores.Batch(ops=[(log.did, "\ud800", "t", b"{}", 0)], meta={"a": "b"}))
         assert store.counts() == before and "a" not in store.meta()  # none of it
         store.write(stores.Batch(meta={"a": "b"}))
         assert store.meta()["a"] == "b"

@@ -19,20 +19,19 @@ from devnet.plc_ops import AuditLog, Key, log_entry, plc_operation
 from devnet.postgres import scratch_database
 from devnet.synthetic_plc import export_lines
 from mirror import Follower, MirrorApi, MirrorFetcher, MirrorState, Replica, Upstream
-from mirror.follow import POKE_GAP
-from mirror.records import Batch
-from mirror.store import (
+from mirror.backends import (
     PostgresMirrorStore,
     SqliteMirrorStore,
-    SqlMirrorStore,
     WriterElsewhere,
     open_mirror_store,
 )
+from mirror.follow import POKE_GAP
+from mirror.records import Batch
+from mirror.store import SqlMirrorStore
 from mirror.upstream import next_cursor
 from resolver import Config, Outcome, Resolver
 from resolver.did import mirror_note
 from resolver.errors import UpstreamFailure
-from resolver.plc.document import state_from_data
 from resolver.plc.export import route
 from resolver.response import MIRROR_HEADER, Response
 from tests.support.waiting import until
@@ -238,8 +237,8 @@ def test_postgresql_readers_share_one_writer(pg_url: str) -> None:
             assert not reader.writable and MirrorState.of("u", reader).role == "reader"
             assert reader.counts()["ops"] == 10
             did = json.loads(next(export_lines(5, 2)))["did"]
-            known, state = reader.state(did)
-            assert known and state is not None and state_from_data(json.loads(state))
+            current = reader.in_force(did)
+            assert current is not None and current.state(did) is not None
         finally:
             reader.close()
     finally:
@@ -251,7 +250,7 @@ def _contents(store: SqlMirrorStore) -> tuple[object, ...]:
     return (
         sorted((op.did, op.cid, op.nullified) for op in ops),
         sorted((r.did, r.cid, r.rule) for r in store.rejected(1000)),
-        sorted(store.state(did) for did in {op.did for op in ops}),
+        sorted(store.in_force(did) or () for did in {op.did for op in ops}),
     )
 
 

@@ -23,7 +23,7 @@ from devnet.pds import free_port
 from devnet.plc_ops import PlcAccount, new_handle
 from devnet.synthetic_plc import export_lines
 from mirror import Follower, Replica, Upstream
-from mirror.store import SqliteMirrorStore
+from mirror.backends import SqliteMirrorStore
 from mirror.upstream import UpstreamFault
 from mirror.upstream_stream import OUTDATED, UpstreamStream
 from tests.support import metrics

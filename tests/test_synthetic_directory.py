@@ -10,7 +10,7 @@ from pathlib import Path
 
 from devnet.synthetic_plc import BOT_PDS, directory_lines
 from mirror import Replica
-from mirror.store import SqliteMirrorStore
+from mirror.backends import SqliteMirrorStore
 
 
 def test_every_operation_verifies_and_the_shape_is_the_directorys(tmp_path: Path) -> None:

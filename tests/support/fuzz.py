@@ -38,7 +38,7 @@ from devnet.atwhois import error_name
 from devnet.jetstream import jetstream_message
 from devnet.synthetic_plc import export_lines
 from mirror import MirrorApi, MirrorState, Replica
-from mirror.store import SqliteMirrorStore
+from mirror.backends import SqliteMirrorStore
 from resolver import Config, syntax
 from resolver.config import Nameserver
 from resolver.document import parse_json_document

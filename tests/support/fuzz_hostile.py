@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from devnet import relay_frames
 from devnet.synthetic_plc import export_lines
 from mirror import Follower, MirrorApi, MirrorState, Replica
+from mirror.backends import SqliteMirrorStore
 from mirror.records import Batch
-from mirror.store import SqliteMirrorStore
 from mirror.upstream_stream import FUTURE, OUTDATED, TOO_SLOW, StreamClosed
 from resolver.errors import UpstreamFailure
 from resolver.untrusted import BadNumber, parse_count

@@ -1,0 +1,115 @@
+"""How the mirror's store is opened: a SQLite file (its writer holds a lock file; another
+process opening it reads) or a PostgreSQL database (its writer holds an advisory lock).
+The statements are `mirror.store`'s, the same for both."""
+
+from __future__ import annotations
+
+import fcntl
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from foundation import data_path
+from foundation.sql import POSTGRES_SCHEMES
+from resolver.errors import AtwhoisError
+
+from .schema import POSTGRES
+from .store import SqlMirrorStore
+
+# Every connection keeps 64 MiB of pages (SQLite's default is 2 MiB): the rows of the DIDs
+# a page or a reader asks about are spread over the whole file.
+_CONNECTION_PRAGMAS = ("busy_timeout=5000", "cache_size=-65536")
+
+
+class SqliteMirrorStore(SqlMirrorStore):
+    name = "sqlite"
+
+    def __init__(self, path: Path, *, writable: bool = True) -> None:
+        self.path = path
+        self.location = str(path)
+        self.writable = writable
+        if not writable:  # a verifying worker, a second daemon: reads what the writer commits
+            read_only = path.resolve().as_uri() + "?mode=ro"
+            reader = sqlite3.connect(
+                read_only, uri=True, check_same_thread=False, isolation_level=None
+            )
+            for pragma in _CONNECTION_PRAGMAS:
+                reader.execute(f"PRAGMA {pragma}")
+            super().__init__(reader, reader)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One writer: a second process on the same file reads instead (`open_mirror_store`)
+        self._writer_lock = path.with_name(path.name + ".writer").open("a")
+        try:
+            fcntl.flock(self._writer_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._writer_lock.close()
+            raise WriterElsewhere(f"{path}: another mirror process is writing it") from None
+        writer = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", *_CONNECTION_PRAGMAS):
+            writer.execute(f"PRAGMA {pragma}")
+        reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        for pragma in _CONNECTION_PRAGMAS:
+            reader.execute(f"PRAGMA {pragma}")
+        super().__init__(writer, reader)
+
+    def _begin(self, cursor: Any) -> None:
+        cursor.execute("BEGIN IMMEDIATE")
+
+
+class PostgresMirrorStore(SqlMirrorStore):
+    """PostgreSQL through psycopg 3. The writer takes an advisory lock: a second mirror
+    process on the same database reads, and refuses to write rather than interleave."""
+
+    name = "postgresql"
+    _dialect = POSTGRES
+    _LOCK = 0x706C636D  # "plcm"
+
+    def __init__(self, url: str, *, writable: bool = True) -> None:
+        import psycopg  # only those who use PostgreSQL load its driver
+
+        self.location = url
+        self.writable = writable
+        if not writable:  # a reader (a verifying worker, a second daemon): no DDL, no lock
+            reader = psycopg.connect(url, autocommit=True)
+            super().__init__(reader, reader)
+            return
+        writer = psycopg.connect(url)
+        with writer.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", (self._LOCK,))
+            held = cursor.fetchone()
+        writer.commit()
+        if not (held and held[0]):
+            writer.close()
+            raise WriterElsewhere("another mirror process is writing this database")
+        reader = psycopg.connect(url, autocommit=True)
+        super().__init__(writer, reader)
+
+    def _streaming_cursor(self) -> Any:
+        return self._writer.cursor(name="atwhois_mirror_rows")  # on the server, not all here
+
+
+class WriterElsewhere(AtwhoisError, ValueError):
+    """Another process is the mirror's writer."""
+
+
+def open_mirror_store(where: str | Path, *, writable: bool = True) -> SqlMirrorStore:
+    """`postgresql://…` (or `postgres://…`), else a SQLite file path (`sqlite:///PATH` too).
+    Writable unless another process writes it already: then a reader of what it writes."""
+    text = str(where)
+    postgres = text.startswith(POSTGRES_SCHEMES)
+    if writable:
+        try:
+            if postgres:
+                return PostgresMirrorStore(text)
+            return SqliteMirrorStore(Path(text.removeprefix("sqlite://")))
+        except WriterElsewhere:
+            pass
+    if postgres:
+        return PostgresMirrorStore(text, writable=False)
+    return SqliteMirrorStore(Path(text.removeprefix("sqlite://")), writable=False)
+
+
+def default_mirror_path() -> Path:
+    """Beside the audit history: a mirror is data that took hours to verify, not a cache."""
+    return data_path("plc-mirror.db")

@@ -262,6 +262,17 @@ def _disk_bytes(db: str) -> int:
     return Path(db).stat().st_size
 
 
+def _postgres_bytes(url: str) -> int:
+    """The database's size once vacuumed (dead rows of the DIDs' rewritten rows gone)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("VACUUM")
+        row = connection.execute("SELECT pg_database_size(current_database())").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _uniform_dids(path: Path, wanted: int) -> list[str]:
     """`wanted` DIDs drawn evenly from the whole export (not the last ones touched), none
     tombstoned (their 410 is not a document)."""
@@ -276,6 +287,24 @@ def _uniform_dids(path: Path, wanted: int) -> list[str]:
     return sorted(set(dids[::step]) - gone)[:wanted]
 
 
+def _measured(
+    ops: int,
+    path: Path,
+    upstream: str,
+    connections: int,
+    seconds: int,
+    store: str,
+    db: str,
+    disk: Callable[[str], int],
+) -> tuple[str, str, dict[str, float], float, float, float]:
+    """One size on one store: the backfill, the disk it took, the read path."""
+    run = backfill(upstream, db, None)
+    print(f"{ops:,} ops, {store}: {run}")
+    per_op = disk(db) / max(run["ops"], 1)
+    base, ours = _read_path(db, _uniform_dids(path, 10_000), connections, seconds)
+    return f"{ops:,}", store, run, per_op, ours[0] / base[0], ours[2] / base[2]
+
+
 def scale(sizes: list[int], connections: int, seconds: int, skip_postgres: bool) -> None:
     rows = []
     for ops in sizes:
@@ -287,18 +316,12 @@ def scale(sizes: list[int], connections: int, seconds: int, skip_postgres: bool)
         url = f"http://127.0.0.1:{port}"
         try:
             wait_for(f"{url}/export?count=1")
+            measure = functools.partial(_measured, ops, path, url, connections, seconds)
             with tempfile.TemporaryDirectory(prefix="atwhois-mirror-scale-") as tmp:
-                db = f"{tmp}/mirror.db"
-                run = backfill(url, db, None)
-                disk = _disk_bytes(db)
-                print(f"{ops:,} ops, SQLite: {run}")
-                rows.append((f"{ops:,}", "SQLite", run, disk / max(run["ops"], 1)))
-                base, ours = _read_path(db, _uniform_dids(path, 10_000), connections, seconds)
-                rows[-1] += (ours[0] / base[0], ours[2] / base[2])
+                rows.append(measure("SQLite", f"{tmp}/mirror.db", _disk_bytes))
             if not skip_postgres:
                 with scratch_database("atwhois_bench") as pg:
-                    run = backfill(url, pg, None)
-                    rows.append((f"{ops:,}", "PostgreSQL", run, None, None, None))
+                    rows.append(measure("PostgreSQL", pg, _postgres_bytes))
         finally:
             upstream.terminate()
             upstream.wait()
@@ -309,14 +332,11 @@ def scale(sizes: list[int], connections: int, seconds: int, skip_postgres: bool)
     )
     print("|---|---|---|---|---|---|---|---|")
     for size, store, run, per_op, ratio, p99 in rows:
-        disk = f"{per_op:,.0f} B" if per_op else "-"
-        reads = f"{ratio:.2f}x" if ratio else "-"
-        tail = f"{p99:.2f}x" if p99 else "-"
         print(
             f"| {size} | {store} | {run['ops_per_s']:,.0f} | {run['cpu_per_op_us']:.0f} us "
             f"({run['main_cpu_per_op_us']:.0f} us) | "
-            f"{run['peak_mib']:,.0f} MiB ({run['peak_all_mib']:,.0f} MiB) | {disk} | {reads} | "
-            f"{tail} |"
+            f"{run['peak_mib']:,.0f} MiB ({run['peak_all_mib']:,.0f} MiB) | {per_op:,.0f} B | "
+            f"{ratio:.2f}x | {p99:.2f}x |"
         )
 
 

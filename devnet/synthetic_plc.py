@@ -140,10 +140,13 @@ def _operations_of(rng: random.Random) -> int:
 
 
 def _later(rng: random.Random) -> float:
-    """When a DID's next operation comes: hours, weeks or months after the last."""
+    """When a DID's next operation comes: hours, weeks or months after the last, and never
+    within a second of it (P-NULL-1: an op's createdAt must be later than its prev's, to
+    the millisecond; a draw of the exponential under a millisecond once made the 10M
+    directory's op 4,323,078 one the rules refuse)."""
     draw = rng.random()
     mean = 2 * _HOUR if draw < 0.3 else (10 * _DAY if draw < 0.7 else 90 * _DAY)
-    return rng.expovariate(1 / mean)
+    return max(rng.expovariate(1 / mean), 1.0)
 
 
 def _next(account: _Account, rng: random.Random) -> dict[str, Any]:

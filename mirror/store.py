@@ -10,6 +10,7 @@ they connect, in the placeholder (`?` against `%s`) and in a few words of DDL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TextIO, TypeVar
@@ -62,10 +63,16 @@ class SqlMirrorStore:
         return self._dialect.sql(text)
 
     def _rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._read_lock:
-            cursor = self._reader.cursor()
+        with self._reading() as connection:
+            cursor = connection.cursor()
             cursor.execute(self._sql(text), params)
             return list(cursor.fetchall())
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Any]:
+        """A connection to read on, this thread's alone until the block ends."""
+        with self._read_lock:
+            yield self._reader
 
     def _one(self, text: str, params: Sequence[Any] = ()) -> Any:
         rows = self._rows(text, params)

@@ -4,6 +4,7 @@ pages applied once, the cursor kept with the data; on SQLite and on a real Postg
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import datetime
 import json
@@ -20,6 +21,7 @@ from devnet.postgres import scratch_database
 from devnet.synthetic_plc import export_lines
 from mirror import Follower, MirrorApi, MirrorFetcher, MirrorState, Replica, Upstream
 from mirror.backends import (
+    READERS,
     PostgresMirrorStore,
     SqliteMirrorStore,
     WriterElsewhere,
@@ -243,6 +245,33 @@ def test_postgresql_readers_share_one_writer(pg_url: str) -> None:
             reader.close()
     finally:
         writer.close()
+
+
+def test_postgresql_reads_run_on_several_connections_and_outlive_a_lost_one(pg_url: str) -> None:
+    """The read API's reads run in threads, each a round trip: they share a few readers,
+    not one (which held them to one at a time), and a reader the server dropped is
+    replaced, not handed out again."""
+    import psycopg
+
+    store = PostgresMirrorStore(pg_url)
+    try:
+        ask = "SELECT pg_backend_pid(), pg_sleep(0.2)"
+        with concurrent.futures.ThreadPoolExecutor(READERS * 2) as pool:
+            pids = {row[0][0] for row in pool.map(lambda _: store._rows(ask), range(READERS * 2))}
+        assert 1 < len(pids) <= READERS
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            for pid in pids:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        failed = 0
+        for _ in range(READERS + 2):  # each dropped reader fails its read once, then goes
+            try:
+                store.counts()
+            except psycopg.OperationalError:
+                failed += 1
+        assert 0 < failed <= READERS
+        assert store.counts()["ops"] == 0 and store._readers_open <= READERS
+    finally:
+        store.close()
 
 
 def _contents(store: SqlMirrorStore) -> tuple[object, ...]:

@@ -25,6 +25,15 @@ from .store import SqlMirrorStore
 _CONNECTION_PRAGMAS = ("busy_timeout=5000", "cache_size=-65536")
 
 
+def _connected(target: str, *pragmas: str, uri: bool = False) -> sqlite3.Connection:
+    """A connection of the mirror's (autocommit: the store opens its transactions), with
+    those every connection has, then `pragmas`."""
+    connection = sqlite3.connect(target, uri=uri, check_same_thread=False, isolation_level=None)
+    for pragma in (*_CONNECTION_PRAGMAS, *pragmas):  # busy_timeout before WAL is asked for
+        connection.execute(f"PRAGMA {pragma}")
+    return connection
+
+
 class SqliteMirrorStore(SqlMirrorStore):
     name = "sqlite"
 
@@ -33,12 +42,7 @@ class SqliteMirrorStore(SqlMirrorStore):
         self.location = str(path)
         self.writable = writable
         if not writable:  # a verifying worker, a second daemon: reads what the writer commits
-            read_only = path.resolve().as_uri() + "?mode=ro"
-            reader = sqlite3.connect(
-                read_only, uri=True, check_same_thread=False, isolation_level=None
-            )
-            for pragma in _CONNECTION_PRAGMAS:
-                reader.execute(f"PRAGMA {pragma}")
+            reader = _connected(path.resolve().as_uri() + "?mode=ro", uri=True)
             super().__init__(reader, reader)
             return
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -49,13 +53,8 @@ class SqliteMirrorStore(SqlMirrorStore):
         except BlockingIOError:
             self._writer_lock.close()
             raise WriterElsewhere(f"{path}: another mirror process is writing it") from None
-        writer = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", *_CONNECTION_PRAGMAS):
-            writer.execute(f"PRAGMA {pragma}")
-        reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        for pragma in _CONNECTION_PRAGMAS:
-            reader.execute(f"PRAGMA {pragma}")
-        super().__init__(writer, reader)
+        writer = _connected(str(path), "journal_mode=WAL", "synchronous=NORMAL")
+        super().__init__(writer, _connected(str(path)))
 
     def _begin(self, cursor: Any) -> None:
         cursor.execute("BEGIN IMMEDIATE")

@@ -276,8 +276,8 @@ class SqlMirrorStore:
         new: dict[str, list[int]] = {}
         for (did, _), seq in written.items():
             new.setdefault(did, []).append(seq)
-        # The seqs kept of the DIDs this page changes: theirs, and where an op named by its
-        # CID (nullified, or the op in force again after a recovery) was stored
+        # The seqs kept of the DIDs this page changes (their rows are rewritten with the new
+        # ones) and of those whose ops it nullifies (such an op may be on an earlier page)
         seqs: dict[str, list[int]] = {}
         for chunk in _chunks([*batch.heads, *(did for did, _ in batch.nullified)]):
             cursor.execute(
@@ -289,17 +289,15 @@ class SqlMirrorStore:
             seq = written.get((did, cid))
             if seq is not None:
                 return seq
-            kept = seqs.get(did)
-            if not kept:
-                raise MirrorCorrupt(f"{did}: op {cid} is named, and no op of it is kept")
-            cursor.execute(
-                sql(f"SELECT seq FROM plc_ops WHERE seq IN ({marks(kept)}) AND cid = ?"),
-                [*kept, cid],
-            )
-            row = cursor.fetchone()
-            if row is None:
-                raise MirrorCorrupt(f"{did}: op {cid} is not among the ops kept of it")
-            return int(row[0])
+            for some in in_chunks(seqs.get(did, [])):  # a DID may have more ops than one IN holds
+                cursor.execute(
+                    sql(f"SELECT seq FROM plc_ops WHERE seq IN ({marks(some)}) AND cid = ?"),
+                    [*some, cid],
+                )
+                row = cursor.fetchone()
+                if row is not None:
+                    return int(row[0])
+            raise MirrorCorrupt(f"{did}: op {cid} is not among the ops kept of it")
 
         cursor.executemany(
             sql("UPDATE plc_ops SET nullified = 1 WHERE seq = ?"),

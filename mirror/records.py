@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -70,18 +71,25 @@ class BadLine:
 
 
 class InForce(NamedTuple):
-    """A DID's op in force, as the mirror holds it."""
+    """A DID's op in force, as the mirror holds it: its seq, and the op read from the
+    store when asked for (a read API whose document for `seq` is made already never
+    reads it)."""
 
     seq: int
     tombstoned: bool
-    operation_json: bytes
+    read: Callable[[int], bytes]  # the op's JSON at a seq
+
+    @property
+    def operation_json(self) -> bytes:
+        return self.read(self.seq)
 
     def state(self, did: str) -> State | None:
         """The state the op sets (None: tombstoned)."""
         if self.tombstoned:
             return None
+        text = self.operation_json  # an op the store lacks is its own error (MirrorCorrupt)
         try:
-            return parse_operation(json.loads(self.operation_json)).state
+            return parse_operation(json.loads(text)).state
         except (BadOperation, ValueError):
             raise CorruptState(f"the mirror's op in force for {did} is not an operation") from None
 

@@ -103,11 +103,16 @@ class Verifier:
                 parsed.append((index, entry, line))
         dids = {entry["did"] for _, entry, _ in parsed}
         # What is kept, by the CID the mirror computed for an op it accepted: a refused line
-        # is evidence, never a reason to skip the genuine op served later (P-CID-1).
-        known = self.store.known(dids) | self._previous_pairs
+        # is evidence, never a reason to skip the genuine op served later (P-CID-1). A DID
+        # not in memory is read whole (its replay is rebuilt from it), and that read says
+        # which of its ops are kept: its ops are not read twice.
+        in_memory = {did for did in dids if did in self._replays}
+        logs = self.store.logs(dids - in_memory)
+        known = self.store.known(in_memory) | self._previous_pairs
+        known.update((did, op.cid) for did, ops in logs.items() for op in ops)
         refused: dict[tuple[str, str], str] | None = None  # read once a line is refused
         fresh: set[tuple[str, str]] = set()
-        for did, ops in self.store.logs(d for d in dids if d not in self._replays).items():
+        for did, ops in logs.items():
             self._rebuild(did, ops)
         changed: dict[str, Replay] = {}
         for index, entry, line in parsed:

@@ -46,6 +46,7 @@ class SqlMirrorStore:
         # connection and lock, so that reads go on (WAL, MVCC) while a page is written.
         self._read_lock = threading.Lock()
         self._write_lock = threading.Lock()
+        self._held = _Held(self._read_lock, reader)
         self._packer = Packer(self._dictionary)
         self._trained_at = 0  # the seq the newest dictionary was trained at
         if self.writable:
@@ -68,11 +69,9 @@ class SqlMirrorStore:
             cursor.execute(self._sql(text), params)
             return list(cursor.fetchall())
 
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[Any]:
+    def _reading(self) -> contextlib.AbstractContextManager[Any]:
         """A connection to read on, this thread's alone until the block ends."""
-        with self._read_lock:
-            yield self._reader
+        return self._held
 
     def _one(self, text: str, params: Sequence[Any] = ()) -> Any:
         rows = self._rows(text, params)
@@ -152,16 +151,20 @@ class SqlMirrorStore:
         return found
 
     def in_force(self, did: str) -> InForce | None:
-        """The DID's op in force (None: the mirror does not know the DID)."""
-        rows = self._rows(
-            "SELECT d.head, d.tombstoned, o.operation FROM plc_dids d "
-            "JOIN plc_ops o ON o.seq = d.head WHERE d.did = ?",
-            (did,),
-        )
+        """The DID's op in force (None: the mirror does not know the DID). Its row alone:
+        the op is read when asked for (a document already made for its seq needs none)."""
+        rows = self._rows("SELECT head, tombstoned FROM plc_dids WHERE did = ?", (did,))
         if not rows:
             return None
-        head, tombstoned, packed = rows[0]
-        return InForce(int(head), bool(tombstoned), self._packer.unpack(bytes(packed)))
+        head, tombstoned = rows[0]
+        return InForce(int(head), bool(tombstoned), self._operation_at)
+
+    def _operation_at(self, seq: int) -> bytes:
+        """The op stored at `seq`, unpacked (an op's bytes never change once stored)."""
+        packed = self._one("SELECT operation FROM plc_ops WHERE seq = ?", (seq,))
+        if packed is None:
+            raise MirrorCorrupt(f"a DID's op in force is seq {seq}, which the mirror lacks")
+        return self._packer.unpack(bytes(packed))
 
     def export(
         self, *, after_seq: int | None, after_time: str | None, count: int
@@ -394,6 +397,23 @@ async def read_from(store: SqlMirrorStore, read: Callable[[], T]) -> T:
 def _chunks(dids: Iterable[str]) -> Iterator[list[str]]:
     """Each DID once, in order (neighbouring keys, neighbouring pages), in chunks."""
     return in_chunks(sorted(set(dids)))
+
+
+class _Held:
+    """A connection held under a lock for a block (a class: a read of the API is a few
+    microseconds, and a generator-made context manager was a third of them)."""
+
+    __slots__ = ("connection", "lock")
+
+    def __init__(self, lock: threading.Lock, connection: Any) -> None:
+        self.lock, self.connection = lock, connection
+
+    def __enter__(self) -> Any:
+        self.lock.acquire()
+        return self.connection
+
+    def __exit__(self, *_: object) -> None:
+        self.lock.release()
 
 
 class MirrorCorrupt(AtwhoisError, ValueError):

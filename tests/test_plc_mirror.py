@@ -29,7 +29,7 @@ from mirror.backends import (
 )
 from mirror.follow import POKE_GAP
 from mirror.records import Batch
-from mirror.store import SqlMirrorStore
+from mirror.store import MirrorCorrupt, SqlMirrorStore
 from mirror.upstream import next_cursor
 from resolver import Config, Outcome, Resolver
 from resolver.did import mirror_note
@@ -228,6 +228,25 @@ def test_unreadable_lines_are_counted_not_applied(store: SqlMirrorStore) -> None
     assert result.by_rule["§12"] == 3
 
 
+def test_an_op_in_force_is_read_only_when_asked_for_and_its_loss_is_named(
+    tmp_path: Path,
+) -> None:
+    store = SqliteMirrorStore(tmp_path / "m.db")
+    try:
+        Replica(store).apply(list(export_lines(2, 2)))
+        did = json.loads(next(export_lines(2, 2)))["did"]
+        current = store.in_force(did)
+        assert current is not None and json.loads(current.operation_json)["type"]
+        with sqlite3.connect(tmp_path / "m.db") as editor:  # the table edited by hand
+            editor.execute("DELETE FROM plc_ops WHERE seq = ?", (current.seq,))
+        lost = store.in_force(did)
+        assert lost is not None and lost.seq == current.seq  # the DID's row alone is read
+        with pytest.raises(MirrorCorrupt, match=f"seq {current.seq}"):
+            lost.state(did)
+    finally:
+        store.close()
+
+
 def test_postgresql_readers_share_one_writer(pg_url: str) -> None:
     writer = PostgresMirrorStore(pg_url)
     try:
@@ -279,8 +298,13 @@ def _contents(store: SqlMirrorStore) -> tuple[object, ...]:
     return (
         sorted((op.did, op.cid, op.nullified) for op in ops),
         sorted((r.did, r.cid, r.rule) for r in store.rejected(1000)),
-        sorted(store.in_force(did) or () for did in {op.did for op in ops}),
+        sorted(_in_force(store, did) for did in {op.did for op in ops}),
     )
+
+
+def _in_force(store: SqlMirrorStore, did: str) -> tuple[object, ...]:
+    current = store.in_force(did)
+    return () if current is None else (current.seq, current.tombstoned, current.operation_json)
 
 
 def test_worker_processes_reach_the_verdicts_of_one_process(tmp_path: Path) -> None:

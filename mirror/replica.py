@@ -39,6 +39,7 @@ from .records import ENTRY_CAP, BadLine, Batch, Head, Rejection, StoredOp, stora
 from .store import SqlMirrorStore
 
 MAX_REPLAYS = defaults.PLC_MIRROR_REPLAYS  # DIDs whose replay stays in memory, per worker
+KEPT_LISTED = 32  # a DID in memory with more kept ops than this has them read from the store
 
 
 class Verdict(NamedTuple):
@@ -79,6 +80,10 @@ class Verifier:
     def __init__(self, store: SqlMirrorStore, max_replays: int = MAX_REPLAYS) -> None:
         self.store = store
         self._replays: OrderedDict[str, Replay] = OrderedDict()
+        # The CIDs of the ops kept of each DID in memory (None: more than KEPT_LISTED, read
+        # from the store): every op of a DID comes through its replay, so what the store
+        # keeps of it is what its replay was rebuilt from and accepted since.
+        self._kept: dict[str, list[str] | None] = {}
         self._max_replays = max_replays
         self.rebuilt = 0  # replays rebuilt from the store (evicted, or after a restart)
         # The previous page may still be being written (`Replica.apply(pipelined=True)`):
@@ -107,9 +112,11 @@ class Verifier:
         # not in memory is read whole (its replay is rebuilt from it), and that read says
         # which of its ops are kept: its ops are not read twice.
         in_memory = {did for did in dids if did in self._replays}
+        unlisted = {did for did in in_memory if self._kept[did] is None}
         logs = self.store.logs(dids - in_memory)
-        known = self.store.known(in_memory) | self._previous_pairs
+        known = self.store.known(unlisted) | self._previous_pairs
         known.update((did, op.cid) for did, ops in logs.items() for op in ops)
+        known.update((did, cid) for did in in_memory - unlisted for cid in self._kept[did] or ())
         refused: dict[tuple[str, str], str] | None = None  # read once a line is refused
         fresh: set[tuple[str, str]] = set()
         for did, ops in logs.items():
@@ -128,6 +135,7 @@ class Verifier:
             if record.accepted:
                 known.add((did, cid))  # the same op twice in one page counts once
                 fresh.add((did, cid))
+                self._keep(did, [cid])
                 verdicts.append(
                     Verdict(
                         index,
@@ -172,16 +180,25 @@ class Verifier:
             if excess == 0:
                 break
             if did not in protected:
-                del self._replays[did]
+                del self._replays[did], self._kept[did]
                 excess -= 1
 
     def _replay(self, did: str) -> Replay:
         run = self._replays.get(did)
         if run is None:
             run = self._replays[did] = Replay(did, keep_records=False)
+            self._kept[did] = []
         else:
             self._replays.move_to_end(did)
         return run
+
+    def _keep(self, did: str, cids: list[str]) -> None:
+        """`cids` kept of `did` (in memory), listed while they are few."""
+        listed = self._kept[did]
+        if listed is not None:
+            listed += cids
+            if len(listed) > KEPT_LISTED:
+                self._kept[did] = None
 
     def _rebuild(self, did: str, ops: list[StoredOp]) -> None:
         """A replay not in memory, rebuilt from the DID's stored ops: verified when they
@@ -194,6 +211,7 @@ class Verifier:
             )
         run.findings.clear()
         run.prune()
+        self._keep(did, [op.cid for op in ops])
         self.rebuilt += 1
 
 

@@ -29,6 +29,7 @@ from mirror.backends import (
 )
 from mirror.follow import POKE_GAP
 from mirror.records import Batch
+from mirror.replica import KEPT_LISTED
 from mirror.store import MirrorCorrupt, SqlMirrorStore
 from mirror.upstream import next_cursor
 from resolver import Config, Outcome, Resolver
@@ -110,6 +111,31 @@ def test_a_page_served_twice_changes_nothing_and_a_restart_rebuilds(
     assert (rest.applied, rest.rejected) == (60, 0)
     assert again.rebuilt == 30  # each DID rebuilt once, from its stored verified ops
     assert store.counts()["ops"] == 120
+
+
+@pytest.mark.parametrize("listed", [KEPT_LISTED, 1])
+def test_a_page_served_again_to_replays_in_memory_is_kept_already(
+    store: SqlMirrorStore, monkeypatch: pytest.MonkeyPatch, listed: int
+) -> None:
+    """A page of ten DIDs' ops, each DID in every page: served again after the others, its
+    ops are not those of the page before (which the store may not hold yet). The DIDs
+    stayed in memory: what is kept of them is known there (listed), or read from the
+    store (past `listed` ops: they have 4 each, against a limit of 1)."""
+    monkeypatch.setattr("mirror.replica.KEPT_LISTED", listed)
+    lines = list(export_lines(10, 5, recover_every=3))
+    replica = Replica(store)
+    for start in range(0, 40, 10):
+        replica.apply(lines[start : start + 10])
+    for start in range(0, 40, 10):
+        again = replica.apply(lines[start : start + 10])
+        assert (again.applied, again.duplicates, again.rejected) == (0, 10, 0)
+    assert replica.rebuilt == 0
+    restarted = Replica(store)  # the DIDs rebuilt from the store, in memory since
+    assert restarted.apply(lines[40:]).applied == 10 and restarted.rebuilt == 10
+    for start in range(0, 50, 10):
+        again = restarted.apply(lines[start : start + 10])
+        assert (again.applied, again.duplicates, again.rejected) == (0, 10, 0)
+    assert store.counts()["ops"] == 50
 
 
 def test_evicted_replays_are_rebuilt_not_trusted(store: SqlMirrorStore) -> None:

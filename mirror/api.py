@@ -137,8 +137,10 @@ class MirrorApi:
         answered as GET (the server sends no body)."""
         reading = method in ("GET", "HEAD")
         parts = path.strip("/").split("/")
-        if parts == ["export"] and reading:
-            return self._export(query)
+        if parts == ["export"] and reading:  # its provenance: how current the pages are
+            reply = self._export(query)
+            reply.headers[MIRROR_HEADER] = self.state.provenance(asked_at or time.time())
+            return reply
         did = unquote(parts[0])
         try:
             check_plc_did(did)

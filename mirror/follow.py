@@ -82,6 +82,7 @@ class Follower:
         self.on_applied = on_applied
         self.stream = stream
         self._no_stream_since: float | None = None  # when the upstream last had none
+        self._read_began = 0.0  # when the last read of the export began (polls' spacing)
         self._stop = threading.Event()
         self._wake = threading.Event()  # set: poll now (a poke, or stopping)
         self._thread: threading.Thread | None = None
@@ -98,13 +99,14 @@ class Follower:
 
     def _catch_up(self) -> MirrorState:
         state, in_hand = self.state, None
-        began = time.time()
+        began = self._read_began = time.time()
         live = state.caught_up_at is not None  # following, not backfilling: tell of changes
         cursor = state.cursor or "0"
         result = PageResult()
         fault = None
         changed: list[str] = []
         while not self._stop.is_set():
+            asked = time.time()
             lines = self.upstream.page(cursor, self.page_size)
             full = len(lines) >= self.page_size
             order = order_page(lines, cursor)
@@ -133,15 +135,25 @@ class Follower:
             state.faults += 1
             raise UpstreamFault(f"{self.upstream.url}/export {fault}")
         if not self._stop.is_set():
-            state.caught_up_at = time.time()
-            state.complete_as_of = began
-            state.progress_at = state.caught_up_at
-            # for the processes that read this store: how far behind it is, and as of when
-            # it is complete
-            meta = {"caught_up_at": repr(state.caught_up_at), "complete_as_of": repr(began)}
-            self.replica.store.write(Batch(meta=meta))
+            # complete as of when the read began; an upstream that is itself a mirror, only
+            # as of its own view when it answered the last page (P-API-2)
+            age = self.upstream.view_age
+            self._caught_up(None if age is None else min(began, asked - age))
             self._compare_documents(result.touched)
         return state
+
+    def _caught_up(self, complete: float | None) -> None:
+        """The upstream read to its end: the mirror holds what the directory had at
+        `complete` (None: not known; the mirror's view stays as of its last complete read),
+        stored for the processes that read this store."""
+        state = self.state
+        state.caught_up_at = state.progress_at = time.time()
+        if complete is not None and complete > (state.complete_as_of or 0.0):
+            state.complete_as_of = complete
+        meta = {"caught_up_at": repr(state.caught_up_at)}
+        if state.complete_as_of is not None:
+            meta["complete_as_of"] = repr(state.complete_as_of)
+        self.replica.store.write(Batch(meta=meta))
 
     def _tell_applied(self, dids: list[str]) -> None:
         """The DIDs whose state changed, once their pages are written (readers see them)."""
@@ -245,10 +257,7 @@ class Follower:
                 # reader waiting on a DID the mirror does not know (a poke)
                 if self._wake.is_set() or time.time() - quiet_since > STREAM_QUIET:
                     self._wake.clear()
-                    pinged = time.time()
-                    if not self.stream.alive():
-                        raise UpstreamFailure(f"{self.stream.url}: no answer to a ping")
-                    self._current_as_of(pinged - STREAM_MARGIN)
+                    self._prove_current()
                     self.state.last_error = None
                     quiet_since = time.time()
             return STOPPED
@@ -287,21 +296,33 @@ class Follower:
             self.state.faults += 1
             raise UpstreamFault(f"{self.stream.url} {fault}")
 
-    def _current_as_of(self, moment: float) -> None:
-        """The stream proved current: the mirror holds what the upstream had at `moment`."""
-        state = self.state
-        state.caught_up_at = state.progress_at = time.time()
-        state.complete_as_of = moment
-        meta = {"caught_up_at": repr(state.caught_up_at), "complete_as_of": repr(moment)}
-        self.replica.store.write(Batch(meta=meta))
+    def _prove_current(self) -> None:
+        """Once a ping is answered, everything the upstream sent before it is read: the
+        mirror holds what the upstream had a margin before (an atwhois upstream sends what
+        it stored within a tick). An upstream that is itself a mirror had only its own
+        view: asked first how old that view is (its export's header), it is pinged a
+        margin after it answered (what came meanwhile is applied), and the mirror counts
+        itself complete as of that view (P-API-2)."""
+        assert self.stream is not None
+        view = None
+        if self.stream.from_mirror:
+            asked = time.time()
+            self.upstream.page(self.state.cursor or "0", 1)  # the stream sends what it has
+            age = self.upstream.view_age
+            view = None if age is None else asked - age
+            if lines := self.stream.receive(self.page_size, STREAM_MARGIN):
+                self._apply_streamed(lines)
+        pinged = time.time()
+        if not self.stream.alive():
+            raise UpstreamFailure(f"{self.stream.url}: no answer to a ping")
+        self._caught_up(view if self.stream.from_mirror else pinged - STREAM_MARGIN)
 
     def _rest(self) -> None:
         """Between polls: the interval, or less when poked; but polls start at least
         `POKE_GAP` (or the interval, if shorter) apart."""
         self._wake.wait(self.interval)
         self._wake.clear()
-        began = self.state.complete_as_of or 0.0
-        gap = min(POKE_GAP, self.interval) - (time.time() - began)
+        gap = min(POKE_GAP, self.interval) - (time.time() - self._read_began)
         if gap > 0:
             self._stop.wait(gap)
 

@@ -3,6 +3,7 @@ the lookups' evidence say it (`MirrorState`)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -91,14 +92,20 @@ class MirrorState:
 
     def provenance(self, asked_at: float) -> str:
         """The `Atwhois-Plc-Mirror` header of an answer to a request that came at
-        `asked_at`: what a lookup through the mirror cites, and whether the mirror had
-        read its upstream since (`current`: its 404 is then a confirmed absence)."""
-        behind = self.behind_seconds()
+        `asked_at`: what a lookup through the mirror cites, whether the mirror had read its
+        upstream since (`current`: its 404 is then a confirmed absence), and how long ago
+        the view it answers from was complete (`complete`, rounded up; `none` before its
+        first complete read): what a mirror following this one counts itself complete
+        from (P-API-2)."""
+        now = time.time()
+        behind = self.behind_seconds(now)
         lag = f"behind={behind:.1f}s" if behind is not None else "behind=backfilling"
         current = "yes" if self.current_for(asked_at) else "no"
+        view = self.complete_as_of
+        complete = "none" if view is None else f"{math.ceil(max(0.0, now - view) * 10) / 10}s"
         return (
             f"verified; upstream={self.upstream}; {lag}; cursor={self.cursor_time or '-'}; "
-            f"current={current}"
+            f"current={current}; complete={complete}"
         )
 
     def to_json(self) -> dict[str, Any]:

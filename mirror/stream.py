@@ -21,11 +21,13 @@ import asyncio
 import contextlib
 import functools
 import socket
+import time
 from collections.abc import Callable
 
 from aiohttp import WSMsgType, web
 
 from foundation import defaults
+from resolver.response import MIRROR_HEADER
 
 from .records import StoredOp
 from .state import MirrorState
@@ -70,6 +72,8 @@ class ExportStream:
         ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=4096)
         if not ws.can_prepare(request).ok:
             return web.json_response({"message": "upgrade required"}, status=426)
+        # a follower learns here that this is a mirror, whose view may be behind (P-API-2)
+        ws.headers[MIRROR_HEADER] = self.state.provenance(time.time())
         await ws.prepare(request)
         sock = request.transport.get_extra_info("socket") if request.transport else None
         if sock is not None:  # what the kernel holds for a consumer that does not read

@@ -16,8 +16,10 @@ from typing import Any, NamedTuple
 
 import httpx
 
+from resolver.did import view_age
 from resolver.errors import ResponseTooLarge, UpstreamFailure, UpstreamTimeout
 from resolver.plc.audit import parse_time
+from resolver.response import MIRROR_HEADER
 from resolver.untrusted import parse_json
 
 PAGE_SIZE = 1000  # the reference's most per page
@@ -45,6 +47,9 @@ class Upstream:
     ) -> None:
         self.url = url.rstrip("/")
         self.deadline = deadline
+        # how long before its last export page the upstream's own view was complete: 0 for
+        # a directory, what an atwhois mirror says, None when not known (`view_age`)
+        self.view_age: float | None = 0.0
         self.closing = threading.Event()  # set: give up the answer being read
         self._client = httpx.Client(
             timeout=min(timeout, deadline),
@@ -52,7 +57,10 @@ class Upstream:
             follow_redirects=False,
         )
 
-    def _get(self, path: str, params: dict[str, str] | None = None) -> tuple[int, bytes]:
+    def _answer(
+        self, path: str, params: dict[str, str] | None = None
+    ) -> tuple[int, bytes, str | None]:
+        """The status, the body and the `Atwhois-Plc-Mirror` header of an answer."""
         give_up = time.monotonic() + self.deadline
         try:
             with self._client.stream("GET", self.url + path, params=params) as response:
@@ -67,19 +75,21 @@ class Upstream:
                             f"({size} bytes read)"
                         )
                     chunks.append(chunk)
-                return response.status_code, b"".join(chunks)
+                provenance = response.headers.get(MIRROR_HEADER)
+                return response.status_code, b"".join(chunks), provenance
         except httpx.HTTPError as err:
             raise UpstreamFailure(f"{self.url}: {type(err).__name__}: {err}") from None
 
     def page(self, after: str, count: int = PAGE_SIZE) -> list[bytes]:
-        status, body = self._get("/export", {"count": str(count), "after": after})
+        status, body, provenance = self._answer("/export", {"count": str(count), "after": after})
         if status != 200:
             raise UpstreamFailure(f"{self.url}/export: HTTP {status}")
+        self.view_age = view_age(provenance)
         return [line for line in body.split(b"\n") if line.strip()]
 
     def document(self, did: str) -> dict[str, Any] | None:
         """The upstream's document (None: it serves none: 404 or 410)."""
-        status, body = self._get(f"/{did}")
+        status, body, _ = self._answer(f"/{did}")
         if status in (404, 410):
             return None
         if status != 200:

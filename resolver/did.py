@@ -67,9 +67,30 @@ def mirror_was_current(response: Response) -> bool:
 
 
 def _mirror_fields(response: Response) -> dict[str, str]:
+    return mirror_fields(response.provenance or "")
+
+
+def mirror_fields(provenance: str) -> dict[str, str]:
     """The `Atwhois-Plc-Mirror` header's `name=value` fields (and `verified`), as sent."""
-    text = (response.provenance or "")[:400]
-    return dict(part.strip().partition("=")[::2] for part in text.split(";"))
+    return dict(part.strip().partition("=")[::2] for part in provenance[:400].split(";"))
+
+
+VIEW_AGE_MAX = 10.0**9  # seconds; a `complete=` older than about 30 years is not an age
+
+
+def view_age(provenance: str | None) -> float | None:
+    """How long before it answered the source's view of the directory was complete
+    (P-API-2): 0 for the directory itself (no `Atwhois-Plc-Mirror` header), what an
+    atwhois mirror says in `complete=` (`4.2s`), None when that is not known (a mirror
+    backfilling, one too old to say, a field that is not a number of seconds)."""
+    if provenance is None:
+        return 0.0
+    text = mirror_fields(provenance).get("complete", "")
+    try:
+        age = float(text.removesuffix("s")) if text.endswith("s") else None
+    except ValueError:
+        return None
+    return age if age is not None and 0.0 <= age <= VIEW_AGE_MAX else None
 
 
 def mirror_note(response: Response) -> str | None:

@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from cache import CachedResolver, MemoryStore, revalidate
 from cache.revalidate import Revalidator
@@ -29,12 +31,16 @@ from devnet import world
 from devnet.atwhois import Daemon, running_daemon
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
-from devnet.pds import create_account
+from devnet.pds import create_account, free_port
 from devnet.plc_ops import PlcAccount, new_handle
 from resolver import Resolver, Status
+from resolver.did import check_plc_response
+from resolver.errors import NotFound, UnconfirmedAbsence
+from resolver.response import MIRROR_HEADER, Response
 from tests.support import metrics
 from tests.support.waiting import eventually, until
-from tests.test_plc_mirror_network import caught_up
+from tests.test_plc_mirror_network import caught_up, mirror_process
+from tests.test_plc_stream import ops
 
 HOUR = ("--ttl-verified", "3600:86400", "--ttl-absent", "3600:3600")
 
@@ -251,3 +257,58 @@ async def test_one_change_announced_twice_is_settled_when_it_shows(
             assert revalidator.claims == {"settled": 1}, revalidator.claims
             assert took < 10, took  # the replica's lag and a re-check, not the window
             await revalidator.stop()
+
+
+def plc_answer(url: str, did: str) -> Response:
+    """A mirror's answer about `did`, as the resolver's PLC fetcher gets it."""
+    answer = httpx.get(f"{url}/{did}", timeout=30)
+    return Response(
+        str(answer.url), answer.status_code, answer.content, answer.headers.get(MIRROR_HEADER)
+    )
+
+
+@pytest.mark.parametrize("follows", ["auto", "off"], ids=["stream", "poll"])
+def test_a_mirror_of_a_lagging_mirror_confirms_no_absence_its_upstream_had_not_read(
+    devnet: DevnetState, tmp_path: Path, follows: str
+) -> None:
+    """P-API-2 along a chain: mirror b follows mirror a (through a's /export/stream, or by
+    polling a's /export), and a reads the reference directory only once a minute. A DID
+    created at the directory meanwhile is unknown to both; b is as current as a is, yet
+    its 404 must not say `current=yes`, for a had not read the directory since the
+    question came (b counts itself complete only as of a's view, which a's answers date:
+    `complete=`). The resolver's rule makes that 404 a transient answer, never an absence.
+    Once a reads the directory (asked about the DID itself), b has the DID within a second
+    or two; and a DID nobody registered, asked of b while a reads the directory again, is
+    a 404 that b can confirm."""
+    a_port = free_port()
+    a_url = f"http://127.0.0.1:{a_port}"
+    following_a = {**devnet.env(), "ATWHOIS_PLC_URL": a_url}
+    lagging = ("--plc-mirror-interval", "60")
+    with mirror_process(devnet.env(), tmp_path, *lagging, name="a", port=a_port) as a:
+        caught_up(a.url, devnet.plc_url)
+        with mirror_process(following_a, tmp_path, "--plc-mirror-stream", follows, name="b") as b:
+            caught_up(b.url, a_url)
+            source = "stream" if follows == "auto" else "poll"
+            until(lambda: httpx.get(f"{b.url}/_health", timeout=10).json()["source"] == source)
+            did = PlcAccount(devnet.plc_url, new_handle("chained")).did
+
+            unknown = plc_answer(b.url, did)  # b reads a again first: a has not got it
+            assert unknown.status == 404 and "current=no" in (unknown.provenance or "")
+            with pytest.raises(UnconfirmedAbsence):
+                check_plc_response(unknown, did)
+
+            assert plc_answer(a.url, did).status == 200  # a reads the directory for it
+            # a question about a DID b does not know waits for b to be current (it cannot
+            # be, a being behind), so b's export says when the DID came
+            until(lambda: did in {entry[1] for entry in ops(b.url)}, 2)
+            assert plc_answer(b.url, did).status == 200
+
+            stranger = "did:plc:" + "z" * 24
+            with ThreadPoolExecutor(1) as pool:
+                asked = pool.submit(plc_answer, b.url, stranger)
+                time.sleep(0.3)  # b is waiting on a's view; a reads the directory now
+                plc_answer(a.url, "did:plc:" + "x" * 24)
+                confirmed = asked.result()
+            assert confirmed.status == 404 and "current=yes" in (confirmed.provenance or "")
+            with pytest.raises(NotFound):
+                check_plc_response(confirmed, stranger)

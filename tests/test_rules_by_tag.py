@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import time
 from typing import Any
 
 import coincurve
@@ -23,8 +24,15 @@ from cache.policy import Kind, Lifetime, Policy
 from cli.serve import _policy
 from cli.settings import Values
 from devnet.plc_ops import Key, plc_operation
+from mirror.state import MirrorState
 from resolver import Config, Outcome, Resolver, Status, document, errors, syntax
-from resolver.did import check_http_response, check_plc_response, document_url, mirror_note
+from resolver.did import (
+    check_http_response,
+    check_plc_response,
+    document_url,
+    mirror_note,
+    view_age,
+)
 from resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
 from resolver.handle import WELL_KNOWN_MAX_BYTES, WELL_KNOWN_PATH, did_from_well_known
 from resolver.identity import Evidence
@@ -435,6 +443,25 @@ def test_p_api_2_a_mirror_that_may_be_behind_cannot_confirm_an_absence() -> None
         check_plc_response(Response("u", 410, b"{}", behind), DID)
     failed = Evidence.failure(errors.UnconfirmedAbsence("not yet"), 1.0, "u")
     assert failed.outcome is Outcome.FAILED and not failed.confirmed  # never cached as absence
+
+
+def test_p_api_2_a_mirror_says_how_old_its_view_is_and_a_bad_age_is_no_age() -> None:
+    """What a mirror following another counts itself complete from: the directory's own
+    answers (no header) are its view now; an atwhois mirror's `complete=` is read as a
+    number of seconds; anything else in it (a mirror backfilling, one too old to say, a
+    hostile header) is a view of unknown age, which confirms nothing."""
+    header = "verified; upstream=https://plc.directory; behind=2.0s; cursor=-; current=no"
+    assert view_age(None) == 0.0
+    assert view_age(header + "; complete=4.3s") == 4.3
+    assert view_age(header + "; complete=0.0s") == 0.0
+    for age in ("none", "", "-1.0s", "nans", "infs", "1e30s", "4.3", "4.3ms", "0x10s"):
+        assert view_age(f"{header}; complete={age}") is None, age
+    assert view_age(header) is None  # an older mirror says nothing of its view
+    state = MirrorState("https://plc.directory", caught_up_at=time.time())
+    assert state.provenance(time.time()).endswith("; complete=none")  # not complete yet
+    state.complete_as_of = time.time() - 4.21
+    age = view_age(state.provenance(time.time()))
+    assert age is not None and 4.21 <= age <= 4.4  # rounded up, never younger than it is
 
 
 def test_d_syn_9_and_d_web_3_what_a_lookup_takes_in_development() -> None:

@@ -55,6 +55,7 @@ class ScriptedUpstream:
 
     url = "https://upstream.test"
     deadline = 1.0
+    view_age = 0.0  # a directory's own pages
 
     def __init__(self, pages: list[list[str]]) -> None:
         self.pages = [[line.encode() for line in page] for page in pages]

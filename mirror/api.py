@@ -138,8 +138,9 @@ class MirrorApi:
         reading = method in ("GET", "HEAD")
         parts = path.strip("/").split("/")
         if parts == ["export"] and reading:  # its provenance: how current the pages are
+            provenance = self.state.provenance(asked_at or time.time())
             reply = self._export(query)
-            reply.headers[MIRROR_HEADER] = self.state.provenance(asked_at or time.time())
+            reply.headers[MIRROR_HEADER] = provenance
             return reply
         did = unquote(parts[0])
         try:
@@ -154,11 +155,14 @@ class MirrorApi:
             )
             reply.headers["Allow"] = "GET, HEAD"
             return reply
+        # Taken before the read: the follower may finish a read of the upstream meanwhile,
+        # and a view complete after the read began would vouch for rows it did not see
+        provenance = self.state.provenance(asked_at or time.time())
         if self.state.caught_up_at is None:
             reply = self._backfilling()
         else:
             reply = self._about(did, parts[1:])
-        reply.headers[MIRROR_HEADER] = self.state.provenance(asked_at or time.time())
+        reply.headers[MIRROR_HEADER] = provenance
         return reply
 
     def _backfilling(self) -> Reply:

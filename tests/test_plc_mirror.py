@@ -28,12 +28,12 @@ from mirror.backends import (
     open_mirror_store,
 )
 from mirror.follow import POKE_GAP
-from mirror.records import Batch
+from mirror.records import Batch, InForce, StoredOp
 from mirror.replica import KEPT_LISTED
 from mirror.store import MirrorCorrupt, SqlMirrorStore
 from mirror.upstream import next_cursor
 from resolver import Config, Outcome, Resolver
-from resolver.did import mirror_note
+from resolver.did import mirror_note, view_age
 from resolver.errors import UpstreamFailure
 from resolver.plc.export import route
 from resolver.response import MIRROR_HEADER, Response
@@ -502,6 +502,44 @@ class StuckExport(ExportFile):
 
     def page(self, after: str, count: int = 1000) -> list[bytes]:
         return self.lines[:count]
+
+
+class CaughtUpMeanwhile(SqliteMirrorStore):
+    """A store whose reads of a DID's row end as the follower finishes a read of the
+    upstream (it sets the state complete as of now), as it may in another thread."""
+
+    state: MirrorState
+
+    def in_force(self, did: str) -> InForce | None:
+        found = super().in_force(did)
+        self.state.complete_as_of = time.time() + 60
+        return found
+
+    def export(
+        self, *, after_seq: int | None, after_time: str | None, count: int
+    ) -> list[StoredOp]:
+        found = super().export(after_seq=after_seq, after_time=after_time, count=count)
+        self.state.complete_as_of = time.time() + 60
+        return found
+
+
+def test_an_answer_is_dated_by_the_view_before_its_read_not_after(tmp_path: Path) -> None:
+    """P-API-2: a 404 says `current=yes` only when the view it was read from was complete
+    after the question came; a read of the upstream that ends while the row is read does
+    not vouch for it (the DID may have come with it). Export pages likewise say how old the
+    view was before they were read (`complete=`), not after."""
+    store = CaughtUpMeanwhile(tmp_path / "mirror.db")
+    state = MirrorState("https://upstream.test", caught_up_at=time.time() - 5)
+    state.complete_as_of = time.time() - 5
+    store.state = state
+    api = MirrorApi(store, state)
+    asked = time.time()
+    absent = api.answer("GET", "/did:plc:" + "q" * 24, {}, asked)
+    assert absent.status == 404 and "current=no" in absent.headers[MIRROR_HEADER]
+    state.complete_as_of = time.time() - 5
+    page = api.answer("GET", "/export", {"after": "0"}, asked)
+    age = view_age(page.headers[MIRROR_HEADER])
+    assert page.status == 200 and age is not None and age >= 5
 
 
 def test_an_export_that_does_not_advance_is_a_failure_not_a_loop(tmp_path: Path) -> None:

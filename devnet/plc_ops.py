@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import hashlib
 import uuid
 from typing import Any
@@ -28,11 +29,21 @@ def b64url(data: bytes) -> str:
 
 
 class Key:
-    """A K-256 key made from a seed string, so the same seed gives the same DID."""
+    """A K-256 key made from a seed string, so the same seed gives the same DID. Its parts are
+    derived when first asked for, and `sign` keeps no private key: a synthetic directory holds
+    the keys of every DID still to change, and deriving them is most of what an op costs."""
 
     def __init__(self, seed: str) -> None:
-        self.private = coincurve.PrivateKey(hashlib.sha256(seed.encode()).digest())
-        self.did_key = PublicKey(Curve.K256, self.private.public_key.format()).did_key
+        self.secret = hashlib.sha256(seed.encode()).digest()
+
+    @property
+    def private(self) -> coincurve.PrivateKey:
+        return coincurve.PrivateKey(self.secret)
+
+    @functools.cached_property
+    def did_key(self) -> str:
+        public = coincurve.PublicKey.from_secret(self.secret).format()
+        return PublicKey(Curve.K256, public).did_key
 
     def sign(self, op: dict[str, Any]) -> dict[str, Any]:
         compact = self.private.sign_recoverable(dag_cbor(unsigned(op)))[:64]  # low-S r||s

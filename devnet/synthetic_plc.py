@@ -119,8 +119,13 @@ class _Account:
     before_hijack: str | None = None  # the head the recovery goes back to
     tombstone: bool = False  # its last operation is a tombstone
 
+    keyring: tuple[int, list[Key]] | None = None  # (generation, its keys): derived once
+
     def keys(self) -> list[Key]:
-        return [Key(f"dir/{self.index}/{self.generation}"), Key(f"dir/{self.index}/hot")]
+        if self.keyring is None or self.keyring[0] != self.generation:
+            keys = [Key(f"dir/{self.index}/{self.generation}"), Key(f"dir/{self.index}/hot")]
+            self.keyring = (self.generation, keys)
+        return self.keyring[1]
 
     def operation(self) -> dict[str, Any]:
         handle = f"at://u{self.index}-{self.handle_version}.test"

@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 
 from bench.child import run_cli
-from bench.serve_load import free_port, rotate_script, wait_for, wrk
+from bench.serve_load import free_port, require_wrk, rotate_script, wait_for, wrk
 from devnet.atwhois import ATWHOIS
 from devnet.postgres import scratch_database
 from devnet.synthetic_plc import directory_lines, export_lines
@@ -350,6 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", action="store_true", help="the curve over real-shaped sizes")
     parser.add_argument("--sizes", default="1000000,3000000,10000000")
     args = parser.parse_args(argv)
+    require_wrk()
     if args.scale:
         sizes = [int(size) for size in args.sizes.split(",")]
         scale(sizes, args.connections, args.seconds, args.skip_postgres)

@@ -128,6 +128,13 @@ def rotate_script(directory: Path, paths: list[str]) -> tuple[Path, Path]:
     return listing, script
 
 
+def require_wrk() -> None:
+    """Said before a benchmark that loads a server with wrk spends minutes on anything else
+    (the mirror's curve backfills first: without wrk it failed only then)."""
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is missing: `make bench` installs it (Debian package wrk)")
+
+
 def wrk(
     url: str, connections: int, seconds: int, script: Path | None = None
 ) -> tuple[float, float, float]:
@@ -298,8 +305,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
         "(else a sample: the timed runs then compose most answers from the store)",
     )
     args = parser.parse_args(argv)
-    if shutil.which("wrk") is None:
-        raise SystemExit("wrk is missing: `make bench` installs it (Debian package wrk)")
+    require_wrk()
     options = ["--workers", str(args.workers)] if args.workers else []
     if args.memory_cache_mb is not None:
         options += ["--memory-cache-mb", str(args.memory_cache_mb)]

@@ -24,6 +24,7 @@ import argparse
 import bisect
 import contextlib
 import functools
+import itertools
 import json
 import os
 import subprocess
@@ -50,12 +51,16 @@ from resolver.plc.export import export_entry
 from resolver.plc.signature import decode_signature, verify
 
 
-def cache_file(name: str) -> Path:
-    """Where a benchmark keeps what it made once (in the user's cache directory)."""
+def cache_folder() -> Path:
+    """Where benchmarks keep what they made once (in the user's cache directory)."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     folder = base / "atwhois" / "bench"
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / name
+    return folder
+
+
+def cache_file(name: str) -> Path:
+    return cache_folder() / name
 
 
 def _made_once(name: str, lines: Callable[[], Iterator[str]]) -> Path:
@@ -200,10 +205,17 @@ BARE_DOCUMENT = textwrap.dedent("""
 """)
 
 
+# The bare handler's rate moves by a third from one minute to the next on this shared machine
+# (16,000 to 27,000 req/s within one run): the two are measured in turns, and the round with
+# the median ratio is the figure.
+READ_ROUNDS = 3
+
+
 def _read_path(
     db: str, dids: list[str], connections: int, seconds: int
 ) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-    """wrk's (req/s, …, p99 ms) for the bare handler and for the mirror's `GET /{did}`."""
+    """wrk's (req/s, …, p99 ms) for the bare handler and for the mirror's `GET /{did}`, in
+    the round whose ratio of the two is the median."""
     with tempfile.TemporaryDirectory() as tmp:
         _, script = rotate_script(Path(tmp), [f"/{did}" for did in dids])
         port = free_port()
@@ -233,24 +245,45 @@ def _read_path(
             body.write_bytes(httpx.get(f"http://127.0.0.1:{port}/{dids[0]}").content)
             wait_for(f"http://127.0.0.1:{bare_port}/{dids[0]}")
             assert len(httpx.get(f"http://127.0.0.1:{bare_port}/x").content) == body.stat().st_size
-            base = wrk(f"http://127.0.0.1:{bare_port}/", connections, seconds, script=script)
             wrk(f"http://127.0.0.1:{port}/", connections, 3, script=script)  # warm: every DID read
-            ours = wrk(f"http://127.0.0.1:{port}/", connections, seconds, script=script)
+            print(f"read path, wrk 1 thread, {connections} connections, {seconds} s each:")
+            rounds = []
+            for _ in range(READ_ROUNDS):
+                base = wrk(f"http://127.0.0.1:{bare_port}/", connections, seconds, script=script)
+                ours = wrk(f"http://127.0.0.1:{port}/", connections, seconds, script=script)
+                print(
+                    f"  bare {base[0]:9,.0f} req/s, p99 {base[2]:6.2f} ms;   GET /{{did}} of "
+                    f"{len(dids):,} DIDs {ours[0]:9,.0f} req/s, p99 {ours[2]:6.2f} ms;   "
+                    f"ratio {ours[0] / base[0]:.2f}, p99 {ours[2] / base[2]:.2f}"
+                )
+                rounds.append((base, ours))
         finally:
             for child in (mirror, bare):
                 child.terminate()
                 child.wait()
-    print(f"read path, wrk 1 thread, {connections} connections, {seconds} s each:")
-    print(f"  bare aiohttp handler        {base[0]:9,.0f} req/s   p99 {base[2]:7.2f} ms")
-    print(
-        f"  GET /{{did}} of {len(dids):,} DIDs {ours[0]:9,.0f} req/s   p99 {ours[2]:7.2f} ms   "
-        f"ratio {ours[0] / base[0]:.2f}"
-    )
+    rounds.sort(key=lambda pair: pair[1][0] / pair[0][0])
+    base, ours = rounds[len(rounds) // 2]
+    print(f"  the median round: ratio {ours[0] / base[0]:.2f}, p99 {ours[2] / base[2]:.2f}")
     return base, ours
 
 
 def _directory_file(ops: int) -> Path:
-    return _made_once(f"plc-directory-{ops}.jsonl", functools.partial(directory_lines, ops))
+    """The real-shaped directory of `ops` operations, cut from a larger one already made:
+    the generator's first lines do not depend on how many follow (`--scale` makes the
+    largest first; tests/test_synthetic_directory.py holds the generator to it)."""
+    name, prefix = f"plc-directory-{ops}.jsonl", "plc-directory-"
+    stems = [path.stem[len(prefix) :] for path in cache_folder().glob(f"{prefix}*.jsonl")]
+    larger = min((int(stem) for stem in stems if stem.isdigit() and int(stem) > ops), default=0)
+    if not larger:
+        return _made_once(name, functools.partial(directory_lines, ops))
+    made = cache_file(f"{prefix}{larger}.jsonl")
+    return _made_once(name, functools.partial(_first_lines, made, ops))
+
+
+def _first_lines(path: Path, count: int) -> Iterator[str]:
+    with path.open() as source:
+        for line in itertools.islice(source, count):
+            yield line.rstrip("\n")
 
 
 def _disk_bytes(db: str) -> int:
@@ -307,6 +340,8 @@ def _measured(
 
 def scale(sizes: list[int], connections: int, seconds: int, skip_postgres: bool) -> None:
     rows = []
+    for ops in sorted(sizes, reverse=True):  # the smaller ones are cut from the largest
+        _directory_file(ops)
     for ops in sizes:
         path = _directory_file(ops)
         port = free_port()

@@ -271,13 +271,18 @@ def _directory_file(ops: int) -> Path:
     """The real-shaped directory of `ops` operations, cut from a larger one already made:
     the generator's first lines do not depend on how many follow (`--scale` makes the
     largest first; tests/test_synthetic_directory.py holds the generator to it)."""
-    name, prefix = f"plc-directory-{ops}.jsonl", "plc-directory-"
-    stems = [path.stem[len(prefix) :] for path in cache_folder().glob(f"{prefix}*.jsonl")]
-    larger = min((int(stem) for stem in stems if stem.isdigit() and int(stem) > ops), default=0)
-    if not larger:
-        return _made_once(name, functools.partial(directory_lines, ops))
-    made = cache_file(f"{prefix}{larger}.jsonl")
-    return _made_once(name, functools.partial(_first_lines, made, ops))
+    prefix = "plc-directory-"
+    made = {
+        int(path.stem[len(prefix) :]): path
+        for path in cache_folder().glob(f"{prefix}*.jsonl")
+        if path.stem[len(prefix) :].isdigit()
+    }
+    larger = min((size for size in made if size > ops), default=None)
+    if larger is None:
+        lines = functools.partial(directory_lines, ops)
+    else:
+        lines = functools.partial(_first_lines, made[larger], ops)
+    return _made_once(f"{prefix}{ops}.jsonl", lines)
 
 
 def _first_lines(path: Path, count: int) -> Iterator[str]:

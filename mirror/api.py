@@ -137,8 +137,11 @@ class MirrorApi:
         answered as GET (the server sends no body)."""
         reading = method in ("GET", "HEAD")
         parts = path.strip("/").split("/")
-        if parts == ["export"] and reading:  # its provenance: how current the pages are
-            provenance = self.state.provenance(asked_at or time.time())
+        # How current the answer is, taken before the read: the follower may finish a read
+        # of the upstream meanwhile, and a view complete after the read began would vouch
+        # for rows (or pages) it did not see
+        provenance = self.state.provenance(asked_at or time.time())
+        if parts == ["export"] and reading:
             reply = self._export(query)
             reply.headers[MIRROR_HEADER] = provenance
             return reply
@@ -155,9 +158,6 @@ class MirrorApi:
             )
             reply.headers["Allow"] = "GET, HEAD"
             return reply
-        # Taken before the read: the follower may finish a read of the upstream meanwhile,
-        # and a view complete after the read began would vouch for rows it did not see
-        provenance = self.state.provenance(asked_at or time.time())
         if self.state.caught_up_at is None:
             reply = self._backfilling()
         else:

@@ -37,19 +37,29 @@ class Database:
         self._lock = threading.RLock()
         self._connection: Any
         if self.postgres:
-            import psycopg  # only those who keep audits on PostgreSQL load its driver
-
-            # prepare_threshold=None: each statement planned for its values. Prepared, an
-            # `IN (…)` of a batch got a generic plan that scanned the checks table whole.
-            self._connection = psycopg.connect(
-                self.location, autocommit=True, prepare_threshold=None
-            )
+            self._connection = self._connect_postgres()
             return
         path = Path(self.location.removeprefix("sqlite://"))
         path.parent.mkdir(parents=True, exist_ok=True)
         self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=10000"):
             self._connection.execute(f"PRAGMA {pragma}")
+
+    def _connect_postgres(self) -> Any:
+        import psycopg  # only those who keep audits on PostgreSQL load its driver
+
+        # prepare_threshold=None: each statement planned for its values. Prepared, an
+        # `IN (…)` of a batch got a generic plan that scanned the checks table whole.
+        return psycopg.connect(self.location, autocommit=True, prepare_threshold=None)
+
+    def _open(self) -> Any:
+        """The connection, opened again when PostgreSQL dropped it (a restart, an
+        administrator's `pg_terminate_backend`): the statement that found it dropped
+        failed, and the daemon's next ones go on rather than failing until it restarts.
+        Never inside a transaction: its earlier statements went with the old connection."""
+        if self.postgres and not self._depth and self._connection.closed:
+            self._connection = self._connect_postgres()
+        return self._connection
 
     @property
     def skip_locked(self) -> str:
@@ -69,11 +79,11 @@ class Database:
 
     def execute(self, text: str, params: Sequence[Any] = ()) -> Any:
         with self._lock:
-            return self._connection.execute(self._sql(text), params)
+            return self._open().execute(self._sql(text), params)
 
     def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
-            return list(self._connection.execute(self._sql(text), params).fetchall())
+            return list(self._open().execute(self._sql(text), params).fetchall())
 
     def one(self, text: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         rows = self.rows(text, params)
@@ -83,7 +93,7 @@ class Database:
         if not params:  # psycopg refuses an empty batch
             return
         with self._lock:
-            self._connection.cursor().executemany(self._sql(text), params)
+            self._open().cursor().executemany(self._sql(text), params)
 
     @contextlib.contextmanager
     def transaction(self, *, serialized: bool = False) -> Iterator[None]:
@@ -97,23 +107,22 @@ class Database:
                 finally:
                     self._depth -= 1
                 return
+            connection = self._open()
             self._depth = 1
             try:
                 if self.postgres:
-                    with self._connection.transaction():
+                    with connection.transaction():
                         if serialized:
-                            self._connection.execute(
-                                "SELECT pg_advisory_xact_lock(%s)", (_TURN_LOCK,)
-                            )
+                            connection.execute("SELECT pg_advisory_xact_lock(%s)", (_TURN_LOCK,))
                         yield
                 else:
-                    self._connection.execute("BEGIN IMMEDIATE")
+                    connection.execute("BEGIN IMMEDIATE")
                     try:
                         yield
                     except BaseException:
-                        self._connection.execute("ROLLBACK")
+                        connection.execute("ROLLBACK")
                         raise
-                    self._connection.execute("COMMIT")
+                    connection.execute("COMMIT")
             finally:
                 self._depth = 0
 

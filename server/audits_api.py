@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from audit import Auditor, RunReport
 from audit.runs import WATCH_LIST
 from audit.store import LabelTooLong
+from foundation.backoff import Backoff
 from resolver.errors import InvalidInput
 from resolver.untrusted import BadNumber, parse_count
 
@@ -147,14 +148,25 @@ class AuditApi:
         one any process started (the shared store's), and joined at once while one is
         going on: daemons sharing a store wake together and the first to open the run is
         joined by the others, rather than each running the watch-list on its own phase (as
-        many runs per interval as daemons). A restart does not run it before it is due."""
+        many runs per interval as daemons). A restart does not run it before it is due.
+
+        A run that fails (the store restarting under it) is logged and tried again after a
+        back-off: the schedule outlives it, where it used to end silently until the daemon
+        was restarted."""
         assert self.interval
+        backoff = Backoff(base=1.0, cap=self.interval)
         while True:
-            wait = self.store.runs_shared.due_in(WATCH_LIST, self.interval)
-            if wait > 0:
-                await asyncio.sleep(wait)
-                continue  # due now, unless another process ran it meanwhile
-            await self._run()
+            try:
+                wait = self.store.runs_shared.due_in(WATCH_LIST, self.interval)
+                if wait <= 0:
+                    await self._run()
+                    backoff.reset()
+                    continue
+            except Exception as err:  # any failure: the next run may succeed
+                wait = backoff.next()
+                line = {"event": "audit_failed", "error": f"{type(err).__name__}: {err}"[:300]}
+                log.warning(json.dumps({**line, "retry_in": round(wait, 1)}))
+            await asyncio.sleep(wait)  # due then, unless another process ran it meanwhile
 
     async def recheck(self, changed: set[str]) -> None:
         """An event stream says these identifiers (a DID, its handles) changed: the watched

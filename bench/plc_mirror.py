@@ -123,6 +123,9 @@ def backfill(upstream: str, db: str, workers: int | None) -> dict[str, float]:
         "cpu_per_op_us": run.cpu_seconds / max(summary["ops_applied"], 1) * 1e6,
         "main_cpu_per_op_us": run.own_cpu_seconds / max(summary["ops_applied"], 1) * 1e6,
         "refused": sum(summary["rejected"].values()),
+        # lookups of DIDs not in a worker's memory: new ones, and evicted ones rebuilt
+        "created": summary["dids_created"],
+        "rebuilt": summary["replays_rebuilt"],
         "peak_mib": run.peak_mib,
         "peak_all_mib": run.peak_mib + started * run.child_peak_mib,
     }
@@ -162,7 +165,7 @@ def _where_time_goes(path: Path, sample: int = 20_000) -> list[tuple[str, float]
         batches = []
         started = time.perf_counter()
         for start in range(0, len(lines), 1000):
-            verdicts, heads = verifier.verify(list(enumerate(lines[start : start + 1000])))
+            verdicts, heads, _ = verifier.verify(list(enumerate(lines[start : start + 1000])))
             batch = Batch(heads=heads)
             for v in verdicts:
                 batch.ops.append((v.did, v.cid, v.created_at, v.operation, v.signer))
@@ -368,15 +371,15 @@ def scale(sizes: list[int], connections: int, seconds: int, skip_postgres: bool)
     print(
         "\n| ops | store | backfill ops/s | CPU/op (main process) | peak RSS, main (all, at most) "
         "| disk/op "
-        "| GET /{did} vs bare | p99 vs bare |"
+        "| GET /{did} vs bare | p99 vs bare | DIDs read from the store: new, rebuilt |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for size, store, run, per_op, ratio, p99 in rows:
         print(
             f"| {size} | {store} | {run['ops_per_s']:,.0f} | {run['cpu_per_op_us']:.0f} us "
             f"({run['main_cpu_per_op_us']:.0f} us) | "
             f"{run['peak_mib']:,.0f} MiB ({run['peak_all_mib']:,.0f} MiB) | {per_op:,.0f} B | "
-            f"{ratio:.2f}x | {p99:.2f}x |"
+            f"{ratio:.2f}x | {p99:.2f}x | {run['created']:,}, {run['rebuilt']:,} |"
         )
 
 

@@ -184,6 +184,7 @@ class Follower:
         state.dids += result.created
         state.duplicates += result.duplicates
         state.nullified += result.nullified
+        state.rebuilt += result.rebuilt
         state.rejected.update(result.by_rule)
         if self._progress:
             self._progress(state)

@@ -69,6 +69,7 @@ class PageResult:
     rejected: int = 0
     nullified: int = 0
     bad_lines: int = 0
+    rebuilt: int = 0  # replays of DIDs not in memory, rebuilt from the store to verify it
     by_rule: Counter[str] = field(default_factory=Counter)
     touched: list[str] = field(default_factory=list)  # DIDs whose state changed
 
@@ -85,7 +86,6 @@ class Verifier:
         # keeps of it is what its replay was rebuilt from and accepted since.
         self._kept: dict[str, list[str] | None] = {}
         self._max_replays = max_replays
-        self.rebuilt = 0  # replays rebuilt from the store (evicted, or after a restart)
         # The previous page may still be being written (`Replica.apply(pipelined=True)`):
         # its ops count as kept, and its DIDs' replays are not evicted (the store could
         # not rebuild them yet).
@@ -94,9 +94,10 @@ class Verifier:
 
     def verify(
         self, lines: Sequence[tuple[int, str | bytes]]
-    ) -> tuple[list[Verdict], dict[str, Head]]:
-        """Verdicts on these lines, in order, and the new op in force of each DID whose
-        state changed."""
+    ) -> tuple[list[Verdict], dict[str, Head], int]:
+        """Verdicts on these lines, in order, the new op in force of each DID whose state
+        changed, and how many replays were rebuilt from the store (evicted, or after a
+        restart) to verify them."""
         verdicts: list[Verdict] = []
         parsed = []
         for index, line in lines:
@@ -169,7 +170,7 @@ class Verifier:
                 heads[did] = Head(run.chain[-1], head.state is None)
         self._evict(dids | self._previous_dids)
         self._previous_pairs, self._previous_dids = fresh, dids
-        return verdicts, heads
+        return verdicts, heads, len(logs)
 
     def _evict(self, protected: set[str]) -> None:
         """Down to `max_replays`, the least recently used first, none of `protected`."""
@@ -212,7 +213,6 @@ class Verifier:
         run.findings.clear()
         run.prune()
         self._keep(did, [op.cid for op in ops])
-        self.rebuilt += 1
 
 
 # --- worker processes: one Verifier each, over a read-only connection to the store ---------
@@ -234,8 +234,7 @@ def _verify_in_worker(
     lines: list[tuple[int, bytes | str]],
 ) -> tuple[list[Verdict], dict[str, Head], int]:
     assert _worker is not None
-    verdicts, heads = _worker.verify(lines)
-    return verdicts, heads, _worker.rebuilt
+    return _worker.verify(lines)
 
 
 class Replica:
@@ -255,7 +254,7 @@ class Replica:
         self._local: Verifier | None = None
         self._pool: RoutedPool | None = None
         self._start_verifiers()
-        self._rebuilt = [0] * workers
+        self.rebuilt = 0  # replays rebuilt from the store (evicted, or after a restart)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="plc-mirror-write")
         self._writing: Future[None] | None = None
 
@@ -278,10 +277,6 @@ class Replica:
         if self._pool is not None:
             self._pool.shutdown()
         self._start_verifiers()
-
-    @property
-    def rebuilt(self) -> int:
-        return self._local.rebuilt if self._local is not None else sum(self._rebuilt)
 
     def flush(self) -> None:
         """Waits for the page being written; raises what writing it raised."""
@@ -311,7 +306,7 @@ class Replica:
         # while the one before that is: their memory of unwritten ops covers one page.
         self.flush()
         if self._local is not None:
-            done: Future[tuple[list[Verdict], dict[str, Head]]] = Future()
+            done: Future[tuple[list[Verdict], dict[str, Head], int]] = Future()
             done.set_result(self._local.verify(numbered))
             page = Page(lines, [done], tuple(evidence))
         else:
@@ -334,13 +329,13 @@ class Replica:
         is verified meanwhile; `flush` waits for it)."""
         verdicts: list[Verdict] = []
         heads: dict[str, Head] = {}
-        for number, future in enumerate(page.futures):
-            answer = future.result()
-            verdicts += answer[0]
-            heads.update(answer[1])
-            if len(answer) == 3:
-                self._rebuilt[number] = answer[2]
         result = PageResult()
+        for future in page.futures:
+            some, changed, rebuilt = future.result()
+            verdicts += some
+            heads.update(changed)
+            result.rebuilt += rebuilt
+        self.rebuilt += result.rebuilt
         batch = Batch(meta=dict(meta or {}), bad_lines=list(page.evidence))
         seen_at = self._clock()
         for verdict in sorted(verdicts, key=lambda v: v.position):

@@ -27,6 +27,7 @@ class MirrorState:
     duplicates: int = 0
     rejected: Counter[str] = field(default_factory=Counter)  # by rule
     nullified: int = 0
+    rebuilt: int = 0  # replays rebuilt from the store: many a page, PLC_MIRROR_REPLAYS is small
     pages: int = 0
     cursor: str | None = None
     cursor_time: str | None = None  # createdAt of the last op applied
@@ -116,6 +117,7 @@ class MirrorState:
             "duplicates": self.duplicates,
             "rejected": dict(self.rejected),
             "nullified": self.nullified,
+            "replays_rebuilt": self.rebuilt,
             "pages": self.pages,
             "cursor": self.cursor,
             "cursor_time": self.cursor_time,
@@ -154,6 +156,11 @@ class MirrorState:
         yield refused
         for name, value, what in (
             ("nullified_ops", self.nullified, "Operations nullified by a recovery."),
+            (
+                "replays_rebuilt",
+                self.rebuilt,
+                "DIDs whose replay was not in a verifier's memory, rebuilt from the store.",
+            ),
             ("upstream_errors", self.errors, "Failed polls of the upstream (retried)."),
             ("upstream_faults", self.faults, "Pages that went back (not followed)."),
             ("bad_lines", self.bad_lines, "Export lines that did not parse (kept as evidence)."),

@@ -110,6 +110,7 @@ def test_a_page_served_twice_changes_nothing_and_a_restart_rebuilds(
     rest = again.apply(second)  # every op of the second half needs its DID's replay
     assert (rest.applied, rest.rejected) == (60, 0)
     assert again.rebuilt == 30  # each DID rebuilt once, from its stored verified ops
+    assert replayed.rebuilt + rest.rebuilt == 30  # and each page says how many it rebuilt
     assert store.counts()["ops"] == 120
 
 
@@ -131,7 +132,8 @@ def test_a_page_served_again_to_replays_in_memory_is_kept_already(
         assert (again.applied, again.duplicates, again.rejected) == (0, 10, 0)
     assert replica.rebuilt == 0
     restarted = Replica(store)  # the DIDs rebuilt from the store, in memory since
-    assert restarted.apply(lines[40:]).applied == 10 and restarted.rebuilt == 10
+    rest = restarted.apply(lines[40:])
+    assert (rest.applied, rest.rebuilt, restarted.rebuilt) == (10, 10, 10)
     for start in range(0, 50, 10):
         again = restarted.apply(lines[start : start + 10])
         assert (again.applied, again.duplicates, again.rejected) == (0, 10, 0)
@@ -341,17 +343,26 @@ def test_worker_processes_reach_the_verdicts_of_one_process(tmp_path: Path) -> N
     one, two = Replica(alone), Replica(shared, workers=2, max_replays=5)
     try:
         in_hand = None
+        rebuilt = 0
         for page in pages:  # as a backfill goes: a page verified while the last is written
             one.apply(page)
             submitted = two.submit(page)
             if in_hand is not None:
-                two.commit(in_hand, pipelined=True)
+                rebuilt += two.commit(in_hand, pipelined=True).rebuilt
             in_hand = submitted
         assert in_hand is not None
-        two.commit(in_hand)
+        rebuilt += two.commit(in_hand).rebuilt
         assert _contents(alone) == _contents(shared)
         assert shared.counts()["rejected"] == 2 and shared.counts()["ops"] == 181
         assert two.rebuilt > 0  # the workers' replays were evicted and rebuilt
+        assert rebuilt == two.rebuilt  # the pages' counts, summed over both workers
+        restarted = Replica(shared, workers=2)  # nothing in memory: each DID is rebuilt
+        try:
+            again = restarted.apply(pages[0])
+        finally:
+            restarted.close()
+        dids = {json.loads(line)["did"] for line in pages[0]}
+        assert (again.duplicates, again.rebuilt) == (len(pages[0]), len(dids))
     finally:
         one.close()
         two.close()

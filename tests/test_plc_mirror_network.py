@@ -233,10 +233,14 @@ def test_a_tampering_upstream_is_refused_and_reported(devnet: DevnetState, tmp_p
         assert summary["rejected"] == {"P-CID-1": 1}
         assert summary["ops_applied"] >= 30 and summary["store"]["rejected"] == 1
         assert summary["dids_created"] == summary["store"]["dids"]
+        assert summary["replays_rebuilt"] == 0  # every DID's replay stayed in memory
         again = mirror("--once", "--json")
         assert again.returncode == 0, again.stderr
         resumed = json.loads(again.stdout)  # from the stored cursor, not from the start
         assert resumed["ops_applied"] == 0 and resumed["duplicates"] <= 2, resumed
+        # a restart: the DIDs of the page served again are rebuilt to tell it is kept
+        assert resumed["replays_rebuilt"] <= resumed["duplicates"], resumed
+        assert (resumed["replays_rebuilt"] > 0) == (resumed["duplicates"] > 0), resumed
         assert resumed["rejected"] == {} and resumed["store"] == summary["store"]
         listed = mirror("--report")
         assert listed.returncode == 0, listed.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 import uuid
 import zlib
 from collections import Counter
@@ -268,8 +269,11 @@ async def test_two_instances_share_redis(devnet_config: Config, devnet: DevnetSt
         seen = await two.lookup(devnet.did("henry"))
         assert seen.status is Status.VERIFIED and seen.cache.cached
         assert not dns.txt_queries and not plc.urls
-        await two.purge("henry.test")  # a purge by one daemon is seen by the other
-        assert (await one.lookup("henry.test")).cache.state == "miss"
+        await two.purge("henry.test")  # a purge by one daemon is seen by the other,
+        deadline = time.monotonic() + 5  # once its notice has come through Redis
+        while (await one.lookup("henry.test")).cache.state != "miss":
+            assert time.monotonic() < deadline, "the other daemon's purge was never seen"
+            await asyncio.sleep(0.02)
         await one.purge("henry.test")
 
 

@@ -202,6 +202,7 @@ def test_a_redis_outage_degrades_the_daemon_and_it_recovers(
 ) -> None:
     identifiers = ["alice.test", "bob.test", "carol.test", "grace.test", "henry.test"]
     identifiers += [devnet.did(name) for name in ("alice", "dave", "frank", "quinn")]
+    loaded = identifiers[:-2]  # the last two are first asked for during the outage
     with (
         RedisServer(tmp_path) as redis,
         running_daemon(devnet.env(), tmp_path / "serve.log", "--cache", redis.url) as daemon,
@@ -219,7 +220,7 @@ def test_a_redis_outage_degrades_the_daemon_and_it_recovers(
                     i = offset
                     while time.monotonic() < end:
                         i += 1
-                        identifier = identifiers[i % len(identifiers)]
+                        identifier = loaded[i % len(loaded)]
                         params = {"identifier": identifier}
                         answers.append(await client.get(XRPC + "resolveIdentity", params=params))
 
@@ -240,7 +241,8 @@ def test_a_redis_outage_degrades_the_daemon_and_it_recovers(
         for answer in answers:
             assert answer.status_code == 200, answer.text  # resolved, or served from memory
         assert health["status"] == "degraded" and health["reasons"], health
-        # Uncached identities are still answered (by resolving them directly).
+        # Uncached identities are still answered (by resolving them directly); keeping
+        # them fails, and is counted (the load alone may touch only what memory holds).
         for identifier in identifiers:
             assert get(daemon, XRPC + "resolveIdentity", identifier=identifier).status_code == 200
         redis.start()

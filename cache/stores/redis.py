@@ -106,7 +106,7 @@ class RedisStore:
                     await pubsub.ping()
         finally:
             with contextlib.suppress(Exception):  # the connection may be gone already
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()
 
     async def close(self) -> None:
         await self._redis.aclose()

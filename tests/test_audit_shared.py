@@ -6,6 +6,7 @@ ran out; the run is finished once, with one webhook delivery."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -189,14 +191,9 @@ def test_daemons_sharing_a_store_keep_one_schedule(devnet: DevnetState, tmp_path
     of them started, so they wake together and share each run: runs stay 4 s apart (on
     their own phases there would be two per interval), and the second takes part in them."""
     interval = 4.0
-    with database("postgresql", tmp_path, "atwhois_audit") as where:
-        env = {**devnet.env(), "ATWHOIS_AUDIT_DB": where}
-        # a run far shorter than 4 s, and longer than a daemon's wake is late on a busy
-        # machine (at 50 identities, 0.4 s: one daemon once missed a run it was late for)
-        names = [world.bulk_host(i) for i in range(150)]
-        code, _, err = run_cli(["watch", "import", "-"], env, "\n".join(names) + "\n")
-        assert code == 0, err
-        store = AuditStore(where)
+    # a run far shorter than 4 s, and longer than a daemon's wake is late on a busy machine
+    # (at 50 identities, 0.4 s: one daemon once missed a run it was late for)
+    with _postgres_watching(devnet, tmp_path, 150) as (_, env, store):
         args = ("--cache", "memory:", "--audit-interval", str(interval))
         with running_daemon(env, tmp_path / "first.log", *args):
             until(lambda: _finished_runs(store) >= 1, timeout=30)
@@ -217,7 +214,6 @@ def test_daemons_sharing_a_store_keep_one_schedule(devnet: DevnetState, tmp_path
             "SELECT run_id, count(*), count(DISTINCT identifier) FROM checks GROUP BY run_id", ()
         )
         assert all(total == distinct for _, total, distinct in per_run), per_run
-        store.close()
 
 
 def test_a_schedule_outlives_its_store_dropping_the_connection(
@@ -229,12 +225,7 @@ def test_a_schedule_outlives_its_store_dropping_the_connection(
     the daemon was restarted)."""
     import psycopg
 
-    with database("postgresql", tmp_path, "atwhois_audit") as where:
-        env = {**devnet.env(), "ATWHOIS_AUDIT_DB": where}
-        names = [world.bulk_host(i) for i in range(5)]
-        code, _, err = run_cli(["watch", "import", "-"], env, "\n".join(names) + "\n")
-        assert code == 0, err
-        store = AuditStore(where)
+    with _postgres_watching(devnet, tmp_path, 5) as (where, env, store):
         log = tmp_path / "daemon.log"
         args = ("--cache", "memory:", "--audit-interval", "1")
         with running_daemon(env, log, *args):
@@ -252,7 +243,24 @@ def test_a_schedule_outlives_its_store_dropping_the_connection(
         events = [json.loads(line) for line in log.read_text().splitlines() if line[:1] == "{"]
         failed = [event for event in events if event.get("event") == "audit_failed"]
         assert failed and "terminating connection" in failed[0]["error"], failed
-        store.close()
+
+
+@contextlib.contextmanager
+def _postgres_watching(
+    devnet: DevnetState, tmp_path: Path, count: int
+) -> Iterator[tuple[str, dict[str, str], AuditStore]]:
+    """A scratch PostgreSQL audit store watching `count` of the world's bulk hosts: its
+    address, the environment that points atwhois at it, and the store opened on it."""
+    with database("postgresql", tmp_path, "atwhois_audit") as where:
+        env = {**devnet.env(), "ATWHOIS_AUDIT_DB": where}
+        names = [world.bulk_host(i) for i in range(count)]
+        code, _, err = run_cli(["watch", "import", "-"], env, "\n".join(names) + "\n")
+        assert code == 0, err
+        store = AuditStore(where)
+        try:
+            yield where, env, store
+        finally:
+            store.close()
 
 
 def _runs_logged(log: Path) -> set[int]:

@@ -27,7 +27,7 @@ class MirrorState:
     duplicates: int = 0
     rejected: Counter[str] = field(default_factory=Counter)  # by rule
     nullified: int = 0
-    rebuilt: int = 0  # replays rebuilt from the store: many a page, PLC_MIRROR_REPLAYS is small
+    rebuilt: int = 0  # replays rebuilt from the store (near `ops`: PLC_MIRROR_REPLAYS too small)
     pages: int = 0
     cursor: str | None = None
     cursor_time: str | None = None  # createdAt of the last op applied

@@ -4,8 +4,9 @@ fails): on this thread (`until`) or in the event loop (`eventually`)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 def until(check: Callable[[], bool], timeout: float = 10) -> float:
@@ -17,8 +18,16 @@ def until(check: Callable[[], bool], timeout: float = 10) -> float:
     return time.monotonic() - started
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 10) -> None:
+async def eventually(
+    check: Callable[[], bool | Awaitable[bool]], timeout: float = 10, what: str = "not seen in time"
+) -> None:
+    """Until `check()` holds (a coroutine function is awaited: a lookup, say)."""
     deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "not seen in time"
+    while not await _holds(check):
+        assert time.monotonic() < deadline, what
         await asyncio.sleep(0.01)
+
+
+async def _holds(check: Callable[[], bool | Awaitable[bool]]) -> bool:
+    answer = check()
+    return await answer if inspect.isawaitable(answer) else answer

@@ -1,13 +1,19 @@
-"""The worker processes of `foundation.pool`: a killed parent leaves none behind."""
+"""The worker processes of `foundation.pool`: a killed parent leaves none behind; a shutdown
+stops them side by side, and none tears its heap down object by object on the way out."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
+from typing import Any
 
+from foundation.pool import RoutedPool
 from tests.support.waiting import until
 
 # A parent that starts two workers, says their pids, and waits to be killed.
@@ -47,3 +53,52 @@ def test_workers_exit_when_their_parent_is_killed() -> None:
         parent.wait()
         for pid in filter(_alive, workers):  # a failed test leaves none either
             os.kill(pid, signal.SIGKILL)
+
+
+def _meet_on_exit(folder: str) -> None:
+    """A worker that, on its way out, says so and waits (10 s at most) for the others to be
+    on their way out too; alone if they never come (they were not told yet)."""
+
+    def meet() -> None:
+        Path(folder, f"{os.getpid()}.exiting").touch()
+        deadline = time.monotonic() + 10
+        while len(list(Path(folder).glob("*.exiting"))) < 2:
+            if time.monotonic() > deadline:
+                Path(folder, f"{os.getpid()}.alone").touch()
+                return
+            time.sleep(0.01)
+
+    atexit.register(meet)
+
+
+def test_a_shutdown_tells_every_worker_before_waiting_for_any(tmp_path: Path) -> None:
+    pool = RoutedPool(2, _meet_on_exit, (str(tmp_path),))
+    pids = {pool.submit(worker, os.getpid).result() for worker in range(len(pool))}
+    pool.shutdown()
+    assert {path.name for path in tmp_path.iterdir()} == {f"{pid}.exiting" for pid in pids}
+
+
+class _Teardown:
+    """Stands for what an interpreter's exit does after the exit handlers the worker's own
+    start registered (module teardown, the heap freed object by object): an exit handler
+    registered as the worker receives its arguments, before it starts, so run after
+    those. It leaves a mark if it runs."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return _expect_teardown, (self.folder,)
+
+
+def _expect_teardown(folder: str) -> _Teardown:
+    atexit.register(Path(folder, f"{os.getpid()}.torn-down").touch)
+    return _Teardown(folder)
+
+
+def test_a_worker_exits_without_the_interpreters_teardown(tmp_path: Path) -> None:
+    pool = RoutedPool(2, id, (_Teardown(str(tmp_path)),))
+    pids = [pool.submit(worker, os.getpid).result() for worker in range(len(pool))]
+    pool.shutdown()
+    assert not any(map(_alive, pids))
+    assert list(tmp_path.iterdir()) == []  # exited, and nothing after its own exit handlers ran

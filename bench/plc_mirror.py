@@ -82,25 +82,67 @@ def _export_file(dids: int, ops_per_did: int) -> Path:
     return _made_once(f"plc-export-{dids}x{ops_per_did}.jsonl", made)
 
 
+_BLOCK = 1024  # lines between two entries of the upstream's index
+
+
+class ExportFile:
+    """An export file's lines by position, read from disk through a sparse index: the
+    offset of every `_BLOCK`-th line (and, for legacy lines, its `createdAt`). Held in
+    memory whole, the 10M file took 7.6 GB in the upstream alone, and 150M would take 110."""
+
+    def __init__(self, path: str) -> None:
+        self._file = Path(path).open("rb")  # noqa: SIM115 (open while the upstream serves)
+        self.by_seq = b'"seq":' in self._file.readline()
+        self._offsets: list[int] = []
+        self._times: list[str] = []
+        self._file.seek(0)
+        offset = 0
+        for number, line in enumerate(self._file):
+            if number % _BLOCK == 0:
+                self._offsets.append(offset)
+                if not self.by_seq:
+                    self._times.append(json.loads(line)["createdAt"])
+            offset += len(line)
+
+    def lines(self, start: int, count: int) -> list[bytes]:
+        """Lines `start` to `start + count` (0-based; fewer at the end of the file)."""
+        block, skip = divmod(start, _BLOCK)
+        if block >= len(self._offsets):
+            return []
+        self._file.seek(self._offsets[block])
+        read = itertools.islice(self._file, skip, skip + count)
+        return [line.rstrip(b"\n") for line in read]
+
+    def first_after(self, after: str) -> int:
+        """The position of the first line after `after`: a seq (line N has seq N), or a
+        createdAt for legacy lines; the start for anything else."""
+        if self.by_seq:
+            return int(after) if after.isdigit() else 0
+        if not after or after.isdigit():
+            return 0
+        block = max(bisect.bisect_right(self._times, after) - 1, 0)
+        start = block * _BLOCK
+        # the block's first line is not after `after` (or it is the first block): the line
+        # sought is in the block, or it is the next block's first
+        block_lines = self.lines(start, _BLOCK)
+        for number, line in enumerate(block_lines):
+            if json.loads(line)["createdAt"] > after:
+                return start + number
+        return start + len(block_lines)
+
+
 def serve_export(path: str, port: int) -> None:
     """The upstream: the export file, paged by `after` (a createdAt, or a seq for a file of
     `seq` lines, whose line N has seq N) and `count`."""
     from aiohttp import web
 
-    lines = Path(path).read_bytes().splitlines()
-    by_seq = b'"seq":' in lines[0]
-    created = [] if by_seq else [json.loads(line)["createdAt"] for line in lines]
-
-    def first_after(after: str) -> int:
-        if by_seq:
-            return int(after) if after.isdigit() else 0
-        return bisect.bisect_right(created, after) if after and not after.isdigit() else 0
+    export_file = ExportFile(path)
 
     async def export(request: web.Request) -> web.Response:
         count = min(int(request.query.get("count", "1000")), 1000)
-        start = first_after(request.query.get("after", ""))
+        start = export_file.first_after(request.query.get("after", ""))
         return web.Response(
-            body=b"\n".join(lines[start : start + count]), content_type="application/jsonlines"
+            body=b"\n".join(export_file.lines(start, count)), content_type="application/jsonlines"
         )
 
     app = web.Application()

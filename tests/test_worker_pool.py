@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +60,10 @@ def _meet_on_exit(folder: str) -> None:
 
     def meet() -> None:
         Path(folder, f"{os.getpid()}.exiting").touch()
-        deadline = time.monotonic() + 10
-        while len(list(Path(folder).glob("*.exiting"))) < 2:
-            if time.monotonic() > deadline:
-                Path(folder, f"{os.getpid()}.alone").touch()
-                return
-            time.sleep(0.01)
+        try:
+            until(lambda: len(list(Path(folder).glob("*.exiting"))) >= 2, timeout=10)
+        except AssertionError:  # the others were not told while this one waited
+            Path(folder, f"{os.getpid()}.alone").touch()
 
     atexit.register(meet)
 

@@ -404,9 +404,11 @@ def scale(sizes: list[int], connections: int, seconds: int, skip_postgres: bool)
             measure = functools.partial(_measured, ops, path, url, connections, seconds)
             with tempfile.TemporaryDirectory(prefix="atwhois-mirror-scale-") as tmp:
                 rows.append(measure("SQLite", f"{tmp}/mirror.db", _disk_bytes))
+            print(f"row: {_scale_row(rows[-1])}", flush=True)  # a run stopped later keeps it
             if not skip_postgres:
                 with scratch_database("atwhois_bench") as pg:
                     rows.append(measure("PostgreSQL", pg, _postgres_bytes))
+                print(f"row: {_scale_row(rows[-1])}", flush=True)
         finally:
             upstream.terminate()
             upstream.wait()
@@ -416,13 +418,19 @@ def scale(sizes: list[int], connections: int, seconds: int, skip_postgres: bool)
         "| GET /{did} vs bare | p99 vs bare | DIDs read from the store: new, rebuilt |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for size, store, run, per_op, ratio, p99 in rows:
-        print(
-            f"| {size} | {store} | {run['ops_per_s']:,.0f} | {run['cpu_per_op_us']:.0f} us "
-            f"({run['main_cpu_per_op_us']:.0f} us) | "
-            f"{run['peak_mib']:,.0f} MiB ({run['peak_all_mib']:,.0f} MiB) | {per_op:,.0f} B | "
-            f"{ratio:.2f}x | {p99:.2f}x | {run['created']:,}, {run['rebuilt']:,} |"
-        )
+    for row in rows:
+        print(_scale_row(row))
+
+
+def _scale_row(row: tuple[str, str, dict[str, float], float, float, float]) -> str:
+    """One row of the scale table (Markdown)."""
+    size, store, run, per_op, ratio, p99 = row
+    return (
+        f"| {size} | {store} | {run['ops_per_s']:,.0f} | {run['cpu_per_op_us']:.0f} us "
+        f"({run['main_cpu_per_op_us']:.0f} us) | "
+        f"{run['peak_mib']:,.0f} MiB ({run['peak_all_mib']:,.0f} MiB) | {per_op:,.0f} B | "
+        f"{ratio:.2f}x | {p99:.2f}x | {run['created']:,}, {run['rebuilt']:,} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -380,12 +380,15 @@ def _measured(
     db: str,
     disk: Callable[[str], int],
 ) -> tuple[str, str, dict[str, float], float, float, float]:
-    """One size on one store: the backfill, the disk it took, the read path."""
+    """One size on one store: the backfill, the disk it took, the read path; its row of
+    the table, printed at once."""
     run = backfill(upstream, db, None)
     print(f"{ops:,} ops, {store}: {run}")
     per_op = disk(db) / max(run["ops"], 1)
     base, ours = _read_path(db, _uniform_dids(path, 10_000), connections, seconds)
-    return f"{ops:,}", store, run, per_op, ours[0] / base[0], ours[2] / base[2]
+    row = f"{ops:,}", store, run, per_op, ours[0] / base[0], ours[2] / base[2]
+    print(f"row: {_scale_row(row)}", flush=True)  # a run stopped later keeps it
+    return row
 
 
 def scale(sizes: list[int], connections: int, seconds: int, skip_postgres: bool) -> None:
@@ -404,11 +407,9 @@ def scale(sizes: list[int], connections: int, seconds: int, skip_postgres: bool)
             measure = functools.partial(_measured, ops, path, url, connections, seconds)
             with tempfile.TemporaryDirectory(prefix="atwhois-mirror-scale-") as tmp:
                 rows.append(measure("SQLite", f"{tmp}/mirror.db", _disk_bytes))
-            print(f"row: {_scale_row(rows[-1])}", flush=True)  # a run stopped later keeps it
             if not skip_postgres:
                 with scratch_database("atwhois_bench") as pg:
                     rows.append(measure("PostgreSQL", pg, _postgres_bytes))
-                print(f"row: {_scale_row(rows[-1])}", flush=True)
         finally:
             upstream.terminate()
             upstream.wait()

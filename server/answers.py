@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 from cache import Tier, identifier_of, resting_on
 from cache.packing import deflate, inflate
-from cache.stores.memory import Lru
+from foundation.lru import Lru
 from resolver import Identity, Status
 from resolver.syntax import INVALID_HANDLE
 
@@ -111,7 +111,7 @@ class AnswerCache:
         self._store, self._clock = store, clock
         # under its DID and under its declared handle: the keys of the entries it rests on
         # (`resting_on`) without their prefix, so a change finds it with no index of its own
-        self._records: Lru[Record] = Lru(max_bytes, _record_size, evicted=self._unlink)
+        self._records: Lru[str, Record] = Lru(max_bytes, _record_size, evicted=self._unlink)
         self.changes = 0  # changes the store announced, ever
         # the record keys each of the last changes named, newest last (None: anything)
         self._recent: deque[tuple[str, ...] | None] = deque(maxlen=self.RECENT_CHANGES)

@@ -11,70 +11,16 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
+
+from foundation.lru import Lru
 
 from .base import OnChange, Stored
 
-V = TypeVar("V")
 _OVERHEAD = 200  # bytes a slot costs beyond its key and value (objects, dict entries)
 _SWEEP_SECONDS = 30.0  # how often expired entries are looked for
-
-
-class Lru(Generic[V]):
-    """Values under string keys within `max_bytes`, each as large as `size_of` says (which
-    must say the same of a value as long as it is held: sizes are not stored, as a tuple
-    and an int per item were most of a small item's cost); `evicted` is told of each value
-    the bound pushed out."""
-
-    def __init__(
-        self,
-        max_bytes: int,
-        size_of: Callable[[str, V], int],
-        evicted: Callable[[str, V], None] | None = None,
-    ) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._items: OrderedDict[str, V] = OrderedDict()
-        self._size_of = size_of
-        self._evicted = evicted
-
-    def get(self, key: str) -> V | None:
-        found = self._items.get(key)
-        if found is not None:
-            self._items.move_to_end(key)
-        return found
-
-    def peek(self, key: str) -> V | None:
-        return self._items.get(key)
-
-    def put(self, key: str, value: V) -> None:
-        self.pop(key)
-        self._items[key] = value
-        self.bytes += self._size_of(key, value)
-        while self.bytes > self.max_bytes and self._items:
-            oldest, evicted = self._items.popitem(last=False)
-            self.bytes -= self._size_of(oldest, evicted)
-            if self._evicted is not None:
-                self._evicted(oldest, evicted)
-
-    def pop(self, key: str) -> V | None:
-        found = self._items.pop(key, None)
-        if found is not None:
-            self.bytes -= self._size_of(key, found)
-        return found
-
-    def items(self) -> Iterator[tuple[str, V]]:
-        return iter(list(self._items.items()))
-
-    def clear(self) -> None:
-        self._items.clear()
-        self.bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 # What a decoder makes of stored bytes, and how many bytes that takes in memory.
@@ -112,11 +58,11 @@ class MemoryStore:
     ) -> None:
         self.clock = clock
         self.listeners: list[OnChange] = []  # told of the keys each put or delete changed
-        self._decoded: Lru[_Decoded] = Lru(
+        self._decoded: Lru[str, _Decoded] = Lru(
             int(max_bytes * decoded_share),
             lambda key, decoded: _OVERHEAD + len(key) + decoded.size,
         )
-        self._slots: Lru[Slot] = Lru(
+        self._slots: Lru[str, Slot] = Lru(
             max_bytes - self._decoded.max_bytes,
             lambda key, slot: len(key) + slot.size,
             evicted=self._evicted,

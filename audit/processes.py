@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import multiprocessing
 import queue
 import threading
@@ -24,6 +25,7 @@ from cache import CachedResolver
 from cache.stores import Tier, open_store
 from resolver import Config, Resolver
 from resolver.errors import AtwhoisError
+from resolver.identity import failed_inside, now_iso
 
 from .checks import Check
 from .store import Watched
@@ -33,6 +35,7 @@ _Result = tuple[int | None, Check | str]
 _Request = tuple[int, str] | None  # None: no more work
 _MEMORY_TIER_BYTES = 4 * 1024 * 1024
 _WATCH_SECONDS = 0.5  # how often the parent looks for a dead worker while results are quiet
+log = logging.getLogger("atwhois.audit")
 
 
 def open_cache(url: str | None) -> Tier:
@@ -42,11 +45,16 @@ def open_cache(url: str | None) -> Tier:
 
 
 async def check_one(cached: CachedResolver, identifier: str) -> Check:
-    """One identity re-verified, never from a stale cache entry."""
+    """One identity re-verified, never from a stale cache entry. A lookup that fails inside
+    atwhois is that identity's transient failure, logged: the run goes on."""
     started = time.perf_counter()
-    identity = await cached.refresh(identifier)
-    if cached.resolver.config.check_pds:
-        identity = await cached.check_pds(identity)
+    try:
+        identity = await cached.refresh(identifier)
+        if cached.resolver.config.check_pds:
+            identity = await cached.check_pds(identity)
+    except Exception as err:
+        log.exception("audit_check_failed %s", identifier)
+        identity = failed_inside(identifier, err, now_iso())
     took = (time.perf_counter() - started) * 1000
     return Check.of(identifier, identity, time.time(), took)
 

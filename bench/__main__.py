@@ -11,6 +11,7 @@ from bench import (
     audit_store,
     cache_lookups,
     cold_resolution,
+    dnssec_attack,
     follow_load,
     hit_cost,
     idle_connections,
@@ -24,6 +25,7 @@ from bench import (
 
 BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "cold": cold_resolution.main,
+    "dnssec": dnssec_attack.main,
     "plc": plc_verify.main,
     "mirror": plc_mirror.main,
     "cache": cache_lookups.main,

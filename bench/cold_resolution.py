@@ -311,7 +311,7 @@ async def dnssec_cost(
 
     config = devnet.config(https_timeout=5.0, document_timeout=5.0, dns_timeout=5.0)
     validating = dataclasses.replace(config, dnssec=True)
-    handles = [island.handle(zone) for zone in island.ZONES if zone != island.BROKEN]
+    handles = [island.handle(zone) for zone in island.HANDLES if zone != island.BROKEN]
     async with Resolver(validating) as kept_resolver:
         # All three over the same network edges (DNS client, connection pools): only the
         # DNSSEC work differs.

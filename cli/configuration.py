@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from foundation.defaults import MIB
 from resolver.config import Config, parse_bool, parse_nameservers, parse_networks
 from resolver.errors import AtwhoisError, InvalidInput
 
@@ -183,6 +184,7 @@ _TO_CONFIG: dict[str, Callable[[Any], dict[str, Any]]] = {
     "check_pds": lambda v: {"check_pds": v},
     "dnssec": lambda v: {"dnssec": v},
     "dnssec_anchor": lambda v: {"dnssec_anchors": tuple(v)} if v else {},
+    "dnssec_memory_mb": lambda v: {"dnssec_memory_bytes": int(v * MIB)},
     "ca_bundle": lambda v: {"ca_bundle": v},
     "https_port": lambda v: {"https_port": v},
     "dns_server": lambda v: {"dns_servers": parse_nameservers(v)},
@@ -199,6 +201,7 @@ FROM_CONFIG: dict[str, Callable[[Config], Any]] = {
     "check_pds": lambda c: c.check_pds,
     "dnssec": lambda c: c.dnssec,
     "dnssec_anchor": lambda c: list(c.dnssec_anchors),
+    "dnssec_memory_mb": lambda c: c.dnssec_memory_bytes / MIB,
     "ca_bundle": lambda c: c.ca_bundle,
     "https_port": lambda c: c.https_port,
     "dns_server": lambda c: [str(n) for n in c.dns_servers] or "the system's",

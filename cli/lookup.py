@@ -132,8 +132,18 @@ async def _batch(
     statuses: Counter[str] = Counter()
 
     async def one(identifier: str) -> Identity:
+        """A lookup that fails inside atwhois is that line's failure, on stderr: the batch
+        goes on."""
         async with gate:
-            return await _look(directory, identifier, args, check_pds)
+            try:
+                return await _look(directory, identifier, args, check_pds)
+            except Exception as err:
+                import traceback
+
+                from resolver.identity import failed_inside, now_iso
+
+                traceback.print_exc(file=sys.stderr)
+                return failed_inside(identifier, err, now_iso())
 
     def counter(text: str) -> None:
         """The progress line on a terminal's stderr: redrawn in place, and erased before a

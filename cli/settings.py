@@ -150,9 +150,19 @@ class Values:
         shown="the root zone's KSK-2017 and KSK-2024",
         metavar="RECORD",
     )
+    dnssec_memory_mb: float = _setting(
+        RESOLUTION,
+        "memory for the keys and delegations the DNSSEC walk proved and keeps (the least "
+        "recently used go first)",
+        _RESOLVER.dnssec_memory_bytes / defaults.MIB,
+        metavar="MIB",
+        low=0.0625,
+        high=1024 * 1024,
+    )
     timeout: float | None = _setting(
         RESOLUTION,
-        "deadline of each step: DNS, HTTPS well-known, DID document",
+        "deadline of each step: DNS (with --dnssec, the answer and its chain of trust each), "
+        "HTTPS well-known, DID document",
         shown=_STEP_DEADLINES,
         metavar="SECONDS",
     )

@@ -19,7 +19,7 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 
-from . import world
+from . import forger, world
 from .faults import Faults
 from .process import Child
 
@@ -159,7 +159,8 @@ class DnsProxy:
     names the world marks as slow, never answered, or SERVFAIL. `delay` is added to every
     answer (benchmarks use it to model network latency), plus up to `spread` more, fixed per
     name (servers near and far). With `strip_dnssec`, it passes on no DNSSEC record, as a
-    resolver or middlebox that does not know DNSSEC."""
+    resolver or middlebox that does not know DNSSEC. With `forgeries`, it is the forging
+    resolver of `devnet.forger`: Knot's answers, altered as that file says."""
 
     def __init__(
         self,
@@ -168,6 +169,7 @@ class DnsProxy:
         faults: Path | None = None,
         spread: float = 0.0,
         strip_dnssec: bool = False,
+        forgeries: Path | None = None,
     ) -> None:
         self.upstream = (LOOPBACK, upstream_port)
         self.strip_dnssec = strip_dnssec
@@ -176,6 +178,7 @@ class DnsProxy:
         self.queries = 0
         # Tests break names at run time: {name: "servfail" | "never"} (see `faults`).
         self._faults = Faults(faults) if faults is not None else None
+        self._forgeries = Faults(forgeries) if forgeries is not None else None
 
     def _fault(self, name: str) -> str | None:
         return self._faults.of(name) if self._faults is not None else None
@@ -220,7 +223,16 @@ class DnsProxy:
             return response.to_wire()
         if name in world.DNS_SLOW:
             await asyncio.sleep(world.DNS_SLOW_SECONDS)
+        steps = []
+        if self._forgeries is not None:
+            rdtype = dns.rdatatype.to_text(query.question[0].rdtype)
+            steps = forger.steps_for(self._forgeries.current(), name, rdtype)
+            made_up = await forger.before_asking(query, steps)
+            if made_up is not None:
+                return made_up
         reply = await (self._forward_tcp(wire) if tcp else self._forward_udp(wire))
+        if reply is not None and steps:
+            return forger.forge(query, reply, steps, tcp=tcp)
         return _stripped(reply) if self.strip_dnssec and reply is not None else reply
 
     async def _forward_udp(self, wire: bytes) -> bytes | None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from resolver import Config
 
-from . import dnssec, world
+from . import dnssec, forger, world
 from .dns import DnsProxy, Knot, reload_zone, render_zone
 from .doh import start_doh
 from .faults import write_faults
@@ -42,7 +42,9 @@ class DevnetState:
     plc_url: str
     dns_server: str  # host:port of the proxy in front of Knot
     dns_server_stripping: str  # another proxy, which strips DNSSEC records (`devnet.dnssec`)
+    dns_server_forging: str  # the forging resolver (`devnet.forger`), set by `set_forgeries`
     dnssec_anchor: str  # the DS record of dnssec.test., the test network's trust anchor
+    dnssec_hostile_anchors: list[str]  # the DS records of the KeyTrap zones (`devnet.dnssec`)
     doh_url: str  # DNS over HTTPS (dnsdist) in front of the same proxy (`devnet.doh`)
     knot_port: int
     https_port: int
@@ -109,6 +111,11 @@ class DevnetState:
         """Names the DNS proxy answers with SERVFAIL ("servfail") or never ("never");
         `"*"` stands for every other name."""
         write_faults(Path(self.workdir) / "dns-faults.json", faults)
+
+    def set_forgeries(self, forgeries: dict[str, list[dict[str, Any]]]) -> None:
+        """What the forging resolver does to Knot's answers: `{"NAME QTYPE": [step, ...]}`
+        (`devnet.forger`); an empty dict makes it an honest resolver again."""
+        write_faults(Path(self.workdir) / "dns-forgeries.json", forgeries)
 
     def set_https_faults(self, faults: dict[str, str]) -> None:
         """Hosts the TLS server mistreats: "503", "html" (a 200 page), "reset", "hang";
@@ -273,7 +280,7 @@ async def run(
         zone = render_zone(lambda v: fill_placeholders(v, dids), bulk=bulk, shaped=handles)
         zone += dnssec.DELEGATION
         (workdir / "knot").mkdir(parents=True, exist_ok=True)
-        dnssec.write_zones(workdir / "knot", dids)
+        hostile_anchors = dnssec.write_zones(workdir / "knot", dids)
         knotd = knot.start(zone)
         children.append(knotd)
         anchor = dnssec.link_delegations(workdir / "knot", knot.port, dids)
@@ -281,6 +288,10 @@ async def run(
         dns_port = await proxy.start()
         stripping = DnsProxy(knot.port, strip_dnssec=True)
         stripping_port = await stripping.start()
+        forging, forging_port = forger.start(
+            knot.port, workdir / "dns-forgeries.json", workdir / "forger.log"
+        )
+        children.append(forging)
 
         write_files(workdir / "www", dids)
         certificates = Certificates(workdir / "tls")
@@ -310,7 +321,9 @@ async def run(
             plc_url=plc_url,
             dns_server=f"127.0.0.1:{dns_port}",
             dns_server_stripping=f"127.0.0.1:{stripping_port}",
+            dns_server_forging=f"127.0.0.1:{forging_port}",
             dnssec_anchor=anchor,
+            dnssec_hostile_anchors=hostile_anchors,
             doh_url=doh_url,
             knot_port=knot.port,
             https_port=https_port,

@@ -13,6 +13,9 @@ from .errors import InvalidInput
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 DEFAULT_PLC_URL = "https://plc.directory"
 _MAX_TIMEOUT = 3600.0
+# What the DNSSEC walk keeps of the keys and delegations it proved, in all (S-SEC-11): a
+# zone's keys are about 1 KiB, so some 16,000 zones.
+DNSSEC_MEMORY_BYTES = 16 * 1024 * 1024
 # The root zone's key-signing keys, KSK-2017 and KSK-2024 (IANA's root-anchors.xml): where
 # DNSSEC validation starts on the real network (S-SEC-1).
 ROOT_TRUST_ANCHORS = (
@@ -86,6 +89,7 @@ class Config:
     dnssec: bool = False  # validate TXT answers from the trust anchors (`resolver.dnssec_chain`)
     # DS or DNSKEY records in presentation form: the zones trusted without a parent.
     dnssec_anchors: tuple[str, ...] = ROOT_TRUST_ANCHORS
+    dnssec_memory_bytes: int = DNSSEC_MEMORY_BYTES
     max_redirects: int = 5  # H-WK-6
     # Politeness: at most this many requests at once to one web host, to the PLC directory,
     # and to the DNS servers (None: no limit). Audits set it.
@@ -113,7 +117,12 @@ class Config:
                     f"{name} must be more than 0 and at most {_MAX_TIMEOUT:g} s, not {value}",
                     "config",
                 )
-        for name in ("max_redirects", "document_max_bytes", "audit_log_max_bytes"):
+        for name in (
+            "max_redirects",
+            "document_max_bytes",
+            "audit_log_max_bytes",
+            "dnssec_memory_bytes",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidInput(f"{name} must be a whole number >= 0, not {value!r}", "config")

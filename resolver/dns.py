@@ -9,6 +9,7 @@ import asyncio
 import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import dns.asyncresolver
@@ -19,9 +20,18 @@ import dns.name
 import dns.nameserver
 import dns.rdatatype
 import dns.resolver
+from dns.message import Truncated
 
 from .config import Config, Nameserver
-from .errors import AtwhoisError, NotFound, UpstreamFailure, UpstreamTimeout
+from .dns_wire import AnswerTooLarge, BoundedNameserver
+from .errors import (
+    AtwhoisError,
+    DnsAnswerTooLarge,
+    DnsRefused,
+    NotFound,
+    UpstreamFailure,
+    UpstreamTimeout,
+)
 
 _PER_SERVER_TIMEOUT = 2.0
 _SHARED_SECONDS = 1.0  # how long a host's addresses answer other fetches (at most its TTL)
@@ -62,12 +72,22 @@ class DnsClient:
         """Every TXT record at `name`, each as its list of character-strings."""
         return (await self.txt_answer(name))[0]
 
-    async def txt_answer(self, name: str) -> tuple[list[list[bytes]], dns.message.Message]:
-        """`txt`, and the response that carried the records (with their signatures when
-        DNSSEC validation is on)."""
-        answer = await self._query(name, dns.rdatatype.TXT, self._dnssec)
+    async def txt_answer(
+        self, name: str
+    ) -> tuple[list[list[bytes]], dns.message.Message, str | None]:
+        """`txt` with DNSSEC records wanted: the records, the response that carried them
+        (with their signatures), and, when there is none, why (NXDOMAIN, NODATA), with the
+        response that said so: its proof is what DNSSEC validation reads (S-SEC-16)."""
+        try:
+            answer = await self._query(
+                name, dns.rdatatype.TXT, self._dnssec, raise_on_no_answer=False
+            )
+        except _NoSuchName as err:
+            return [], err.response, f"{name}: NXDOMAIN"
         assert answer.response is not None
-        return [list(rdata.strings) for rdata in answer], answer.response
+        if answer.rrset is None:
+            return [], answer.response, f"{name}: no TXT record (NODATA)"
+        return [list(rdata.strings) for rdata in answer], answer.response, None
 
     async def ask(
         self, name: dns.name.Name, rdtype: dns.rdatatype.RdataType
@@ -163,6 +183,12 @@ class DnsClient:
         except dns.resolver.LifetimeTimeout:
             raise UpstreamTimeout(f"{name}: no DNS answer within {self.timeout}s") from None
         except dns.resolver.NoNameservers as err:
+            if _every(err, lambda e: isinstance(e, AnswerTooLarge)):
+                raise DnsAnswerTooLarge(
+                    f"{name} {rdtype.name}: {_reasons(err)} [H-DNS-8]"
+                ) from None
+            if _every(err, lambda e: e in ("REFUSED", "NOTIMP")):
+                raise DnsRefused(f"{name} {rdtype.name}: {_reasons(err)}") from None
             raise UpstreamFailure(f"{name}: every nameserver failed ({_reasons(err)})") from None
         except dns.exception.DNSException as err:
             raise UpstreamFailure(f"{name}: DNS error: {err}") from None
@@ -177,7 +203,7 @@ class _NoSuchName(AtwhoisError):
 
 def _nameserver(server: Nameserver, config: Config) -> dns.nameserver.Nameserver:
     if server.url is None:
-        return dns.nameserver.Do53Nameserver(server.host, server.port)
+        return BoundedNameserver(server.host, server.port)
     from .doh import DohNameserver  # here: most configurations ask over port 53
 
     return DohNameserver(server.url, config.ca_bundle, config.user_agent)
@@ -203,6 +229,13 @@ def _resolver(
     return resolver
 
 
+def _every(err: dns.resolver.NoNameservers, said: Callable[[object], bool]) -> bool:
+    """Every server answered, and what each said (an rcode, or what its answer raised) is
+    of one kind: the question is refused, or its answer too large, wherever it is asked."""
+    errors = [e for e in err.kwargs.get("errors") or [] if not isinstance(e[3], Truncated)]
+    return bool(errors) and all(said(e[3]) for e in errors)
+
+
 def _reasons(err: dns.resolver.NoNameservers) -> str:
-    errors = err.kwargs.get("errors") or []
+    errors = [e for e in err.kwargs.get("errors") or [] if not isinstance(e[3], Truncated)]
     return "; ".join(f"{e[0]}: {e[3]}" for e in errors[:3]) or "no answer"

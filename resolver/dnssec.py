@@ -1,14 +1,19 @@
-"""DNSSEC rules (docs/spec.md: S-SEC-*), as plain functions over DNS data: which signatures
-hold, which keys a DS record names, what a denial proves. The walk that asks for keys and
-proofs, and keeps them, is `resolver.dnssec_chain`; dnspython's `dns.dnssec` (over
+"""DNSSEC rules (docs/spec.md: S-SEC-*), as plain functions over DNS data: trust anchors, a
+zone's proven keys, which signatures hold, and the work one resolution may spend on them.
+The proofs of absence (NSEC, NSEC3) are `resolver.dnssec_denial`; the walk that asks for
+keys and proofs, and keeps them, is `resolver.dnssec_chain`; dnspython's `dns.dnssec` (over
 `cryptography`) does the signature math.
+
+Every value here comes from a stranger (the zone's owner, or whoever answers for the
+resolver): what is tried is capped before it is computed (S-SEC-14, after KeyTrap), and a
+record that cannot be read is a reason to refuse, never an exception.
 """
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
 import dns.dnssec
@@ -18,11 +23,10 @@ import dns.message
 import dns.name
 import dns.rdata
 import dns.rdataclass
+import dns.rdataset
 import dns.rdatatype
 import dns.rdtypes.ANY.DNSKEY
 import dns.rdtypes.ANY.DS
-import dns.rdtypes.ANY.NSEC
-import dns.rdtypes.ANY.NSEC3
 import dns.rdtypes.ANY.RRSIG
 import dns.rdtypes.dnskeybase
 import dns.rrset
@@ -37,14 +41,24 @@ DNSKEY, DS, NSEC, NSEC3, RRSIG = (
     RdataType.NSEC3,
     RdataType.RRSIG,
 )
-NS, SOA = RdataType.NS, RdataType.SOA
+NS, SOA, CNAME = RdataType.NS, RdataType.SOA, RdataType.CNAME
+Key = dns.rdtypes.ANY.DNSKEY.DNSKEY
+Sig = dns.rdtypes.ANY.RRSIG.RRSIG
 
 # S-SEC-3: RFC 8624's algorithms a validator must or should check; a zone whose every DS
 # names another is treated as unsigned, not as broken.
 SUPPORTED_ALGORITHMS = frozenset({8, 10, 13, 14, 15, 16})
 SUPPORTED_DIGESTS = frozenset({1, 2, 4})
-# S-SEC-7: RFC 9276 lets a validator treat NSEC3 with more iterations as unsigned.
-NSEC3_MAX_ITERATIONS = 150
+
+# S-SEC-14: the work one resolution may do, whatever the zones hold (the limits validating
+# resolvers adopted after KeyTrap, CVE-2023-50387, and the NSEC3 hashing attacks). Past a
+# limit nothing more is computed: the answer is bogus by that rule.
+MAX_KEYS_PER_TAG = 2  # keys of one key tag and algorithm tried for a signature
+MAX_SIGS_PER_RRSET = 4  # RRSIGs of one RRset tried (a rollover has two or three)
+MAX_SIGNATURE_CHECKS = 32  # signature verifications in one resolution
+MAX_NSEC3_HASHES = 32  # names hashed for NSEC3 in one resolution
+MAX_DENIAL_RECORDS = 8  # NSEC or NSEC3 records one proof of absence may hold
+MAX_REASON = 300  # characters of a refusal's reason (it is stored in reports)
 
 
 class Signed(NamedTuple):
@@ -62,14 +76,65 @@ def signed_rrsets(section: Iterable[dns.rrset.RRset]) -> list[Signed]:
 
 
 def strips_dnssec(response: dns.message.Message) -> bool:
-    """S-SEC-9: the answer of a resolver that does not pass DNSSEC records on: it does not
-    echo the DO bit it was asked with, and carries no signature."""
+    """S-SEC-9: the answer of a resolver that does not pass DNSSEC records on (or of one who
+    removed them): it does not echo the DO bit it was asked with, and carries no signature."""
     signed = any(r.rdtype == RRSIG for section in _sections(response) for r in section)
     return not signed and not response.ednsflags & dns.flags.DO
 
 
 def _sections(response: dns.message.Message) -> tuple[list[dns.rrset.RRset], ...]:
     return (response.answer, response.authority)
+
+
+def clipped(reason: str) -> str:
+    """A reason short enough to store, keeping its rule tag (at the end) when cut."""
+    if len(reason) <= MAX_REASON:
+        return reason
+    tag = reason[reason.rfind(" [") :] if reason.endswith("]") else ""
+    return reason[: MAX_REASON - len(tag) - 1] + "…" + tag
+
+
+# --- the work of one resolution --------------------------------------------------------
+
+
+@dataclass
+class Budget:
+    """What one resolution may still spend (S-SEC-14), and what it spent. NSEC3 hashes are
+    kept for the resolution: the same name under the same parameters is hashed once."""
+
+    signatures: int = MAX_SIGNATURE_CHECKS
+    hashes: int = MAX_NSEC3_HASHES
+    spent_signatures: int = 0
+    spent_hashes: int = 0
+    _hashed: dict[tuple[dns.name.Name, bytes, int], str] = field(default_factory=dict)
+
+    def signature(self) -> None:
+        """One signature verification, or `OverBudget` when none is left."""
+        if self.spent_signatures >= self.signatures:
+            raise OverBudget(
+                f"more than {self.signatures} signature checks in one resolution [S-SEC-14]"
+            )
+        self.spent_signatures += 1
+
+    def nsec3_hash(self, name: dns.name.Name, salt: bytes, iterations: int) -> str:
+        """RFC 5155's SHA-1 hash of `name`, in lower-case base32hex; the caller has checked
+        the iterations against the cap (S-SEC-7)."""
+        key = (name, salt, iterations)
+        found = self._hashed.get(key)
+        if found is None:
+            if self.spent_hashes >= self.hashes:
+                raise OverBudget(
+                    f"more than {self.hashes} NSEC3 hashes in one resolution [S-SEC-14]"
+                )
+            self.spent_hashes += 1
+            found = dns.dnssec.nsec3_hash(name, salt, iterations, 1).lower()
+            self._hashed[key] = found
+        return found
+
+
+class OverBudget(DnssecBogus):
+    """A resolution ran out of the work it may do (S-SEC-14): bogus, and, as it says nothing
+    of the zone itself, never kept."""
 
 
 # --- trust anchors ---------------------------------------------------------------------
@@ -81,15 +146,13 @@ class Anchor:
 
     zone: dns.name.Name
     ds: tuple[dns.rdtypes.ANY.DS.DS, ...] = ()
-    keys: tuple[dns.rdtypes.ANY.DNSKEY.DNSKEY, ...] = ()
+    keys: tuple[Key, ...] = ()
 
 
 def parse_anchors(lines: Iterable[str]) -> dict[dns.name.Name, Anchor]:
     """Trust anchors from presentation lines, `ZONE [TTL] [IN] DS|DNSKEY RDATA` (what
     `dig DS` or `keymgr ds` prints). Raises `InvalidInput` naming the line."""
-    found: dict[
-        dns.name.Name, tuple[list[dns.rdtypes.ANY.DS.DS], list[dns.rdtypes.ANY.DNSKEY.DNSKEY]]
-    ] = {}
+    found: dict[dns.name.Name, tuple[list[dns.rdtypes.ANY.DS.DS], list[Key]]] = {}
     for line in lines:
         words = line.split()
         try:
@@ -109,7 +172,7 @@ def parse_anchors(lines: Iterable[str]) -> dict[dns.name.Name, Anchor]:
         if rdtype == DS:
             ds.append(cast(dns.rdtypes.ANY.DS.DS, rdata))
         else:
-            keys.append(cast(dns.rdtypes.ANY.DNSKEY.DNSKEY, rdata))
+            keys.append(cast(Key, rdata))
     return {zone: Anchor(zone, tuple(ds), tuple(keys)) for zone, (ds, keys) in found.items()}
 
 
@@ -119,29 +182,43 @@ def closest_anchor(name: dns.name.Name, anchors: Iterable[dns.name.Name]) -> dns
     return max(above, key=len) if above else None
 
 
-# --- keys and signatures -----------------------------------------------------------------
+# --- keys ----------------------------------------------------------------------------------
 
 
-def verify(signed: Signed, zone: dns.name.Name, keys: dns.rrset.RRset, now: float) -> None:
-    """S-SEC-4: an RRset holds when one of its RRSIGs by `zone` verifies under `keys` and is
-    within its validity period. Raises `DnssecBogus` saying what failed."""
-    what = f"{signed.rrset.name} {dns.rdatatype.to_text(signed.rrset.rdtype)}"
-    if signed.sigs is None:
-        raise DnssecBogus(f"{what} is not signed, in signed zone {zone} [S-SEC-4]")
-    by_zone = [s for s in signed.sigs if cast(dns.rdtypes.ANY.RRSIG.RRSIG, s).signer == zone]
-    if not by_zone:
-        signers = sorted({str(cast(dns.rdtypes.ANY.RRSIG.RRSIG, s).signer) for s in signed.sigs})
-        raise DnssecBogus(f"{what} is signed by {', '.join(signers)}, not by {zone} [S-SEC-4]")
-    reasons = []
-    for sig in by_zone:  # one holds, or each says why not (expired, another key, …)
-        try:
-            dns.dnssec.validate_rrsig(signed.rrset, sig, {zone: keys}, now=now)
-            return
-        except dns.exception.ValidationFailure as err:
-            reasons.append(str(err))
-        except dns.exception.UnsupportedAlgorithm as err:
-            reasons.append(f"{err} [S-SEC-3]")
-    raise DnssecBogus(f"{what}: signature by {zone} fails: {'; '.join(reasons)} [S-SEC-4]")
+def _is_zone_key(key: Key) -> bool:
+    return bool(key.flags & dns.rdtypes.dnskeybase.Flag.ZONE) and key.protocol == 3
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneKeys:
+    """A zone's keys by key tag and algorithm, as a signature names them: at most
+    `MAX_KEYS_PER_TAG` of each (S-SEC-14), so that a set of keys sharing one tag (KeyTrap)
+    costs two verifications per signature, not thousands. `colliding` counts the keys set
+    aside that way, for the reason a refusal gives."""
+
+    by_tag: Mapping[tuple[int, int], tuple[Key, ...]]
+    colliding: int = 0
+
+    @classmethod
+    def of(cls, keys: Iterable[dns.rdata.Rdata]) -> ZoneKeys:
+        by_tag: dict[tuple[int, int], list[Key]] = {}
+        colliding = 0
+        for rdata in keys:
+            key = cast(Key, rdata)
+            if not _is_zone_key(key):
+                continue
+            kept = by_tag.setdefault((key.key_id(), key.algorithm), [])
+            if len(kept) < MAX_KEYS_PER_TAG:
+                kept.append(key)
+            else:
+                colliding += 1
+        return cls({tag: tuple(keys) for tag, keys in by_tag.items()}, colliding)
+
+    @property
+    def size(self) -> int:
+        """About the bytes these keys hold in memory, for the walk's byte bound (S-SEC-11):
+        each key's material, and what a key object and its index cost beside it."""
+        return 512 + sum(len(k.key) + 240 for keys in self.by_tag.values() for k in keys)
 
 
 def usable_ds(ds_set: Iterable[dns.rdata.Rdata]) -> list[dns.rdtypes.ANY.DS.DS]:
@@ -158,210 +235,98 @@ def keys_named(
     zone: dns.name.Name,
     keys: Iterable[dns.rdata.Rdata],
     ds_set: Iterable[dns.rdtypes.ANY.DS.DS],
-) -> list[dns.rdtypes.ANY.DNSKEY.DNSKEY]:
-    """S-SEC-5: the zone keys a DS record names (same tag, algorithm and digest)."""
-    wanted = list(ds_set)
+) -> list[Key]:
+    """S-SEC-5: the zone keys a DS record names (same tag, algorithm and digest); at most
+    `MAX_KEYS_PER_TAG` candidates hashed for each DS (S-SEC-14)."""
     named = []
-    for rdata in keys:
-        key = cast(dns.rdtypes.ANY.DNSKEY.DNSKEY, rdata)
-        if not key.flags & dns.rdtypes.dnskeybase.Flag.ZONE:
-            continue
-        for ds in wanted:
-            if ds.key_tag != dns.dnssec.key_id(key) or ds.algorithm != key.algorithm:
+    for ds in ds_set:
+        tried = 0
+        for rdata in keys:
+            key = cast(Key, rdata)
+            if not _is_zone_key(key) or key.algorithm != ds.algorithm:
                 continue
+            if key.key_id() != ds.key_tag or tried >= MAX_KEYS_PER_TAG:
+                continue
+            tried += 1
             try:
                 made = dns.dnssec.make_ds(zone, key, ds.digest_type, validating=True)
             except (dns.exception.UnsupportedAlgorithm, ValueError):
                 continue
-            if made.digest == ds.digest:
+            if made.digest == ds.digest and key not in named:
                 named.append(key)
-                break
     return named
 
 
-def verify_keyset(
-    signed: Signed,
-    zone: dns.name.Name,
-    trusted: Iterable[dns.rdtypes.ANY.DNSKEY.DNSKEY],
-    now: float,
-) -> None:
-    """S-SEC-5: a zone's DNSKEY RRset holds when a key the parent (or the anchor) vouches
-    for is in it and signs it."""
-    trusted = [key for key in trusted if key in signed.rrset]
-    if not trusted:
-        raise DnssecBogus(f"no DNSKEY of {zone} matches its DS or trust anchor [S-SEC-5]")
-    verify(signed, zone, dns.rrset.from_rdata_list(zone, signed.rrset.ttl, trusted), now)
+# --- signatures ----------------------------------------------------------------------------
 
 
-# --- denials -----------------------------------------------------------------------------
-
-UNSIGNED_DELEGATION, NO_DELEGATION = "unsigned_delegation", "no_delegation"
-
-
-def ds_denial(
-    name: dns.name.Name,
-    zone: dns.name.Name,
-    denials: list[Signed],
-    keys: dns.rrset.RRset,
-    now: float,
-) -> str:
-    """S-SEC-6/7: what a signed denial of a DS record at `name`, from `zone`, proves:
-    UNSIGNED_DELEGATION (a delegation with no DS: the child is unsigned), or NO_DELEGATION
-    (no zone starts at `name`). Every NSEC/NSEC3 used is verified with `keys`. Raises
-    `DnssecBogus` when the denial proves neither."""
-    nsec = [d for d in denials if d.rrset.rdtype == NSEC]
-    nsec3 = [d for d in denials if d.rrset.rdtype == NSEC3]
-    if nsec:
-        return _nsec_ds_denial(name, zone, nsec, keys, now)
-    if nsec3:
-        return _nsec3_ds_denial(name, zone, nsec3, keys, now)
-    raise DnssecBogus(f"no DS at {name}, and no NSEC or NSEC3 proving it [S-SEC-6]")
-
-
-def _delegation(name: dns.name.Name, types: set[int]) -> str:
-    if DS in types:
-        raise DnssecBogus(f"the denial of a DS at {name} says it has one [S-SEC-6]")
-    return UNSIGNED_DELEGATION if NS in types and SOA not in types else NO_DELEGATION
-
-
-def _nsec_ds_denial(
-    name: dns.name.Name, zone: dns.name.Name, nsecs: list[Signed], keys: dns.rrset.RRset, now: float
-) -> str:
-    for signed in nsecs:
-        owner = signed.rrset.name
-        record = cast(dns.rdtypes.ANY.NSEC.NSEC, signed.rrset[0])
-        if owner == name:
-            verify(signed, zone, keys, now)
-            return _delegation(name, bitmap_types(record.windows))
-        if covers(owner, record.next, name, zone):
-            # Nothing is at `name` (or only names below it: an empty non-terminal); either
-            # way no NS record, so no zone starts there.
-            verify(signed, zone, keys, now)
-            return NO_DELEGATION
-    raise DnssecBogus(f"no NSEC matches or covers {name} [S-SEC-6]")
-
-
-def covers(
-    owner: dns.name.Name, following: dns.name.Name, name: dns.name.Name, zone: dns.name.Name
-) -> bool:
-    """Whether an NSEC from `owner` to `following` (canonical order; the last wraps to the
-    zone's apex) says that `name` lies between them."""
-    if not name.is_subdomain(zone):
-        return False
-    if owner < following:
-        return bool(owner < name < following)
-    return bool(name > owner or name < following)  # the last NSEC of the zone
-
-
-def bitmap_types(windows: Iterable[tuple[int, bytes]]) -> set[int]:
-    """The types an NSEC/NSEC3 type bitmap lists."""
-    types = set()
-    for window, bitmap in windows:
-        for index, byte in enumerate(bitmap):
-            for bit in range(8):
-                if byte & (0x80 >> bit):
-                    types.add(window * 256 + index * 8 + bit)
-    return types
-
-
-def _nsec3_hash(name: dns.name.Name, record: dns.rdtypes.ANY.NSEC3.NSEC3) -> str:
-    return dns.dnssec.nsec3_hash(name, record.salt, record.iterations, record.algorithm).lower()
-
-
-def _nsec3_next(record: dns.rdtypes.ANY.NSEC3.NSEC3) -> str:
-    return base64.b32hexencode(record.next).decode().rstrip("=").lower()
-
-
-def _nsec3_ds_denial(
-    name: dns.name.Name,
-    zone: dns.name.Name,
-    nsec3s: list[Signed],
-    keys: dns.rrset.RRset,
-    now: float,
-) -> str:
-    first = cast(dns.rdtypes.ANY.NSEC3.NSEC3, nsec3s[0].rrset[0])
-    if first.algorithm != 1:
-        raise DnssecBogus(f"NSEC3 hash algorithm {first.algorithm} is not SHA-1 [S-SEC-7]")
-    if first.iterations > NSEC3_MAX_ITERATIONS:
-        return UNSIGNED_DELEGATION  # RFC 9276 3.2: too costly to check; treated as unsigned
-    hashed = {
-        d.rrset.name.labels[0].decode().lower(): d for d in nsec3s if d.rrset.name.parent() == zone
-    }
-
-    def matching(candidate: dns.name.Name) -> Signed | None:
-        return hashed.get(_nsec3_hash(candidate, first))
-
-    if (match := matching(name)) is not None:
-        verify(match, zone, keys, now)
-        return _delegation(
-            name, bitmap_types(cast(dns.rdtypes.ANY.NSEC3.NSEC3, match.rrset[0]).windows)
-        )
-    # No NSEC3 for the name itself: the closest encloser proof (RFC 5155 8.3), whose next
-    # closer name is covered by an NSEC3; with opt-out set, that may be an unsigned
-    # delegation (RFC 5155 8.6), without it, no name at all.
-    closer = name
-    for encloser in _ancestors(name, zone):
-        if (proof := matching(encloser)) is None:
-            closer = encloser
-            continue
-        wanted = _nsec3_hash(closer, first)
-        for owner_hash, signed in hashed.items():
-            record = cast(dns.rdtypes.ANY.NSEC3.NSEC3, signed.rrset[0])
-            if _hash_covers(owner_hash, _nsec3_next(record), wanted):
-                verify(proof, zone, keys, now)
-                verify(signed, zone, keys, now)
-                opt_out = record.flags & 1
-                return UNSIGNED_DELEGATION if opt_out else NO_DELEGATION
-        break
-    raise DnssecBogus(f"no NSEC3 matches {name} or proves its closest encloser [S-SEC-7]")
-
-
-def _ancestors(name: dns.name.Name, zone: dns.name.Name) -> Iterable[dns.name.Name]:
-    """The names above `name`, nearest first, down to and with the zone's apex."""
-    while name != zone:
-        name = name.parent()
-        yield name
-
-
-def _hash_covers(owner: str, following: str, wanted: str) -> bool:
-    if owner < following:
-        return owner < wanted < following
-    return wanted > owner or wanted < following
-
-
-def wildcard_source(signed: Signed) -> dns.name.Name | None:
-    """S-SEC-8: for an RRset made from a wildcard (its RRSIG counts fewer labels than its
-    name), the next closer name, whose absence must be proven; None otherwise."""
+def verify(signed: Signed, zone: dns.name.Name, keys: ZoneKeys, now: float, budget: Budget) -> Sig:
+    """S-SEC-4: an RRset holds when one of its RRSIGs by `zone` verifies under the zone's
+    keys and is within its validity period; returns that RRSIG. RRSIGs naming no key of
+    the zone are set aside unverified; of the rest, at most `MAX_SIGS_PER_RRSET` are tried
+    (S-SEC-14). Raises `DnssecBogus` saying what failed, once per reason."""
+    what = f"{signed.rrset.name} {dns.rdatatype.to_text(signed.rrset.rdtype)}"
     if signed.sigs is None:
-        return None
-    name = signed.rrset.name
-    labels = len(name) - 1 - (1 if name.labels[0] == b"*" else 0)
-    counted = min(cast(dns.rdtypes.ANY.RRSIG.RRSIG, s).labels for s in signed.sigs)
-    if counted >= labels:
-        return None
-    return name.split(counted + 2)[1]
-
-
-def proves_absent(
-    name: dns.name.Name,
-    zone: dns.name.Name,
-    denials: list[Signed],
-    keys: dns.rrset.RRset,
-    now: float,
-) -> bool:
-    """S-SEC-8: whether a verified NSEC covers `name`, or an NSEC3 covers its hash."""
-    for signed in denials:
-        record = signed.rrset[0]
-        if signed.rrset.rdtype == NSEC:
-            nsec = cast(dns.rdtypes.ANY.NSEC.NSEC, record)
-            hit = covers(signed.rrset.name, nsec.next, name, zone)
-        elif signed.rrset.rdtype == NSEC3 and signed.rrset.name.parent() == zone:
-            nsec3 = cast(dns.rdtypes.ANY.NSEC3.NSEC3, record)
-            owner = signed.rrset.name.labels[0].decode().lower()
-            hit = _hash_covers(owner, _nsec3_next(nsec3), _nsec3_hash(name, nsec3))
-        else:
+        raise DnssecBogus(f"{what} is not signed, in signed zone {zone} [S-SEC-4]")
+    sigs = [cast(Sig, s) for s in signed.sigs]
+    by_zone = [s for s in sigs if s.signer == zone]
+    if not by_zone:
+        signers = sorted({str(s.signer) for s in sigs})[:3]
+        raise DnssecBogus(f"{what} is signed by {', '.join(signers)}, not by {zone} [S-SEC-4]")
+    named = [s for s in by_zone if (s.key_tag, s.algorithm) in keys.by_tag]
+    if not named:
+        tags = sorted({s.key_tag for s in by_zone})[:3]
+        raise DnssecBogus(
+            f"{what}: its RRSIGs name key tag(s) {', '.join(map(str, tags))}, no key of "
+            f"{zone} [S-SEC-4]"
+        )
+    reasons: Counter[str] = Counter()
+    for sig in named[:MAX_SIGS_PER_RRSET]:
+        if sig.expiration < now:
+            reasons["expired"] += 1
             continue
-        if hit:
-            verify(signed, zone, keys, now)
-            return True
-    return False
+        if sig.inception > now:
+            reasons["not yet valid"] += 1
+            continue
+        candidates = keys.by_tag[(sig.key_tag, sig.algorithm)]
+        for _ in candidates:
+            budget.signature()
+        rdataset = dns.rdataset.from_rdata_list(0, candidates)
+        try:
+            dns.dnssec.validate_rrsig(signed.rrset, sig, {zone: rdataset}, now=now)
+            return sig
+        except dns.exception.ValidationFailure as err:
+            reasons[str(err)] += 1
+        except dns.exception.UnsupportedAlgorithm as err:
+            reasons[f"{err} [S-SEC-3]"] += 1
+    said = "; ".join(f"{r} (x{n})" if n > 1 else r for r, n in reasons.items())
+    capped = len(named) > MAX_SIGS_PER_RRSET or keys.colliding
+    if capped:
+        said += (
+            f"; {min(len(named), MAX_SIGS_PER_RRSET)} of its {len(sigs)} RRSIGs tried, with at "
+            f"most {MAX_KEYS_PER_TAG} keys of a tag ({keys.colliding} more keys share tags)"
+        )
+    rule = "S-SEC-14" if capped else "S-SEC-4"
+    raise DnssecBogus(clipped(f"{what}: no signature by {zone} holds: {said} [{rule}]"))
+
+
+def verify_keyset(
+    signed: Signed, zone: dns.name.Name, trusted: Iterable[Key], now: float, budget: Budget
+) -> ZoneKeys:
+    """S-SEC-5: a zone's DNSKEY RRset holds when a key the parent (or the anchor) vouches
+    for is in it and signs it; returns the zone's keys, indexed (`ZoneKeys`)."""
+    vouched = [key for key in trusted if key in signed.rrset]
+    if not vouched:
+        raise DnssecBogus(f"no DNSKEY of {zone} matches its DS or trust anchor [S-SEC-5]")
+    verify(signed, zone, ZoneKeys.of(vouched), now, budget)
+    return ZoneKeys.of(signed.rrset)
+
+
+def wildcard_source(name: dns.name.Name, sig: Sig) -> dns.name.Name | None:
+    """S-SEC-8: for an RRset at `name` made from a wildcard (the RRSIG that verified counts
+    fewer labels than the name), the next closer name, whose absence must be proven; None
+    otherwise."""
+    labels = len(name) - 1 - (1 if name.labels[0] == b"*" else 0)
+    if sig.labels >= labels:
+        return None
+    return name.split(sig.labels + 2)[1]

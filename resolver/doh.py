@@ -3,8 +3,8 @@ operators whose network lets no DNS out on port 53. (dnspython's own DoH client 
 `httpx2`, which atwhois does not install.)
 
 A DoH server is a configured upstream, as a nameserver is: the address guard for strangers'
-hosts does not apply, the configured CA bundle does, and so do a deadline, a size cap (a DNS
-message is at most 65,535 bytes) and no redirects.
+hosts does not apply, the configured CA bundle does, and so do a deadline, the size cap of
+every DNS answer (H-DNS-8) and no redirects.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import dns.message
 import dns.nameserver
 import httpx
 
+from .dns_wire import MAX_ANSWER_BYTES, malformed, timed_out, too_large
 from .tls import tls_context
 
 MEDIA_TYPE = "application/dns-message"
-MAX_MESSAGE = 65535
 
 
 class DohNameserver(dns.nameserver.Nameserver):
@@ -87,16 +87,16 @@ class DohNameserver(dns.nameserver.Nameserver):
                         raise ConnectionError(f"DoH server answered HTTP {answer.status_code}")
                     kind = answer.headers.get("content-type", "").split(";")[0].strip()
                     if kind.lower() != MEDIA_TYPE:
-                        raise _malformed(f"DoH answer is {kind or 'untyped'}")
+                        raise malformed(f"DoH answer is {kind or 'untyped'}")
                     body = bytearray()
                     async for chunk in answer.aiter_bytes():
                         body += chunk
-                        if len(body) > MAX_MESSAGE:
-                            raise _malformed("DoH answer is over 65,535 bytes")
+                        if len(body) > MAX_ANSWER_BYTES:  # H-DNS-8
+                            raise too_large(f"over {len(body):,}")
         except TimeoutError:
-            raise _timed_out(timeout) from None
+            raise timed_out(timeout) from None
         except httpx.TimeoutException:
-            raise _timed_out(timeout) from None
+            raise timed_out(timeout) from None
         except httpx.HTTPError as err:
             raise ConnectionError(f"DoH: {type(err).__name__}: {err}") from None
         try:
@@ -108,9 +108,9 @@ class DohNameserver(dns.nameserver.Nameserver):
                 ignore_trailing=ignore_trailing,
             )
         except dns.exception.DNSException as err:
-            raise _malformed(f"DoH answer is no DNS message: {err}") from None
+            raise malformed(f"DoH answer is no DNS message: {err}") from None
         if not request.is_response(response):
-            raise _malformed("DoH answer is not the response to the query")
+            raise malformed("DoH answer is not the response to the query")
         return response
 
     async def aclose(self) -> None:
@@ -118,11 +118,3 @@ class DohNameserver(dns.nameserver.Nameserver):
         client = self._clients.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.aclose()
-
-
-def _malformed(why: str) -> dns.exception.FormError:
-    return dns.exception.FormError(why)  # type: ignore[no-untyped-call]
-
-
-def _timed_out(seconds: float) -> dns.exception.Timeout:
-    return dns.exception.Timeout(timeout=seconds)  # type: ignore[no-untyped-call]

@@ -76,6 +76,16 @@ class UpstreamTimeout(UpstreamFailure):
     """The step ran out of time."""
 
 
+class DnsAnswerTooLarge(UpstreamFailure):
+    """A DNS answer over the size atwhois reads (H-DNS-8), refused unread: that server's
+    answer failed, whatever it held (a zone padded to cost its readers, a broken server)."""
+
+
+class DnsRefused(UpstreamFailure):
+    """Every DNS server asked refused the question (REFUSED, NOTIMP): it will not answer it,
+    now or later, as an authoritative-only server asked about a zone it does not serve."""
+
+
 class UnconfirmedAbsence(UpstreamFailure):
     """A source that may be behind does not know the DID: absence as of its last read of
     the upstream, which cannot confirm a DID created since (a sign-up looked up at once).

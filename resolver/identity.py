@@ -320,6 +320,14 @@ def now_iso() -> str:
     return iso_time(time.time())
 
 
+def failed_inside(identifier: str, err: Exception, checked_at: str) -> Identity:
+    """The report of a lookup that failed inside atwhois (a bug, not an answer): unavailable,
+    like any failure that says nothing of the identity, so that one identity's failure never
+    ends a batch or an audit run, and never reads as absence or as invalid."""
+    error = f"atwhois failed to resolve this: {type(err).__name__}: {err}"
+    return Identity(query=identifier, status=Status.UNAVAILABLE, error=error, checked_at=checked_at)
+
+
 def invalid_input(identifier: str, err: InvalidInput, checked_at: str) -> Identity:
     """The report for input that never reached the network."""
     return Identity(

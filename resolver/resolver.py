@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .config import Config
 from .did import check_http_response, check_plc_response, document_url, mirror_note
 from .document import parse_json_document
-from .errors import DnssecBogus, InvalidInput, MalformedAnswer, ResolutionError
+from .errors import DnssecBogus, InvalidInput, MalformedAnswer, NotFound, ResolutionError
 from .handle import (
     WELL_KNOWN_MAX_BYTES,
     WELL_KNOWN_PATH,
@@ -83,7 +83,12 @@ class Resolver:
             from .dnssec import parse_anchors
             from .dnssec_chain import DnssecChain
 
-            self._dnssec = DnssecChain(self.dns.ask, parse_anchors(self.config.dnssec_anchors))
+            self._dnssec = DnssecChain(
+                self.dns.ask,
+                parse_anchors(self.config.dnssec_anchors),
+                memory_bytes=self.config.dnssec_memory_bytes,
+                deadline=self.config.dns_timeout,
+            )
         return self._dnssec
 
     @property
@@ -224,8 +229,7 @@ class Resolver:
             else:
                 warming = asyncio.ensure_future(self.dnssec.warm(name))
                 try:
-                    records, response = await self.dns.txt_answer(name)
-                    checked.append(await self.dnssec.check(response))
+                    records = await self._dnssec_txt(name, checked)
                 finally:
                     warming.cancel()  # the walk it started goes on, kept for the next lookup
             seen.extend(dids_in_txt(records))
@@ -235,6 +239,24 @@ class Resolver:
 
         evidence = await _timed(run, source=name, seen=seen)
         return dataclasses.replace(evidence, dnssec=checked[0]) if checked else evidence
+
+    async def _dnssec_txt(self, name: str, checked: list[DnssecCheck]) -> list[list[bytes]]:
+        """The TXT records at `name`, and what DNSSEC says of them (into `checked`); an
+        absence is checked too (S-SEC-16): a bogus one is no evidence of absence."""
+        records, response, absent = await self.dns.txt_answer(name)
+        if absent is None:
+            checked.append(await self.dnssec.check(response))
+            return records
+        import dns.name
+        import dns.rdatatype
+
+        check = await self.dnssec.check_absent(
+            dns.name.from_text(name), dns.rdatatype.TXT, response
+        )
+        checked.append(check)
+        if check.state == BOGUS:
+            raise DnssecBogus(f"DNSSEC: the absence is bogus: {check.reason}")
+        raise NotFound(absent)
 
     async def _https_method(self, handle: str) -> Evidence:
         url = f"https://{handle}{WELL_KNOWN_PATH}"

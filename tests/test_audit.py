@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from audit import Auditor, AuditStore, Check, Finding, RunReport, Watched, compare
+from audit.processes import check_one
 from audit.webhook import Webhook
 from cache import CachedResolver, MemoryStore
 from devnet import world
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
-from resolver import Config, Resolver, Status
+from resolver import Config, Identity, Resolver, Status
 from tests.support.webhook_receiver import SECRET, Receiver, signed_by
 
 
@@ -233,3 +234,29 @@ def test_compare_is_pure_and_ignores_fields_that_vanish() -> None:
     assert [f.kind for f in findings] == ["became_unverified"] and failures == 0
     findings, _ = compare(None, base, 0, 3)
     assert findings == []  # a first check has nothing to compare with
+
+
+async def test_a_lookup_that_fails_inside_atwhois_is_that_identity_s_transient_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug met by one identity (an exception no rule classified) ends neither the run nor
+    the others' checks: that identity's check is unavailable, saying what failed, and the
+    failure is logged with its traceback."""
+
+    class Breaking:
+        """A directory that resolves every identity but one, and fails inside on that one."""
+
+        resolver = Resolver(Config())
+
+        async def refresh(self, identifier: str) -> Identity:
+            if identifier == "broken.example":
+                raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+            return Identity(
+                query=identifier, status=Status.VERIFIED, did="did:plc:x", checked_at=""
+            )
+
+    broken = await check_one(Breaking(), "broken.example")  # type: ignore[arg-type]
+    fine = await check_one(Breaking(), "fine.example")  # type: ignore[arg-type]
+    assert (broken.status, fine.status) == ("unavailable", "verified")
+    assert broken.transient and "UnicodeDecodeError" in (broken.error or "")
+    assert "audit_check_failed broken.example" in caplog.text

@@ -161,3 +161,47 @@ def test_a_documents_unwritable_characters_are_shown_escaped(
     assert "\\ud800" in out
     data = report([f"did:web:{host}", "--json"], devnet_env, code)
     assert data["also_known_as"][1] == "at://\ud800.example.com"
+
+
+def test_a_batch_goes_on_past_a_lookup_that_fails_inside_atwhois(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One identity that meets a bug (an exception no rule classified): its line says it is
+    unavailable and why, the traceback goes to stderr, and every other line is printed."""
+    import argparse
+    import asyncio
+
+    from cli.lookup import _batch
+    from resolver import Identity, Status
+
+    class Breaking:
+        async def lookup(self, identifier: str) -> Identity:
+            if identifier == "broken.example":
+                raise ValueError("Wrong hash algorithm (only SHA1 is supported)")
+            return Identity(
+                query=identifier, status=Status.VERIFIED, did="did:plc:x", checked_at=""
+            )
+
+        async def aclose(self) -> None:
+            pass
+
+    args = argparse.Namespace(
+        concurrency=2,
+        no_color=True,
+        document=False,
+        short=False,
+        json=True,
+        refresh=False,
+        server=None,
+    )
+    names = ["a.example", "broken.example", "c.example"]
+    code = asyncio.run(_batch(Breaking(), names, args, False))  # type: ignore[arg-type]
+    out, err = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(r["query"], r["status"]) for r in lines] == [
+        ("a.example", "verified"),
+        ("broken.example", "unavailable"),
+        ("c.example", "verified"),
+    ]
+    assert "Wrong hash algorithm" in lines[1]["error"] and "Traceback" in err
+    assert code == Status.UNAVAILABLE.exit_code and "summary: 3 identifiers" in err

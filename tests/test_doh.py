@@ -104,7 +104,7 @@ REPLIES: dict[str, tuple[Callable[[], web.Response], str]] = {
     "an HTML page": (lambda: web.Response(text="<html>", content_type="text/html"), "text/html"),
     "too large": (
         lambda: web.Response(body=b"\0" * 70_000, content_type="application/dns-message"),
-        "65,535",
+        "over 16,384 [H-DNS-8]",
     ),
     "not DNS": (
         lambda: web.Response(body=b"\1\2\3", content_type="application/dns-message"),

@@ -1,7 +1,8 @@
 """Fuzzing every parser that takes a stranger's bytes: identifiers, TXT records, well-known
 bodies, DID documents, PLC operations, audit logs and export lines, XRPC query strings and
-bodies, the TOML configuration; and the followers of hostile sources (`fuzz_hostile`):
-export page sequences, stream frame sequences, the mirror's read API queries.
+bodies, the TOML configuration, DNSSEC responses and the walk over them (`fuzz_dnssec`); and
+the followers of hostile sources (`fuzz_hostile`): export page sequences, stream frame
+sequences, the mirror's read API queries.
 
 Each target is a Hypothesis strategy (random input, and real inputs from the vectors with
 parts swapped for random ones) and a function that may fail only in the classified ways the
@@ -53,6 +54,7 @@ from stream import MalformedFrame
 from stream import decode as decode_frame
 from stream.frames import decode_jetstream
 
+from . import fuzz_dnssec
 from .fuzz_hostile import HOSTILE
 from .fuzz_inputs import (
     LOGS,
@@ -269,124 +271,6 @@ def _commit(raw: bytes) -> None:
         assert isinstance(commit.signature, bytes) and len(commit.signature) == 64
 
 
-def _dnssec_seeds() -> tuple[list[bytes], Any, Any]:
-    """Responses a DNSSEC walk reads, from a zone signed here with a fixed key: a signed TXT
-    answer, the zone's DNSKEY set, a DS denied by NSEC, a wildcard answer; and the anchors and
-    keys they verify under."""
-    import dns.dnssec
-    import dns.message
-    import dns.name
-    import dns.rdatatype
-    import dns.rrset
-    import dns.zone
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    from resolver.dnssec import parse_anchors
-
-    origin = dns.name.from_text("example.")
-    zone = dns.zone.from_text(
-        "$TTL 60\n@ SOA ns hostmaster 1 3600 600 86400 60\n@ NS ns\nns A 127.0.0.1\n"
-        '_atproto.a TXT "did=did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"\nchild NS ns.elsewhere.\n'
-        '*.w TXT "did=did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"\n',
-        origin=origin,
-    )
-    key = ec.derive_private_key(20261203, ec.SECP256R1())
-    dnskey = dns.dnssec.make_dnskey(
-        key.public_key(), dns.dnssec.Algorithm.ECDSAP256SHA256, flags=257
-    )
-    with zone.writer() as txn:
-        dns.dnssec.sign_zone(zone, txn, keys=[(key, dnskey)], inception=1796000000, lifetime=10**8)
-    whole = dns.zone.from_text(zone.to_text(relativize=False), origin=origin, relativize=False)
-
-    def response(name: str, rdtype: str, answer: str | None, denial: str | None = None) -> bytes:
-        message = dns.message.make_response(dns.message.make_query(name, rdtype, want_dnssec=True))
-        for owner, section, covered in (
-            (answer, message.answer, rdtype),
-            (denial, message.authority, "NSEC"),
-        ):
-            if owner is None:
-                continue
-            found = dns.name.from_text(owner)
-            section.append(whole.find_rrset(found, covered))
-            section.append(whole.find_rrset(found, dns.rdatatype.RRSIG, covered))
-        return message.to_wire()
-
-    seeds = [
-        response("_atproto.a.example.", "TXT", "_atproto.a.example."),
-        response("example.", "DNSKEY", "example."),
-        response("child.example.", "DS", None, "child.example."),
-        response("*.w.example.", "TXT", "*.w.example."),
-    ]
-    anchors = parse_anchors([f"example. DNSKEY {dnskey.to_text()}"])
-    return seeds, anchors, whole.find_rrset(origin, dns.rdatatype.DNSKEY)
-
-
-DNSSEC_SEEDS, DNSSEC_ANCHORS, DNSSEC_KEYS = _dnssec_seeds()
-DNSSEC_NOW = 1796300000.0  # within the seeds' signatures
-
-
-def _questions(seeds: list[bytes]) -> dict[tuple[Any, Any], bytes]:
-    import dns.message
-
-    messages = [(dns.message.from_wire(raw), raw) for raw in seeds]
-    return {(m.question[0].name, m.question[0].rdtype): raw for m, raw in messages}
-
-
-_DNSSEC_PRISTINE = _questions(DNSSEC_SEEDS)
-
-
-def _dnssec(raw: bytes) -> None:
-    """A response a resolver sent for the walk (S-SEC-*): dnspython parses it or says it
-    cannot; the rules then say bogus (`DnssecBogus`) or decide, and the whole walk, fed that
-    response for every question it asks, ends in one of the four states."""
-    import asyncio
-
-    import dns.exception
-    import dns.message
-    import dns.name
-
-    from resolver import dnssec
-    from resolver.dnssec_chain import DnssecChain
-    from resolver.errors import DnssecBogus
-    from resolver.identity import BOGUS, INDETERMINATE, INSECURE, SECURE
-
-    try:
-        message = dns.message.from_wire(raw)
-    except (dns.exception.DNSException, ValueError, UnicodeError):
-        return
-    origin = dns.name.from_text("example.")
-    dnssec.strips_dnssec(message)
-    for signed in dnssec.signed_rrsets(message.answer):
-        dnssec.wildcard_source(signed)
-        with contextlib.suppress(DnssecBogus):
-            dnssec.verify(signed, origin, DNSSEC_KEYS, DNSSEC_NOW)
-    denials = [
-        s
-        for s in dnssec.signed_rrsets(message.authority)
-        if s.rrset.rdtype in (dnssec.NSEC, dnssec.NSEC3)
-    ]
-    for name in ("child.example.", "_atproto.a.example.", "nothing.example."):
-        with contextlib.suppress(DnssecBogus):
-            decided = dnssec.ds_denial(
-                dns.name.from_text(name), origin, denials, DNSSEC_KEYS, DNSSEC_NOW
-            )
-            assert decided in (dnssec.UNSIGNED_DELEGATION, dnssec.NO_DELEGATION)
-
-    asked = (message.question[0].name, message.question[0].rdtype) if message.question else None
-
-    async def answer(name: Any, rdtype: Any) -> dns.message.Message:
-        """The input for its own question (or for any, if it has none); the seeds' pristine
-        answers for the others."""
-        if asked is None or (name, rdtype) == asked:
-            return message
-        pristine = _DNSSEC_PRISTINE.get((name, rdtype))
-        return dns.message.from_wire(pristine) if pristine else message
-
-    chain = DnssecChain(answer, DNSSEC_ANCHORS, clock=lambda: DNSSEC_NOW)
-    check = asyncio.run(chain.check(message))
-    assert check.state in (SECURE, INSECURE, BOGUS, INDETERMINATE)
-
-
 TOML_SEEDS = [
     'cache = "memory:"\nttl_verified = "1:3600"\n',
     'dev = true\nplc_url = "https://plc.directory"\nport = 2584\n',
@@ -440,7 +324,8 @@ TARGETS = [
     ),
     Target("cache entries", flipped_or_random(ENTRIES), _entry),
     Target("PDS commit blocks", flipped_or_random([COMMIT_CAR]), _commit),
-    Target("DNSSEC records", flipped_or_random(DNSSEC_SEEDS), _dnssec),
+    Target("DNSSEC records", flipped_or_random(fuzz_dnssec.SEEDS), fuzz_dnssec.rules_and_walk),
+    Target("DNSSEC walk, hostile", fuzz_dnssec.hostile_seeds, fuzz_dnssec.hostile_walk),
     Target(
         "TOML configuration",
         st.one_of(mutated_text(TOML_SEEDS), st.text(max_size=120)),
@@ -551,8 +436,10 @@ def fuzz(target: Target | XrpcTarget, examples: int, fixed_seed: int | None) -> 
         case = seed(fixed_seed)(case)
     try:
         case()
-    except Exception as err:  # the crash, shrunk: report it
-        return count, f"{type(err).__name__}: {err}"[:2000]
+    except Exception as err:  # the crash, shrunk: report it (and what a flaky one hid)
+        inner = getattr(err, "exceptions", ())
+        said = "; ".join(f"{type(e).__name__}: {e}" for e in inner)
+        return count, f"{type(err).__name__}: {err} {said}"[:2000]
     return count, ""
 
 

@@ -19,9 +19,10 @@ setup: $(STAMP)
 run: setup
 	$(PY) -m devnet.demo
 
-## The tests: set-up, the test network (started by the suite), pytest.
+## The tests: set-up, the test network (started by the suite), pytest. In another order:
+## make test PYTEST_ARGS=--random-order (the seed it prints replays one).
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check foundation resolver cache server cli audit stream mirror devnet tests bench

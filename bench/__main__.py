@@ -19,6 +19,7 @@ from bench import (
     plc_mirror,
     plc_verify,
     serve_load,
+    slow_readers,
     startup,
     stream_decode,
 )
@@ -38,6 +39,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "stream": stream_decode.main,
     "follow": follow_load.main,
     "idle": idle_connections.main,
+    "slow": slow_readers.main,
 }
 
 

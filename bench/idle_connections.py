@@ -19,13 +19,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import httpx
 
 from bench import Row
+from bench.memory_load import Highest
 from devnet.atwhois import Daemon, running_daemon
 from devnet.network import running_devnet
 from devnet.process import open_sockets
@@ -104,20 +104,10 @@ def measure(what: str, daemon: Daemon, paths: list[str], args: argparse.Namespac
         )
         for _ in range(2)
     ]
-    most_files = [0]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            most_files[0] = max(most_files[0], open_sockets(daemon.process.pid))
-            stop.wait(0.2)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    time.sleep(min(10.0, args.seconds / 3))  # the connections opened
-    loaded = _latencies(daemon.url, paths, args.requests)
-    stop.set()
-    sampler.join()
+    with Highest(lambda: open_sockets(daemon.process.pid)) as sockets:
+        time.sleep(min(10.0, args.seconds / 3))  # the connections opened
+        loaded = _latencies(daemon.url, paths, args.requests)
+    most_files = int(sockets.value)
     for holder in holders:
         holder.wait(args.seconds + 30)
     log_lines = len(daemon.log.read_text().splitlines()) - log_before
@@ -125,13 +115,13 @@ def measure(what: str, daemon: Daemon, paths: list[str], args: argparse.Namespac
     print(
         f"{what}: p50 {_p(idle, 50):.2f} ms idle, {_p(loaded, 50):.2f} ms under "
         f"{args.connections:,} idle connections; p99 {_p(idle, 99):.2f} / {_p(loaded, 99):.2f} "
-        f"ms; most open sockets {most_files[0]:,} (bound {bound:,}); "
+        f"ms; most open sockets {most_files:,} (bound {bound:,}); "
         f"log grew {log_lines} lines"
     )
     return [
         Row(f"{what}: p99 under {args.connections:,} idle conns", _p(loaded, 99),
             _p(idle, 99), "the same, no idle conn", "ms", True),
-        Row(f"{what}: most open sockets", most_files[0], bound, "max_connections", "sockets", True),
+        Row(f"{what}: most open sockets", most_files, bound, "max_connections", "sockets", True),
     ]  # fmt: skip
 
 

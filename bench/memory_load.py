@@ -18,8 +18,10 @@ import asyncio
 import itertools
 import re
 import tempfile
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -34,6 +36,29 @@ XRPC = "/xrpc/com.atproto.identity.resolveDid"
 def rss_mib(pid: int) -> float:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+
+
+class Highest:
+    """The highest value `read()` gave, sampled every 0.2 s in a thread while the `with`
+    block runs (a process's memory, its open sockets)."""
+
+    def __init__(self, read: Callable[[], float]) -> None:
+        self.read, self.value = read, read()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.value = max(self.value, self.read())
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> Highest:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 async def load(

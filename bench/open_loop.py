@@ -3,23 +3,32 @@ answers before it did, and its latency counts from when it was due, so a server 
 behind is charged for the queue it built (a closed loop such as wrk's stops asking while it
 waits, and its p99 is bounded by Little's law instead).
 
-    python -m bench.open_loop URL_BASE PATHS_FILE RATE SECONDS [CONNECTIONS]
+    python -m bench.open_loop URL_BASE PATHS_FILE RATE SECONDS [CONNECTIONS [OUT]]
 
-prints one JSON line: sent, answered, non_2xx, errors, p50_ms, p99_ms, p999_ms, max_ms.
+prints one JSON line: sent, answered, non_2xx, errors, p50_ms, p99_ms, p999_ms, max_ms; and
+with OUT, writes each answered request's due time (`time.monotonic`, which every process of
+the machine shares) and latency in seconds there, as pairs of doubles (for a bench to split
+the run into windows).
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import json
 import random
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 
 async def _connection(
-    host: str, port: int, queue: asyncio.Queue[tuple[float, bytes]], results: dict[str, list[float]]
+    host: str,
+    port: int,
+    queue: asyncio.Queue[tuple[float, bytes]],
+    results: dict[str, list[float]],
+    answered: array.array[float],
 ) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     while True:
@@ -33,9 +42,9 @@ async def _connection(
                 if line[:15].lower() == b"content-length:":
                     length = int(line[15:])
             await reader.readexactly(length)
-            results["latency" if 200 <= status < 300 else "non_2xx"].append(
-                time.perf_counter() - due
-            )
+            latency = time.monotonic() - due
+            results["latency" if 200 <= status < 300 else "non_2xx"].append(latency)
+            answered.extend((due, latency))
         except (OSError, asyncio.IncompleteReadError, ValueError):
             results["errors"].append(0.0)
             writer.close()
@@ -44,7 +53,14 @@ async def _connection(
             queue.task_done()
 
 
-async def run(base: str, paths: list[str], rate: float, seconds: float, connections: int) -> dict:
+async def run(
+    base: str,
+    paths: list[str],
+    rate: float,
+    seconds: float,
+    connections: int,
+    answered: array.array[float],
+) -> dict:
     parts = urlsplit(base)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     requests = [f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode() for path in paths]
@@ -52,13 +68,14 @@ async def run(base: str, paths: list[str], rate: float, seconds: float, connecti
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
     results: dict[str, list[float]] = {"latency": [], "non_2xx": [], "errors": []}
     workers = [
-        asyncio.create_task(_connection(host, port, queue, results)) for _ in range(connections)
+        asyncio.create_task(_connection(host, port, queue, results, answered))
+        for _ in range(connections)
     ]
     total = int(rate * seconds)
-    start = time.perf_counter() + 0.1
+    start = time.monotonic() + 0.1
     for i in range(total):
         due = start + i / rate
-        wait = due - time.perf_counter()
+        wait = due - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
         queue.put_nowait((due, requests[i % len(requests)]))
@@ -87,7 +104,11 @@ def main() -> None:
     connections = int(sys.argv[5]) if len(sys.argv) > 5 else 100
     with open(paths_file) as listing:
         paths = [line.strip() for line in listing if line.strip()]
-    print(json.dumps(asyncio.run(run(base, paths, float(rate), float(seconds), connections))))
+    answered: array.array[float] = array.array("d")
+    result = asyncio.run(run(base, paths, float(rate), float(seconds), connections, answered))
+    if len(sys.argv) > 6:
+        Path(sys.argv[6]).write_bytes(answered.tobytes())
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,21 @@
 """A relay stand-in for `bench follow`: `subscribeRepos` at a schedule of rates, the
 network's mix (`devnet.relay_frames`: 96 % commits with 0.5 to 6 KB of blocks, 3 % syncs,
-0.5 % identity and 0.5 % account events, half of those about identities the daemon caches),
-each frame encoded as it is sent with its own `seq`. It keeps when it sent each `seq`
-(`time.monotonic`, which every process of the machine shares) and writes them out when it
-stops, for the bench to tell each event's lag. The schedule starts once GO_FILE exists (the
-bench's timed run begins), and not before a subscriber connected.
+0.5 % identity and 0.5 % account events, HELD_SHARE of those about identities the daemon
+caches: each of those it re-verifies),
+each frame encoded as it is sent.
 
-    python -m bench.relay_standin PORT SECONDS RATE BURST_RATE BURST_SECONDS BURST_EVERY SENT_FILE
-                                  GO_FILE
+Two consumers connect: the daemon's follower (on the relay's path) and a drain that drops
+what it reads (on DRAIN_PATH). The schedule's events go to one of them at a time, in
+windows of WINDOW seconds: the drain in even windows, the follower in odd ones, so the
+daemon is measured with and without the stream in the same run while the stand-in (another
+machine, on a real network) costs the same throughout. The follower's events are numbered
+`seq` 1, 2, ... and the stand-in keeps when it sent each (`time.monotonic`, which every
+process of the machine shares); when it stops it writes the moment its schedule started,
+then those times, as doubles. The schedule starts once GO_FILE exists (the bench's timed run
+begins) and both consumers are connected.
+
+    python -m bench.relay_standin PORT SECONDS RATE BURST_RATE BURST_SECONDS BURST_EVERY WINDOW
+                                  HELD_SHARE SENT_FILE GO_FILE
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from aiohttp import web
 from devnet import relay_frames, world
 
 PATH = "/xrpc/com.atproto.sync.subscribeRepos"
+DRAIN_PATH = "/drain"
 CACHED_SAMPLE = 100_000  # cached identities the stand-in's events name (the devnet serves them)
 
 
@@ -49,19 +58,29 @@ class Schedule:
         return int(self.rate * elapsed + extra)
 
 
+def following(elapsed: float, window: float) -> bool:
+    """Whether the follower (not the drain) gets the events due `elapsed` seconds in."""
+    return int(elapsed // window) % 2 == 1
+
+
 class Relay:
-    def __init__(self, schedule: Schedule, seconds: float, go: Path) -> None:
-        self.schedule, self.seconds, self.go = schedule, seconds, go
-        self.sent = array.array("d")  # index seq - 1: when it was sent
+    def __init__(
+        self, schedule: Schedule, seconds: float, window: float, held_share: float, go: Path
+    ) -> None:
+        self.schedule, self.seconds, self.window, self.go = schedule, seconds, window, go
+        self.held_share = held_share
+        self.sent = array.array("d")  # the follower's events, index seq - 1: when sent
+        self.drained = 0  # events the drain was sent
         self.rng = random.Random(7)
         self.blocks = [self.rng.randbytes(self.rng.randint(500, 6000)) for _ in range(512)]
+        self.consumers: dict[str, web.WebSocketResponse] = {}
         self.started: float | None = None
 
     def frame(self, seq: int) -> bytes:
         rng = self.rng
         roll = rng.random()
         if roll < 0.01:
-            cached = rng.random() < 0.5
+            cached = rng.random() < self.held_share
             host = world.bulk_host(rng.randrange(CACHED_SAMPLE))
             stranger = "did:plc:" + "".join(rng.choices("abcdefghijklmnopqrstuvwxyz234567", k=24))
             did = f"did:web:{host}" if cached else stranger
@@ -94,41 +113,57 @@ class Relay:
     async def handle(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=0)
         await ws.prepare(request)
-        while not self.go.exists() and not ws.closed:
-            await asyncio.sleep(0.05)
-        if self.started is None:
-            self.started = time.monotonic()
-        while not ws.closed:
-            elapsed = time.monotonic() - self.started
-            if elapsed > self.seconds:
-                break
-            due = self.schedule.due(elapsed)
-            while len(self.sent) < due and not ws.closed:
-                seq = len(self.sent) + 1
-                await ws.send_bytes(self.frame(seq))
-                self.sent.append(time.monotonic())
-            await asyncio.sleep(0.002)
-        await ws.close()
+        self.consumers["drain" if request.path == DRAIN_PATH else "follower"] = ws
+        async for _ in ws:  # until it leaves; it says nothing that matters
+            pass
         return ws
+
+    async def send(self) -> None:
+        """The schedule, to whichever consumer's window it is."""
+        while not self.go.exists() or len(self.consumers) < 2:
+            await asyncio.sleep(0.05)
+        self.started = time.monotonic()
+        while (elapsed := time.monotonic() - self.started) <= self.seconds:
+            due = self.schedule.due(elapsed)
+            to_follower = following(elapsed, self.window)
+            ws = self.consumers["follower" if to_follower else "drain"]
+            while len(self.sent) + self.drained < due:
+                if to_follower:
+                    frame = self.frame(len(self.sent) + 1)
+                else:
+                    frame = self.frame(self.drained + 1)
+                try:
+                    await ws.send_bytes(frame)
+                except ConnectionResetError:  # it left: the run is over
+                    return
+                if to_follower:
+                    self.sent.append(time.monotonic())
+                else:
+                    self.drained += 1
+            await asyncio.sleep(0.002)
 
 
 async def serve(port: int, relay: Relay, out: Path) -> None:
     app = web.Application()
     app.router.add_get(PATH, relay.handle)
+    app.router.add_get(DRAIN_PATH, relay.handle)
     runner = web.AppRunner(app, shutdown_timeout=1.0)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
+    sending = asyncio.create_task(relay.send())
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
-    out.write_bytes(relay.sent.tobytes())
+    sending.cancel()
+    out.write_bytes(array.array("d", [relay.started or 0.0]).tobytes() + relay.sent.tobytes())
     await runner.cleanup()
 
 
 def main(argv: list[str]) -> None:
-    port, seconds, rate, burst_rate, burst_seconds, every, out, go = argv
+    port, seconds, rate, burst_rate, burst_seconds, every, window, held, out, go = argv
     schedule = Schedule(float(rate), float(burst_rate), float(burst_seconds), float(every))
-    asyncio.run(serve(int(port), Relay(schedule, float(seconds), Path(go)), Path(out)))
+    relay = Relay(schedule, float(seconds), float(window), float(held), Path(go))
+    asyncio.run(serve(int(port), relay, Path(out)))
 
 
 if __name__ == "__main__":

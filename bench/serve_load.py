@@ -159,9 +159,22 @@ def _percentile(out: str, which: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
-def open_loop(url: str, listing: Path, rate: int, seconds: int) -> dict[str, float]:
+def open_loop(
+    url: str, listing: Path, rate: int, seconds: int, answered: Path | None = None
+) -> dict[str, float]:
+    """`bench.open_loop`'s figures; with `answered`, its (due, latency) pairs written there."""
+    extra = ["100", str(answered)] if answered is not None else []
     out = subprocess.run(
-        [sys.executable, "-m", "bench.open_loop", url, str(listing), str(rate), str(seconds)],
+        [
+            sys.executable,
+            "-m",
+            "bench.open_loop",
+            url,
+            str(listing),
+            str(rate),
+            str(seconds),
+            *extra,
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -24,7 +24,12 @@ A claim is compared with the document held when its event was heard, not when it
 starts: an event heard during another refresh of the DID waits for that one, which may
 have stored the very change it names; compared with that document, it would wait out its
 whole window for a change that had shown already. Two changes of one DID closer together
-than the source's lag are not told apart: the first document that differs settles both."""
+than the source's lag are not told apart: the first document that differs settles both.
+
+At most `max_pending` DIDs are being re-verified (and so have a claim open) at once: past
+that, a change is counted (`overflow`) and not followed: the answer held ages by the policy
+as it would without the event. A flood of events costs memory and upstream requests up to
+that bound, not up to the event rate."""
 
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ from typing import Any, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
+from foundation import defaults
 from resolver import Identity
 
 from .resolver import CachedResolver
@@ -59,8 +65,10 @@ class Revalidator:
         *,
         concurrency: int = 8,
         watchers: list[Watcher] | None = None,
+        max_pending: int = defaults.MAX_CLAIMS,
     ) -> None:
         self.cached = cached
+        self.max_pending = max_pending
         self.watchers = watchers or []
         self.revalidations = 0
         self.failures = 0
@@ -74,17 +82,28 @@ class Revalidator:
         """A source that may be ahead of the document's source (`claim`: what it said)
         says `did` changed: the claim is opened now, against the document held now, and
         the DID re-checked until the change shows (nothing, for a DID not held)."""
+        if self._full(did):
+            return
         if await self.cached.claim(did, claim, CLAIM_WINDOW):
             self.changed(did, hinted)
 
     def changed(self, did: str, hinted: str | None = None) -> None:
         """`did` changed (`hinted`: the handle the source says it has now)."""
+        if self._full(did):
+            return
         change = Change(hinted)
         if did in self._running:
             self._running[did] = change  # once more when the one under way ends
             return
         self._running[did] = None
         self._spawn(self._revalidate(did, change))
+
+    def _full(self, did: str) -> bool:
+        """Whether `did` would be one re-verification past the bound (counted)."""
+        if did in self._running or len(self._running) < self.max_pending:
+            return False
+        self.claims["overflow"] += 1
+        return True
 
     def changed_many(self, dids: Iterable[str]) -> None:
         for did in dids:
@@ -163,9 +182,11 @@ class Revalidator:
             "atwhois_stream_claims",
             "Changes an event said before the document's source showed them (claims), by "
             "how their re-checks ended: the change showed (settled), or the window ended "
-            "first and the source's answer was taken as it was (window_ended).",
+            "first and the source's answer was taken as it was (window_ended); and changes "
+            "not followed, as many re-verifications as the bound allows were under way "
+            "(overflow).",
             labels=["result"],
         )
-        for result in ("settled", "window_ended"):
+        for result in ("settled", "window_ended", "overflow"):
             claims.add_metric([result], self.claims[result])
         yield claims

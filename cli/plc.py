@@ -178,6 +178,7 @@ def mirror_api_from(values: Values, store: SqlMirrorStore, follower: Follower) -
         poke=follower.poke,
         stream_backlog=values.plc_mirror_stream_backlog,
         stream_timeout=values.plc_mirror_stream_timeout,
+        stream_consumers=values.plc_mirror_stream_consumers,
     )
 
 
@@ -296,6 +297,8 @@ def _serve(
             log=logging.getLogger("atwhois.mirror"),
             started=follower.start,
             max_connections=values.max_connections,
+            per_client=values.max_connections_per_client,
+            write_timeout=values.write_timeout,
             listening=lambda: {
                 "upstream": follower.upstream.url,
                 "store": store.name,

@@ -34,7 +34,7 @@ from mirror import MirrorApi, MirrorFetcher
 from resolver import Config, Resolver
 from server.audits_api import AuditApi
 from server.audits_pages import AuditPages
-from server.lifecycle import runner_settings, serve_until_stopped
+from server.lifecycle import ConnectionLimit, runner_settings, serve_until_stopped
 from server.memory import small_tls_buffers, trim_periodically
 from server.request_log import MalformedRequestLog
 from server.service import Service, Settings
@@ -120,7 +120,7 @@ async def serve(
     audits.attach(app)
     # What a source says changed (an event stream's #identity, an operation the PLC mirror
     # here applied) is re-verified in the background; the audits hear of it.
-    revalidator = Revalidator(cached, watchers=[audits.recheck])
+    revalidator = Revalidator(cached, watchers=[audits.recheck], max_pending=values.max_claims)
     service.metric_sources.append(revalidator.metrics)
     if values.firehose or values.jetstream:
         follower = Follower(
@@ -129,6 +129,7 @@ async def serve(
             jetstreams=values.jetstream,
             watched=auditor.store.is_watched,
             revalidator=revalidator,
+            processes=True,  # a relay's frames are read and decoded off the serving loop
         )
         service.health_sources["streams"] = follower.health
         service.health_problems.append(follower.problems)
@@ -149,6 +150,7 @@ async def serve(
         # What start-up made lives as long as the daemon: the collector need not walk it
         # again (a full collection over it costs about 10 ms, a pause every request waits out).
         started=gc.freeze,
+        bounded=lambda limit: _report_connections(service, limit),
         listening=lambda: {
             "store": store.name,
             "pid": os.getpid(),
@@ -158,7 +160,14 @@ async def serve(
         },
         reuse_port=reuse_port,
         max_connections=values.max_connections,
+        per_client=values.max_connections_per_client,
+        write_timeout=values.write_timeout,
     )
+
+
+def _report_connections(service: Service, limit: ConnectionLimit) -> None:
+    service.health_sources["connections"] = limit.health
+    service.metric_sources.append(limit.metrics)
 
 
 def _plc_mirror(values: Values) -> tuple[MirrorApi, MirrorFollower]:

@@ -210,6 +210,23 @@ class Values:
         metavar="N",
         low=1,
     )
+    max_connections_per_client: int | None = _setting(
+        SERVICE,
+        "open connections one client address may hold (past it, its new one takes the place "
+        "of its own oldest idle or stuck one, or is closed); behind a proxy, raise it",
+        shown="a quarter of max_connections",
+        metavar="N",
+        low=1,
+    )
+    write_timeout: float = _setting(
+        SERVICE,
+        "seconds an answer (or a stream's message) may wait for its client to read before "
+        "the connection is closed",
+        defaults.WRITE_TIMEOUT,
+        metavar="SECONDS",
+        low=0.1,
+        high=3600,
+    )
     idle_timeout: float = _setting(
         SERVICE,
         "seconds a connection may wait for a request's head, from its start or its last "
@@ -231,6 +248,15 @@ class Values:
         SERVICE,
         "upstream resolutions at once; more lookups of uncached identities wait",
         defaults.MAX_RESOLUTIONS,
+        metavar="N",
+        low=1,
+    )
+    max_claims: int = _setting(
+        SERVICE,
+        "identities re-verified at once after change events (#identity, the mirror's "
+        "operations), each waiting for its change to show; past it, an event is counted "
+        "and not followed",
+        defaults.MAX_CLAIMS,
         metavar="N",
         low=1,
     )
@@ -394,6 +420,13 @@ class Values:
         metavar="SECONDS",
         low=0.01,
         high=3600,
+    )
+    plc_mirror_stream_consumers: int = _setting(
+        MIRROR,
+        "consumers of /export/stream at once; past it, a new one is answered 503",
+        defaults.PLC_STREAM_CONSUMERS,
+        metavar="N",
+        low=1,
     )
     plc_mirror_profile: str = _setting(
         MIRROR,

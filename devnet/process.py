@@ -72,3 +72,30 @@ def open_sockets(pid: int) -> int:
         with contextlib.suppress(FileNotFoundError):  # closed meanwhile
             held += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
     return held
+
+
+def connections_to(pid: int, port: int) -> int:
+    """The established TCP connections of process `pid` to `port` (on any address)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    found = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                found += remote_port == port and fields[3] == "01" and fields[9] in inodes
+    return found
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started that still run (the daemon's stream process)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found

@@ -15,12 +15,14 @@ MAX_CONCURRENCY = 256  # requests handled at once
 REQUEST_TIMEOUT = 10.0  # seconds, per request
 MAX_CONNECTIONS = 10_000  # open connections per process (and never past the open-file limit)
 IDLE_TIMEOUT = 30.0  # seconds for a request's head to arrive, and between kept-alive requests
+WRITE_TIMEOUT = 10.0  # seconds an answer may wait for its client to read before it is closed
 REQUEST_LOG = True  # a JSON line per request
 WORKERS = 1  # processes serving the port
 
 # The cache (`cache`)
 MEMORY_CACHE_MB = 64.0  # the memory tier and the rendered answers of one process
 MAX_RESOLUTIONS = 32  # upstream resolutions at once
+MAX_CLAIMS = 10_000  # DIDs re-verified at once after change events (each with a claim open)
 # (fresh, at most) seconds of each kind of answer (`cache.policy` says why)
 TTL_VERIFIED = (3600.0, 86400.0)
 TTL_UNVERIFIED = (300.0, 3600.0)
@@ -44,3 +46,4 @@ PLC_MIRROR_PROFILE = "directory"  # answer as plc.directory does
 # operations), and how long one message may wait for it to read
 PLC_STREAM_BACKLOG = 1_000_000
 PLC_STREAM_TIMEOUT = 10.0
+PLC_STREAM_CONSUMERS = 1_000  # consumers at once (about 40 KiB each at most, one page)

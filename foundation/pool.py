@@ -75,8 +75,15 @@ def _watched(parent: int, initializer: Callable[..., None], *initargs: Any) -> N
     # Its queues hold nothing once it is told to stop, and nothing it holds needs closing
     # (the mirror's workers read the store in WAL mode, which a reader may leave anywhere).
     atexit.register(os._exit, 0)
-    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
+    watch_parent(parent)
     initializer(*initargs)
+
+
+def watch_parent(parent: int) -> None:
+    """This process exits once `parent` is gone (killed: it never said goodbye), from a
+    thread that looks every `ORPHAN_CHECK` seconds: any child process of atwhois's that
+    would otherwise hold its memory and sockets until the machine restarts."""
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
 
 
 def _exit_when_orphaned(parent: int) -> None:

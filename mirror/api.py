@@ -40,7 +40,7 @@ from resolver.untrusted import BadNumber, parse_count
 from .records import InForce, StoredOp
 from .state import MirrorState
 from .store import SqlMirrorStore, read_from
-from .stream import BACKLOG, SEND_TIMEOUT, ExportStream
+from .stream import BACKLOG, MAX_CONSUMERS, SEND_TIMEOUT, ExportStream
 
 PROFILES = ("directory", "reference")
 _JSON = "application/json; charset=utf-8"
@@ -116,6 +116,7 @@ class MirrorApi:
         poke: Callable[[], None] | None = None,
         stream_backlog: int = BACKLOG,
         stream_timeout: float = SEND_TIMEOUT,
+        stream_consumers: int = MAX_CONSUMERS,
     ) -> None:
         """`poke`: asks the follower in this process to read the upstream now (a DID it
         does not know may have been created since its last read)."""
@@ -127,7 +128,12 @@ class MirrorApi:
         self._poke = poke
         self._documents: OrderedDict[int, bytes] = OrderedDict()
         self.stream = ExportStream(
-            store, state, sequenced_line, backlog=stream_backlog, send_timeout=stream_timeout
+            store,
+            state,
+            sequenced_line,
+            backlog=stream_backlog,
+            send_timeout=stream_timeout,
+            max_consumers=stream_consumers,
         )
 
     def answer(

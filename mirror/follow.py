@@ -18,6 +18,7 @@ within `STOP_WAIT` seconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -43,9 +44,8 @@ POKE_GAP = 1.0
 NOTIFY_CHUNK = 10_000  # DIDs told to `on_applied` at once, at most, while catching up
 DOCUMENT_CHECKS = 16  # upstream documents compared per poll, once caught up
 STREAM_FLUSH = 0.05  # seconds a stream's messages gather before they are verified and stored
-STREAM_QUIET = 0.5  # seconds without a message before a ping proves the stream current
-# how much before a ping's answer the mirror counts itself complete (an atwhois upstream
-# sends a stored operation within a tick, 0.05 s)
+# how long the stream may take to send what the upstream's export already shows (an atwhois
+# upstream sends a stored operation within a tick, 0.05 s): past it, the stream is stalled
 STREAM_MARGIN = 0.25
 STREAM_RECHECK = 600.0  # seconds before an upstream without a stream is asked again
 NO_STREAM, STOPPED = "no_stream", "stopped"  # how a stream ended, besides its close reasons
@@ -254,9 +254,9 @@ class Follower:
                     self._apply_streamed(lines)
                     quiet_since = time.time()
                     continue
-                # quiet: a ping proves the stream current now and then, and at once for a
-                # reader waiting on a DID the mirror does not know (a poke)
-                if self._wake.is_set() or time.time() - quiet_since > STREAM_QUIET:
+                # quiet: the upstream's export proves the stream current once an interval,
+                # and at once for a reader waiting on a DID the mirror does not know (a poke)
+                if self._wake.is_set() or time.time() - quiet_since > self.interval:
                     self._wake.clear()
                     self._prove_current()
                     self.state.last_error = None
@@ -298,25 +298,37 @@ class Follower:
             raise UpstreamFault(f"{self.stream.url} {fault}")
 
     def _prove_current(self) -> None:
-        """Once a ping is answered, everything the upstream sent before it is read: the
-        mirror holds what the upstream had a margin before (an atwhois upstream sends what
-        it stored within a tick). An upstream that is itself a mirror had only its own
-        view: asked first how old that view is (its export's header), it is pinged a
-        margin after it answered (what came meanwhile is applied), and the mirror counts
-        itself complete as of that view (P-API-2)."""
+        """P-API-4: a quiet stream proves nothing by itself: a ping answered proves the connection,
+        not that the upstream stored nothing since. The upstream's export, asked for one
+        operation after the cursor, does: when it has none, the mirror holds what the
+        upstream had when it was asked (an upstream that is itself a mirror: as of its own
+        view, P-API-2). When it has one that the stream does not send within a margin, the
+        stream is stalled: given up (and opened again with back-off), the mirror not
+        current meanwhile, its health saying why."""
         assert self.stream is not None
-        view = None
-        if self.stream.from_mirror:
-            asked = time.time()
-            self.upstream.page(self.state.cursor or "0", 1)  # the stream sends what it has
-            age = self.upstream.view_age
-            view = None if age is None else asked - age
-            if lines := self.stream.receive(self.page_size, STREAM_MARGIN):
-                self._apply_streamed(lines)
-        pinged = time.time()
         if not self.stream.alive():
             raise UpstreamFailure(f"{self.stream.url}: no answer to a ping")
-        self._caught_up(view if self.stream.from_mirror else pinged - STREAM_MARGIN)
+        asked = time.time()
+        newer = self.upstream.page(self.state.cursor or "0", 1)
+        age = self.upstream.view_age if self.stream.from_mirror else None
+        if newer:
+            if lines := self.stream.receive(self.page_size, STREAM_MARGIN):
+                self._apply_streamed(lines)
+            if not self._holds(newer[0]):
+                self.state.stream_stalls += 1
+                raise UpstreamFailure(
+                    f"{self.stream.url} is stalled: the upstream's export holds an operation "
+                    f"after the cursor {self.state.cursor} that its stream did not send"
+                )
+        self._caught_up(asked - STREAM_MARGIN if age is None else asked - age)
+
+    def _holds(self, line: bytes) -> bool:
+        """Whether the cursor is at or past the export line's seq (one that does not parse
+        is the page reader's to refuse, when it is read as a page)."""
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            seq = json.loads(line).get("seq")
+            return isinstance(seq, int) and int(self.state.cursor or 0) >= seq
+        return True
 
     def _rest(self) -> None:
         """Between polls: the interval, or less when poked; but polls start at least

@@ -47,6 +47,7 @@ class MirrorState:
     # how it follows (`stream`: the upstream's /export/stream, `poll`: paged /export)
     source: str = "poll"
     stream_errors: int = 0  # streams that ended in a failure (reconnected with back-off)
+    stream_stalls: int = 0  # streams given up because the export held what they did not send
     # what this mirror's own /export/stream serves (`mirror.stream`)
     stream_consumers: int = 0
     stream_sent: int = 0
@@ -132,6 +133,7 @@ class MirrorState:
             "role": self.role,
             "source": self.source,
             "stream_errors": self.stream_errors,
+            "stream_stalls": self.stream_stalls,
             "stream": {
                 "consumers": self.stream_consumers,
                 "sent": self.stream_sent,
@@ -163,6 +165,11 @@ class MirrorState:
             ),
             ("upstream_errors", self.errors, "Failed polls of the upstream (retried)."),
             ("upstream_faults", self.faults, "Pages that went back (not followed)."),
+            (
+                "stream_stalls",
+                self.stream_stalls,
+                "Upstream streams given up: its export held an operation it did not send.",
+            ),
             ("bad_lines", self.bad_lines, "Export lines that did not parse (kept as evidence)."),
             ("documents_checked", self.documents_checked, "Upstream documents compared."),
             (

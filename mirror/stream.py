@@ -13,6 +13,10 @@ The closes are the specification's (WebSocket code 1000, the reason as text):
 - `ConsumerTooSlow`: one message waited more than `send_timeout` seconds for the consumer
   to read. Nothing is buffered for it: a consumer holds at most one page of operations in
   this process and a small socket buffer in the kernel, however far behind it is.
+
+At most `max_consumers` consumers are served at once: past that, a new one is answered 503
+before its upgrade (counted), so that consumers that never read cannot take the memory a
+page each costs past a bound the operator chose.
 """
 
 from __future__ import annotations
@@ -36,8 +40,11 @@ from .upstream_stream import FUTURE, OUTDATED, TOO_SLOW
 
 BACKLOG = defaults.PLC_STREAM_BACKLOG  # operations a cursor may be behind the newest
 SEND_TIMEOUT = defaults.PLC_STREAM_TIMEOUT  # seconds one message may wait to be read
+MAX_CONSUMERS = defaults.PLC_STREAM_CONSUMERS
 TICK = 0.05  # seconds between looks at the store's newest seq
-PAGE = 256  # operations read from the store at once, per consumer
+# operations read from the store at once, per consumer: what a consumer that stops reading
+# holds here (a page of 256 was ~360 KiB each); reading again is a cheap indexed range
+PAGE = 32
 SEND_BUFFER = 64 * 1024  # the kernel's send buffer for a consumer's socket (it doubles it)
 _CLOSE_WAIT = 2.0  # seconds a close frame may take before the connection is cut
 
@@ -52,6 +59,7 @@ class ExportStream:
         backlog: int = BACKLOG,
         send_timeout: float = SEND_TIMEOUT,
         tick: float = TICK,
+        max_consumers: int = MAX_CONSUMERS,
     ) -> None:
         """`line`: the export line of an operation (`/export`'s `sequenced_op` form)."""
         self.store = store
@@ -60,6 +68,7 @@ class ExportStream:
         self.backlog = backlog
         self.send_timeout = send_timeout
         self.tick = tick
+        self.max_consumers = max_consumers
         self._head = -1
         self._moved = asyncio.Condition()
         self._watcher: asyncio.Task[None] | None = None
@@ -72,6 +81,13 @@ class ExportStream:
         ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=4096)
         if not ws.can_prepare(request).ok:
             return web.json_response({"message": "upgrade required"}, status=426)
+        if self.state.stream_consumers >= self.max_consumers:
+            self.state.stream_closed["full"] += 1
+            return web.json_response(
+                {"message": f"this mirror serves {self.max_consumers} stream consumers at once"},
+                status=503,
+                headers={"Retry-After": "10"},
+            )
         # a follower learns here that this is a mirror, whose view may be behind (P-API-2)
         ws.headers[MIRROR_HEADER] = self.state.provenance(time.time())
         await ws.prepare(request)

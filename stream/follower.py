@@ -25,10 +25,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from cache import CachedResolver
 from cache.accounts import mark_of
+from cache.keys import did_key, identifier_of
 from cache.revalidate import Revalidator, Watcher
 
 from .frames import AccountEvent, IdentityEvent
-from .subscriber import FIREHOSE, JETSTREAM, StoreCursor, StreamState, Subscriber
+from .process import WIRES, StreamProcess
+from .subscriber import StoreCursor, StreamState, Subscriber
 
 
 class Follower:
@@ -42,19 +44,37 @@ class Follower:
         quiet_after: float = 30.0,
         revalidator: Revalidator | None = None,
         jetstreams: list[str] | None = None,
+        processes: bool = False,
     ) -> None:
         """`urls`: relays' or PDSes' event streams; `jetstreams`: Jetstreams, followed the
         same way. `revalidator`: shared with the other sources of changes (the PLC mirror);
-        by default one of its own, telling `watchers`."""
+        by default one of its own, telling `watchers`. `processes`: each stream is read and
+        decoded in a process of its own (`stream.process`: the daemon's, so that a relay's
+        commits never take its event loop), else on this loop."""
         self.cached = cached
         self.revalidator = revalidator or Revalidator(cached, watchers=watchers)
         self._owns_revalidator = revalidator is None  # a shared one is stopped by its owner
         self.watched = watched  # whether a DID is on the audits' watch-list
-        self.subscribers = []
-        wired = [(url, FIREHOSE) for url in urls] + [(url, JETSTREAM) for url in jetstreams or []]
+        self.subscribers: list[Subscriber | StreamProcess] = []
+        wired = [(url, "firehose") for url in urls] + [
+            (url, "jetstream") for url in jetstreams or []
+        ]
         for url, wire in wired:
             cursor = StoreCursor(cached.store, url)
-            subscriber = Subscriber(url, self.on_event, cursor, quiet_after=quiet_after, wire=wire)
+            subscriber: Subscriber | StreamProcess
+            if processes:
+                subscriber = StreamProcess(
+                    url, self.on_event, cursor, wire=wire, quiet_after=quiet_after, on_gap=self._gap
+                )
+            else:
+                subscriber = Subscriber(
+                    url,
+                    self.on_event,
+                    cursor,
+                    quiet_after=quiet_after,
+                    wire=WIRES[wire],
+                    on_gap=self._gap,
+                )
             subscriber.on_event = self._from(subscriber)
             self.subscribers.append(subscriber)
         self.ignored: dict[str, int] = {"not_held": 0, "not_its_account": 0, "over_bound": 0}
@@ -77,7 +97,16 @@ class Follower:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _from(self, subscriber: Subscriber) -> Callable[[IdentityEvent | AccountEvent], Any]:
+    async def _gap(self) -> None:
+        """Events may have been missed (a stream followed from its present after a gap):
+        every DID the cache holds is re-verified, as many as the bound of re-verifications
+        allows (the rest counted as its overflow)."""
+        held = await self.cached.store.scan(did_key(""), self.revalidator.max_pending)
+        self.revalidator.changed_many(identifier_of(key) for key, _ in held)
+
+    def _from(
+        self, subscriber: Subscriber | StreamProcess
+    ) -> Callable[[IdentityEvent | AccountEvent], Any]:
         async def heard(event: IdentityEvent | AccountEvent) -> None:
             await self.on_event(event, subscriber.state)
 

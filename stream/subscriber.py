@@ -16,6 +16,13 @@ What it does with a frame:
   upstream fault, counted and reported; the event is not applied, the connection is closed
   and opened again, with back-off, from our cursor. A relay that lost its numbers answers
   that with `FutureCursor`, and only then is it followed from its present (it said so).
+- a `seq` no source can have sent (F-CUR-1, `Wire.plausible`: a Jetstream time more than
+  `FUTURE_MARGIN` ahead of now, a relay's seq past 2^53): counted (`implausible`), not
+  applied, the cursor not moved: one forged message cannot move the cursor where every later
+  event looks old. A stored cursor that is not plausible either (written before this rule)
+  is repaired when it is loaded: the stream is followed from its present, and the gap
+  (what may have been missed) is counted and handed to `on_gap`, which re-verifies what
+  the daemon holds.
 
 Every connection must make progress: a complete message (an event, or the answer to our
 ping) within `quiet_after` seconds, twice over; a frame that never ends (announced, then a
@@ -63,6 +70,8 @@ log = logging.getLogger("atwhois.stream")
 OnEvent = Callable[[IdentityEvent | AccountEvent], Awaitable[None]]
 PATH = "/xrpc/com.atproto.sync.subscribeRepos"
 YIELD_EVERY = 16  # messages read before the event loop serves what else is waiting
+FUTURE_MARGIN = 600.0  # seconds a Jetstream event's time may be ahead of this clock
+RELAY_SEQ_BOUND = 2**53  # past any relay's numbering (and JSON's exact integers)
 
 
 class Wire(NamedTuple):
@@ -72,9 +81,18 @@ class Wire(NamedTuple):
     decode: Callable[[bytes], Event]
     params: dict[str, str]  # asked of every connection
     resume: Callable[[int], str]  # the `cursor` parameter that resumes after the last applied
+    plausible: Callable[[int], bool]  # a seq (or time) the source can have sent
 
 
-FIREHOSE = Wire(PATH, decode, {}, str)  # a relay sends what comes after `cursor`
+def _relay_seq(seq: int) -> bool:
+    return 0 <= seq < RELAY_SEQ_BOUND
+
+
+def _jetstream_time(time_us: int) -> bool:
+    return 0 <= time_us <= (time.time() + FUTURE_MARGIN) * 1_000_000
+
+
+FIREHOSE = Wire(PATH, decode, {}, str, _relay_seq)  # a relay sends what comes after `cursor`
 # Jetstream replays from a time, inclusive: from the microsecond after the last applied. It
 # sends identity and account messages whatever collections are asked for: asking for one
 # nobody writes leaves out the commits (the bulk of the stream), which say nothing here.
@@ -83,6 +101,7 @@ JETSTREAM = Wire(
     decode_jetstream,
     {"wantedCollections": "blue.atwhois.none"},
     lambda cursor: str(cursor + 1),
+    _jetstream_time,
 )
 
 
@@ -141,6 +160,8 @@ class StreamState:
     malformed: int = 0
     outdated_cursor: int = 0
     backwards: int = 0  # frames whose seq was not after the cursor
+    implausible: int = 0  # frames whose seq no source can have sent (not applied)
+    gaps: int = 0  # stored cursors not plausible, repaired by starting from the present
     lag_s: float | None = None  # now minus the last event's own time
     last_error: str | None = None
     role: str | None = None  # "relay" or "pds", once the host said which
@@ -167,6 +188,8 @@ class StreamState:
             "malformed": self.malformed,
             "outdated_cursor": self.outdated_cursor,
             "backwards": self.backwards,
+            "implausible": self.implausible,
+            "gaps": self.gaps,
             "lag_s": None if self.lag_s is None else round(self.lag_s, 3),
             "last_error": self.last_error,
             "role": self.role,
@@ -187,6 +210,7 @@ class Subscriber:
         max_frame: int = 5 * 1024 * 1024,
         quiet_after: float = 30.0,
         wire: Wire = FIREHOSE,
+        on_gap: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.wire = wire
@@ -194,6 +218,7 @@ class Subscriber:
         self.backoff = backoff or Backoff()
         self.save_every, self.max_frame = save_every, max_frame
         self.quiet_after = quiet_after
+        self.on_gap = on_gap  # told when events may have been missed (a cursor repaired)
         # two quiet spells and the longest back-off: past that, nothing is being followed
         self.state = StreamState(self.url, stall_after=2 * quiet_after + self.backoff.cap)
         self._saved_at = 0.0
@@ -201,6 +226,8 @@ class Subscriber:
     async def run(self) -> None:
         """Until cancelled: connect, follow, and after a drop wait and connect again."""
         self.state.cursor = await self.cursor.load()
+        if self.state.cursor is not None and not self.wire.plausible(self.state.cursor):
+            await self._repair(self.state.cursor)
         async with aiohttp.ClientSession() as session:
             while True:
                 try:
@@ -329,6 +356,13 @@ class Subscriber:
                 log.warning(json.dumps({"event": "stream_outdated_cursor", "url": self.url}))
             return True
         seq = event.seq
+        if seq is not None and not self.wire.plausible(seq):
+            self.state.implausible += 1
+            self.state.last_error = f"seq {seq} is not one the stream can have sent"
+            log.warning(
+                json.dumps({"event": "stream_implausible_seq", "url": self.url, "seq": seq})
+            )
+            return True  # not applied; the cursor stays; the stream goes on
         if seq is not None and self.state.cursor is not None and seq <= self.state.cursor:
             self.state.backwards += 1
             self.state.last_error = f"seq {seq} is not after the cursor {self.state.cursor}"
@@ -355,6 +389,17 @@ class Subscriber:
         await self.on_event(event)
         await self._advance(event.seq)
         return True
+
+    async def _repair(self, stored: int) -> None:
+        """A stored cursor no source can have sent: followed from the present instead, the
+        gap counted, logged and handed to `on_gap`."""
+        self.state.gaps += 1
+        self.state.cursor = None
+        self.state.last_error = f"stored cursor {stored} is not plausible: from the present"
+        log.warning(json.dumps({"event": "stream_cursor_repaired", "url": self.url, "was": stored}))
+        await self.cursor.save(None)
+        if self.on_gap is not None:
+            await self.on_gap()
 
     async def _advance(self, seq: int) -> None:
         self.state.cursor = seq

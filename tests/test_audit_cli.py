@@ -24,7 +24,9 @@ from devnet.atwhois import ATWHOIS, running_daemon
 from devnet.atwhois import run as run_cli
 from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount, new_handle
+from devnet.process import open_sockets
 from tests.support import metrics
+from tests.support.waiting import until
 from tests.support.webhook_receiver import SECRET, Receiver, signed_by
 
 
@@ -274,7 +276,8 @@ def test_audit_workers_report_what_one_process_does_and_a_dead_one_fails_the_run
         while len(workers_seen := _spawned_children(audit.pid)) < 2:
             assert time.monotonic() < deadline and audit.poll() is None, "no workers started"
             time.sleep(0.05)
-        time.sleep(1.0)  # their lookups under way
+        # its lookups under way: a worker holds no socket until it asks the network
+        until(lambda: open_sockets(workers_seen[0]) > 0, 20)
         os.kill(workers_seen[0], signal.SIGKILL)
         _, err = audit.communicate(timeout=60)
     finally:

@@ -28,6 +28,7 @@ from devnet.plc_ops import PlcAccount, new_handle
 from devnet.redis_server import RedisServer
 from tests.support import metrics
 from tests.support.http import XRPC, get, max_age
+from tests.support.waiting import eventually, until
 
 TOKEN = "truth-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -304,10 +305,12 @@ def test_a_refresh_reaches_every_daemon_on_the_store_within_a_second(
             first.set_handle(None)
             second.set_handle(handle)
             assert refresh(one, handle).json()["did"] == second.did
-            refreshed_at = time.monotonic()
-            while get(two, XRPC + "resolveHandle", handle=handle).json() != {"did": second.did}:
-                assert time.monotonic() - refreshed_at < 1.0, "the other daemon kept the old DID"
-                time.sleep(0.05)
+            # the other daemon hears of it through the store (how soon: `bench`'s business)
+            until(
+                lambda: (
+                    get(two, XRPC + "resolveHandle", handle=handle).json() == {"did": second.did}
+                )
+            )
 
 
 def test_workers_share_the_port_and_a_refresh_reaches_every_one_within_a_second(
@@ -344,10 +347,7 @@ def test_workers_share_the_port_and_a_refresh_reaches_every_one_within_a_second(
         first.set_handle(None)
         second.set_handle(handle)
         assert refresh(daemon, handle).json()["did"] == second.did  # through one of them
-        refreshed_at = time.monotonic()
-        while {a.json()["did"] for a in by_worker().values()} != {second.did}:
-            assert time.monotonic() - refreshed_at < 1.0, "a worker kept the old DID"
-            time.sleep(0.05)
+        until(lambda: {a.json()["did"] for a in by_worker().values()} == {second.did})
         daemon.process.send_signal(signal.SIGTERM)
         assert daemon.process.wait(30) == 0
     refused = subprocess.run(
@@ -391,10 +391,16 @@ def test_health_and_metrics_answer_while_the_daemon_is_saturated(
                 slow = asyncio.create_task(  # holds the only slot for 1.5 s
                     client.get(XRPC + "resolveHandle", params={"handle": "slow.test"})
                 )
-                await asyncio.sleep(0.2)
-                started = time.monotonic()
+
+                async def slot_taken() -> bool:
+                    text = (await client.get("/metrics")).text
+                    return metrics.value(text, "atwhois_inflight_resolutions") >= 1
+
+                await eventually(slot_taken)
                 answers = [await client.get("/_health"), await client.get("/metrics")]
-                assert time.monotonic() - started < 0.5  # not queued behind the gate
+                # not queued behind the gate: answered while the only slot is still held (a
+                # gated request waits for it, then is refused with a 503)
+                assert not slow.done()
                 await slow
                 return answers
 

@@ -20,12 +20,14 @@ from cache import CachedResolver
 from cache.accounts import PREFIX, STATUSES, AccountStates, Mark
 from cache.stores.memory import MemoryStore
 from devnet import relay_frames as f
+from devnet.jetstream import jetstream_message
 from devnet.network import DevnetState
 from foundation import Backoff
 from resolver import Resolver, Status
 from stream import AccountEvent, IdentityEvent
 from stream.follower import Follower
 from stream.subscriber import PATH, MemoryCursor, StoreCursor, Subscriber
+from tests.support.clock import Clock
 from tests.support.waiting import eventually
 
 Script = Callable[[web.WebSocketResponse, web.Request, int], Awaitable[None]]
@@ -331,25 +333,86 @@ async def test_every_account_status_is_what_a_reader_sees(
 
 async def test_an_identity_event_without_a_handle_still_re_verifies_the_handle(
     serve_stream: Callable[[Stream], Awaitable[Stream]],
-    cached: CachedResolver,
     devnet: DevnetState,
 ) -> None:
     """A relay may drop an `#identity` event's handle: the handle the DID declares is
-    resolved afresh all the same."""
+    resolved afresh all the same (its entry, a minute old by the cache's clock and still
+    fresh, so that only the event can have made it new)."""
     alice = devnet.did("alice")
-    assert (await cached.lookup("alice.test")).status is Status.VERIFIED
-    await asyncio.sleep(1.0)
-    aged = (await cached.lookup("alice.test")).cache
-    assert aged is not None and aged.age_s >= 1.0
-    stream = await _account_events(serve_stream, [f.identity(1, did=alice, handle=None)], None)
-    follower = Follower(cached, [stream.url], quiet_after=5)
-    await follower.start()
-    try:
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    async with CachedResolver(Resolver(devnet.config()), store, clock=clock) as cached:
+        assert (await cached.lookup("alice.test")).status is Status.VERIFIED
+        clock.now += 60
+        aged = (await cached.lookup("alice.test")).cache
+        assert aged is not None and aged.age_s >= 60 and aged.state == "fresh"
+        stream = await _account_events(serve_stream, [f.identity(1, did=alice, handle=None)], None)
+        follower = Follower(cached, [stream.url], quiet_after=5)
+        await follower.start()
+        try:
 
-        async def refreshed() -> bool:
-            info = (await cached.lookup("alice.test")).cache
-            return info is not None and info.age_s < 1.0
+            async def refreshed() -> bool:
+                info = (await cached.lookup("alice.test")).cache
+                return info is not None and info.age_s < 60
 
-        await eventually(refreshed, timeout=10, what="the handle was not re-verified")
-    finally:
-        await follower.stop()
+            await eventually(refreshed, timeout=10, what="the handle was not re-verified")
+        finally:
+            await follower.stop()
+
+
+async def test_a_cursor_no_source_can_send_is_a_counted_fault_and_a_stored_one_is_repaired(
+    serve_stream: Callable[[Stream], Awaitable[Stream]],
+) -> None:
+    """F-CUR-1 (issue 55, item 4): a Jetstream message whose time_us is 2^63-1, another of 10^30,
+    among honest ones: both counted as implausible, neither applied nor made the cursor, and
+    the honest events after them are applied (before, the cursor went to 2^63-1 and every
+    later event was "backwards", across restarts). A stored cursor of 2^63-1 (written by an
+    earlier version) is repaired on load: the stream is asked from its present (no cursor),
+    the gap counted and told, so that what the daemon holds is re-verified."""
+    import json as json_module
+
+    from stream.subscriber import JETSTREAM
+
+    now_us = int(time.time() * 1_000_000)
+    times = [now_us, 2**63 - 1, 10**30, now_us + 1, now_us + 2]
+
+    async def script(ws: web.WebSocketResponse, _: web.Request, connection: int) -> None:
+        for index, time_us in enumerate(times):
+            frame = f.identity(index + 1, handle=f"j{index}.example.com")
+            message = jetstream_message(frame, time_us)
+            await ws.send_str(json_module.dumps(message))
+
+    stream = await serve_stream(Stream(script))
+    stream_path = stream.url  # the Jetstream stand-in answers on the relay's path too
+    applied: list[int] = []
+
+    async def on_event(event: IdentityEvent | AccountEvent) -> None:
+        applied.append(event.seq)
+
+    subscriber = Subscriber(
+        stream_path, on_event, MemoryCursor(), backoff=_quick(), wire=JETSTREAM._replace(path=PATH)
+    )
+    await _run(subscriber, lambda: now_us + 2 in applied)
+    assert applied == [now_us, now_us + 1, now_us + 2]
+    assert subscriber.state.implausible == 2 and subscriber.state.cursor == now_us + 2
+
+    store = MemoryStore()
+    cursor = StoreCursor(store, stream.url)
+    await cursor.save(2**63 - 1)
+    gaps: list[bool] = []
+
+    async def gap() -> None:
+        gaps.append(True)
+
+    restarted = Subscriber(
+        stream.url,
+        on_event,
+        cursor,
+        backoff=_quick(),
+        wire=JETSTREAM._replace(path=PATH),
+        on_gap=gap,
+    )
+    await _run(restarted, lambda: restarted.state.cursor == now_us + 2)
+    assert stream.cursors[-1] is None  # asked from its present, not from 2^63
+    assert restarted.state.gaps == 1 and gaps == [True]
+    assert (await cursor.load() or 0) <= now_us + 2

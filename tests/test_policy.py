@@ -16,30 +16,31 @@ from resolver import Evidence, Outcome, Status
 from resolver.errors import MalformedAnswer, NotFound, UpstreamTimeout
 from resolver.report import DocumentResolution, HandleResolution
 
+ROWS = [
+    # A confirmed answer (an answer, a 404/410/NXDOMAIN, invalid data really served)
+    # replaces anything.
+    (Held.NOTHING, Answer.CONFIRMED, Action.STORE),
+    (Held.GOOD, Answer.CONFIRMED, Action.STORE),
+    (Held.NEGATIVE, Answer.CONFIRMED, Action.STORE),
+    # A failure or a broken answer never replaces a good entry, nor becomes absence.
+    (Held.GOOD, Answer.UNCONFIRMED, Action.KEEP),
+    (Held.NEGATIVE, Answer.UNCONFIRMED, Action.KEEP),
+    (Held.NOTHING, Answer.UNCONFIRMED, Action.NONE),
+    # HTTPS's DID while DNS failed does not override the DID DNS gave (H-RES-2).
+    (Held.GOOD, Answer.PROVISIONAL, Action.KEEP),
+    (Held.NOTHING, Answer.PROVISIONAL, Action.STORE),
+    (Held.NEGATIVE, Answer.PROVISIONAL, Action.STORE),
+]
 
-def test_every_combination_has_a_row() -> None:
-    for held, answer in itertools.product(Held, Answer):
-        assert replacement(held, answer) in Action
+
+def test_every_combination_has_a_row_and_the_table_is_these_rows() -> None:
+    """The table answers every combination, and each answer is the one written here: a
+    combination added to the enums without its row here fails, as does a row changed."""
+    assert {(held, answer) for held, answer, _ in ROWS} == set(itertools.product(Held, Answer))
+    assert {(h, a): replacement(h, a) for h, a, _ in ROWS} == {(h, a): x for h, a, x in ROWS}
 
 
-@pytest.mark.parametrize(
-    ("held", "answer", "action"),
-    [
-        # A confirmed answer (an answer, a 404/410/NXDOMAIN, invalid data really served)
-        # replaces anything.
-        (Held.NOTHING, Answer.CONFIRMED, Action.STORE),
-        (Held.GOOD, Answer.CONFIRMED, Action.STORE),
-        (Held.NEGATIVE, Answer.CONFIRMED, Action.STORE),
-        # A failure or a broken answer never replaces a good entry, nor becomes absence.
-        (Held.GOOD, Answer.UNCONFIRMED, Action.KEEP),
-        (Held.NEGATIVE, Answer.UNCONFIRMED, Action.KEEP),
-        (Held.NOTHING, Answer.UNCONFIRMED, Action.NONE),
-        # HTTPS's DID while DNS failed does not override the DID DNS gave (H-RES-2).
-        (Held.GOOD, Answer.PROVISIONAL, Action.KEEP),
-        (Held.NOTHING, Answer.PROVISIONAL, Action.STORE),
-        (Held.NEGATIVE, Answer.PROVISIONAL, Action.STORE),
-    ],
-)
+@pytest.mark.parametrize(("held", "answer", "action"), ROWS)
 def test_replacement_rows(held: Held, answer: Answer, action: Action) -> None:
     assert replacement(held, answer) is action
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import coincurve
@@ -45,6 +46,7 @@ from resolver.response import Response
 from resolver.verdict import Step, with_plc_log
 
 DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
+SPEC = (Path(__file__).resolve().parents[1] / "docs" / "spec.md").read_text()
 ED25519 = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"  # W3C's example key
 _P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
@@ -272,6 +274,18 @@ async def test_h_dns_1_h_res_1_h_wk_1_h_wk_6_h_wk_7_what_a_handle_lookup_asks() 
     ]
     assert WELL_KNOWN_MAX_BYTES == 2048
     assert found.dns.outcome is Outcome.OK and found.https.outcome is Outcome.OK
+
+
+async def test_h_wk_6_the_default_redirect_cap_is_the_one_the_spec_chose() -> None:
+    """The spec states its choice in words; a default that drifted from it (5 → 50) must fail
+    here, without a network, where `make mutate` runs."""
+    chosen = re.search(r"\*\*H-WK-6\*\*.*?\*\*choice\*\*: (\d+), `max_redirects`", SPEC, re.S)
+    assert chosen is not None
+    url = "https://alice.example.com" + WELL_KNOWN_PATH
+    web = _RecordingWeb({url: Response(url, 200, DID.encode())})
+    resolver = Resolver(Config(), dns=_RecordingDns([[]]), web=web, plc=_RecordingWeb({}))  # type: ignore[arg-type]
+    await resolver.resolve_handle(syntax.parse_lookup("alice.example.com", dev=False).value)
+    assert [a["max_redirects"] for a in web.asked] == [int(chosen.group(1))]
 
 
 # --- with --verify-plc, a log that cannot be read ------------------------------------------

@@ -152,6 +152,11 @@ def test_p_did_2_the_first_op_must_be_a_genesis() -> None:
     update = log.keys[0].sign(plc_operation(log.head, log.keys, ["at://x.test"]))
     for first in (tombstone, update):
         assert rules(replay(log.did, [log_entry(log.did, first, T0)])) == ["P-DID-2"]
+    # a tombstone with prev null hashes to a DID of its own, yet cannot start a log: its
+    # shape already needs a prev (P-OP-2), before any genesis rule is asked
+    orphan = log.keys[0].sign({"type": "plc_tombstone", "prev": None})
+    own_did = did_of_genesis(dag_cbor(orphan))
+    assert rules(replay(own_did, [log_entry(own_did, orphan, T0)])) == ["P-OP-2"]
 
 
 def test_p_null_3_a_second_genesis_is_refused() -> None:

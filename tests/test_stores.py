@@ -11,7 +11,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from cache.stores import (
 from cache.stores.redis import RedisStore
 from cache.stores.sqlite import SCHEMA_VERSION
 from devnet.redis_server import REDIS_URL, RedisServer
+from tests.support.clock import Clock
+from tests.support.waiting import eventually
 
 
 def _prefix() -> str:
@@ -76,16 +78,52 @@ async def test_put_get_overwrite_delete(store: Store) -> None:
     assert await store.count() == 1
 
 
-async def test_entries_expire_and_say_when(store: Store) -> None:
-    soon, later = time.time() + 0.3, time.time() + 60
+CLOCKED: dict[str, Callable[[Path, Clock], Store]] = {
+    "memory": lambda _, clock: MemoryStore(clock=clock),
+    "sqlite": lambda tmp, clock: SqliteStore(tmp / "cache.db", clock=clock),
+    "memory+sqlite": lambda tmp, clock: TieredStore(
+        MemoryStore(clock=clock), SqliteStore(tmp / "tier.db", clock=clock)
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CLOCKED))
+async def test_entries_expire_and_say_when(kind: str, tmp_path: Path) -> None:
+    """By the store's clock (moved on here, not waited for): an entry is gone once its time
+    is past, another stays; the tier in front expires it with the store."""
+    clock = Clock()
+    store = CLOCKED[kind](tmp_path, clock)
+    soon, later = clock.now + 30, clock.now + 3600
     await store.put("h:short.test", b"soon gone", soon)
     await store.put("h:long.test", b"stays", later)
     found = await store.get("h:short.test")
-    assert found is not None and found.value == b"soon gone"
-    assert abs(found.expires_at - soon) < 0.01  # the tier in front expires it with the store
-    await asyncio.sleep(0.45)
+    assert found is not None and found.value == b"soon gone" and found.expires_at == soon
+    clock.now = soon  # its last moment: gone (an entry lives until, not through, its time)
     assert await store.get("h:short.test") is None
     assert await value(store, "h:long.test") == b"stays"
+    await store.close()
+
+
+@pytest.mark.parametrize("kind", ["redis", "memory+redis"])
+async def test_redis_expires_entries_by_its_own_time(kind: str, tmp_path: Path) -> None:
+    """Redis keeps an entry's deadline itself (a server's clock, not one a test moves): the
+    entry is gone once it passed, the other stays; the tier in front says the same time."""
+    store = FACTORIES[kind](tmp_path)
+    soon, later = time.time() + 0.3, time.time() + 60
+    try:
+        await store.put("h:short.test", b"soon gone", soon)
+        await store.put("h:long.test", b"stays", later)
+        found = await store.get("h:short.test")
+        assert found is not None and abs(found.expires_at - soon) < 0.01
+        await eventually(lambda: _gone(store, "h:short.test"), timeout=10)
+        assert await value(store, "h:long.test") == b"stays"
+    finally:
+        await store.delete(["h:short.test", "h:long.test"])
+        await store.close()
+
+
+async def _gone(store: Store, key: str) -> bool:
+    return await store.get(key) is None
 
 
 async def test_keys_are_opaque_strings(store: Store) -> None:
@@ -231,21 +269,17 @@ async def test_sqlite_tells_other_processes_the_keys_a_write_changed(tmp_path: P
     await reader.put("h:mine.test", b"x", time.time() + 60)
     await writer.put("h:a.test", b"1", time.time() + 60)
     await writer.delete(["d:did:plc:b"])
-    await _eventually(lambda: _true(len(told) >= 1), within=1.0)
+    await eventually(lambda: len(told) >= 1)
     await asyncio.sleep(0.2)
     assert told == [["h:a.test", "d:did:plc:b"]]
     await writer.put("h:c.test", b"1", time.time() + 60)
     writer._db.execute("DELETE FROM changes")  # pruned before the reader read h:c.test
     await writer.put("h:d.test", b"1", time.time() + 60)
-    await _eventually(lambda: _true(len(told) >= 2), within=1.0)
+    await eventually(lambda: len(told) >= 2)
     assert told[1] is None
     watching.cancel()
     await writer.close()
     await reader.close()
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def test_redis_prefixes_keep_instances_apart() -> None:
@@ -292,14 +326,6 @@ def _two_on_redis(_: Path) -> tuple[TieredStore, TieredStore]:
     )
 
 
-async def _eventually(check: Callable[[], Awaitable[bool]], within: float) -> float:
-    started = time.monotonic()
-    while not await check():
-        assert time.monotonic() - started < within, f"not within {within}s"
-        await asyncio.sleep(0.01)
-    return time.monotonic() - started
-
-
 @pytest.mark.parametrize("make", [_two_on_sqlite, _two_on_redis], ids=["sqlite", "redis"])
 async def test_a_change_by_another_process_reaches_the_memory_tier(
     tmp_path: Path, make: TwoTiers
@@ -314,19 +340,19 @@ async def test_a_change_by_another_process_reaches_the_memory_tier(
         async def following() -> bool:
             return not await two.health()
 
-        await _eventually(following, within=2)
+        await eventually(following)
         await one.put("h:alice.test", b"new", time.time() + 60)
 
         async def sees_new() -> bool:
             return await value(two, "h:alice.test") == b"new"
 
-        assert await _eventually(sees_new, within=1.0) < 1.0
+        await eventually(sees_new)  # how soon is `python -m bench` business
         await one.delete(["h:alice.test"])
 
         async def sees_purge() -> bool:
             return await two.get("h:alice.test") is None
 
-        await _eventually(sees_purge, within=1.0)
+        await eventually(sees_purge)
         # Told exactly which key changed (once following began, when anything may have):
         # the answers rendered from the old value are dropped, no others.
         assert told[0] is None and told[1:] and all(set(k) == {"h:alice.test"} for k in told[1:])
@@ -414,13 +440,16 @@ async def test_the_tier_spares_only_entries_the_store_below_holds() -> None:
 
     landed, original_put = asyncio.Event(), below.put
 
+    putting = asyncio.Event()
+
     async def slow_put(key: str, value: bytes, expires_at: float) -> None:
+        putting.set()
         await landed.wait()
         await original_put(key, value, expires_at)
 
     below.put = slow_put  # type: ignore[method-assign]
     writing = asyncio.create_task(tier.put("h:a.test", b"new", now[0] + 600))
-    await asyncio.sleep(0.01)
+    await putting.wait()  # the write is on its way to the store below
     tier.spare(["h:a.test"])  # below still holds the old value
     slot = tier.memory.slot("h:a.test")
     assert slot is not None and slot.value == b"new"
@@ -454,7 +483,7 @@ async def test_a_real_redis_outage_is_survived(tmp_path: Path) -> None:
             async def recovered() -> bool:
                 return not await tier.health()
 
-            await _eventually(recovered, within=10)
+            await eventually(recovered)
             assert await value(tier, "h:bob.test") is None  # not written below: re-resolved
         finally:
             await tier.close()
@@ -468,8 +497,11 @@ async def test_a_value_read_while_a_change_is_announced_is_not_kept() -> None:
     arrived = asyncio.Event()
     original_get = below.get
 
+    read = asyncio.Event()
+
     async def slow_get(key: str) -> Stored | None:
         found = await original_get(key)
+        read.set()
         await arrived.wait()
         return found
 
@@ -477,7 +509,7 @@ async def test_a_value_read_while_a_change_is_announced_is_not_kept() -> None:
     tier = TieredStore(MemoryStore(), below)
     await below.inner.put("h:alice.test", b"old", time.time() + 60)
     reading = asyncio.create_task(tier.get("h:alice.test"))
-    await asyncio.sleep(0.01)
+    await read.wait()  # the old value was read below, and is on its way
     await below.inner.put("h:alice.test", b"new", time.time() + 60)  # another process
     tier._changed(["h:alice.test"])  # its notice, while the old value is on its way
     arrived.set()

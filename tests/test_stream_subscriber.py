@@ -212,3 +212,44 @@ async def test_events_for_one_did_are_coalesced_into_at_most_one_more_refresh() 
     await follower.on_event(IdentityEvent(2, "did:plc:" + "b" * 24, f.TIME, "x.example.com"))
     await eventually(lambda: not follower.revalidator._running)
     assert follower.revalidator.revalidations == 2 and "x.example.com" not in refreshed
+
+
+async def test_re_verifications_after_events_are_bounded_and_the_overflow_counted() -> None:
+    """A flood of `#identity` events about held DIDs opens at most `max_pending` claims, each
+    re-verified; the rest are counted (`overflow`) and not followed; once those end, the next
+    event is followed again. (The daemon's bound is the `max_claims` setting.)"""
+    from types import SimpleNamespace
+
+    from cache.revalidate import Revalidator
+    from cache.stores.memory import MemoryStore
+
+    release = asyncio.Event()
+    claimed: list[str] = []
+
+    async def refresh(identifier: str) -> Any:
+        await release.wait()
+        return SimpleNamespace(declared_handle=None)
+
+    async def held(did: str) -> tuple[bool, str | None]:
+        return True, None
+
+    async def claim(did: str, what: str, window: float) -> bool:
+        claimed.append(did)
+        return True
+
+    cached = SimpleNamespace(
+        refresh=refresh, held=held, claim=claim, claim_open=lambda did: False, store=MemoryStore()
+    )
+    revalidator = Revalidator(cached, max_pending=3)  # type: ignore[arg-type]
+    dids = [f"did:plc:{str(i) * 24}"[:32] for i in range(2, 8)]
+    for did in dids:
+        await revalidator.claimed(did, None, "#identity")
+    assert len(revalidator._running) == 3 and claimed == dids[:3]
+    assert revalidator.claims["overflow"] == 3
+    await revalidator.claimed(dids[0], None, "#identity")  # one under way: coalesced, no overflow
+    assert revalidator.claims["overflow"] == 3
+    release.set()
+    await eventually(lambda: not revalidator._running)
+    await revalidator.claimed(dids[5], None, "#identity")
+    assert claimed[-1] == dids[5]
+    await revalidator.stop()

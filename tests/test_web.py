@@ -284,3 +284,15 @@ def test_the_dnssec_and_pds_checks_have_their_rows(
         visit(browser, checking, f"/id/{live}", "pds-check")
         row = browser.find_element(By.XPATH, "//tr[th[normalize-space()='repo at the PDS']]")
         assert "hosted" in row.text and "signed by did:key:" in row.text, row.text
+
+
+def test_static_files_are_served_by_name_and_nothing_else_reaches_the_disk(
+    daemon: Daemon,
+) -> None:
+    """The stylesheet is served; a name over the file system's 255 bytes, a path out of the
+    folder and a file that is not there are each a 404 (the first was a 500: ENAMETOOLONG)."""
+    css = httpx.get(f"{daemon.url}/static/atwhois.css", timeout=10)
+    assert css.status_code == 200 and "text/css" in css.headers["content-type"]
+    for name in ("x" * 300, "..%2Fweb.py", "nothing.css", "%00"):
+        answer = httpx.get(f"{daemon.url}/static/{name}", timeout=10)
+        assert answer.status_code == 404, (name[:20], answer.status_code)

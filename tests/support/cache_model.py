@@ -15,6 +15,7 @@ import asyncio
 import json
 import re
 import threading
+import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
@@ -66,11 +67,15 @@ class LoopThread:
         self._thread.join(10)
 
 
+FENCE = "fence:"  # keys only `Shared.settle` writes, to learn that notices arrived
+
+
 @dataclass
 class Daemon:
     url: str
     service: Service
     runner: web.AppRunner
+    fences: set[str] = field(default_factory=set)  # fence keys whose notice reached it
 
     @property
     def cached(self) -> CachedResolver:
@@ -87,7 +92,11 @@ async def start_daemon(resolver: Resolver, store: TieredStore, clock: Clock) -> 
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     host, port = runner.addresses[0][:2]
-    return Daemon(f"http://{host}:{port}", service, runner)
+    daemon = Daemon(f"http://{host}:{port}", service, runner)
+    store.listeners.append(
+        lambda keys: daemon.fences.update(k for k in keys or () if k.startswith(FENCE))
+    )
+    return daemon
 
 
 async def wait_idle(daemons: list[Daemon]) -> None:
@@ -277,6 +286,32 @@ class ModelWorld:
         self.stand_in.set_fault(None)
 
 
+@dataclass
+class Shared:
+    """Two daemons sharing one store, and a third writer to that store (`settle`)."""
+
+    daemons: list[Daemon]
+    writer: RedisStore | SqliteStore
+    clock: Clock
+
+    async def settle(self, timeout: float = 10) -> None:
+        """Until every change written to the store so far has been announced to both
+        daemons: a fence key written now is heard after them (notices arrive in order, by
+        Redis pub/sub on one channel, or by sequence in SQLite's change log)."""
+        deadline = time.monotonic() + timeout
+        tiers = [daemon.cached.store for daemon in self.daemons]
+        for tier in tiers:
+            await tier.get(FENCE)  # a tier starts following changes at its first read
+        while not all(tier.following for tier in tiers):
+            assert time.monotonic() < deadline, "a daemon did not follow the store's changes"
+            await asyncio.sleep(0.01)
+        key = f"{FENCE}{uuid.uuid4().hex}"
+        await self.writer.put(key, b"", self.clock() + 600)
+        while not all(key in daemon.fences for daemon in self.daemons):
+            assert time.monotonic() < deadline, f"a daemon did not hear of {key} in {timeout}s"
+            await asyncio.sleep(0.01)
+
+
 def two_daemons(
     loop: LoopThread,
     devnet: DevnetState,
@@ -284,24 +319,24 @@ def two_daemons(
     clock: Clock,
     store_kind: str,
     where: str,
-) -> list[Daemon]:
+) -> Shared:
     """Two daemons sharing one store: `where` is a Redis URL or a SQLite file path."""
     config = devnet.config(
         plc_url=stand_in.url, dns_timeout=0.3, https_timeout=0.5, document_timeout=0.5
     )
+    prefix = f"model-{uuid.uuid4().hex}:"
 
-    async def start() -> list[Daemon]:
-        prefix = f"model-{uuid.uuid4().hex}:"
+    def store() -> RedisStore | SqliteStore:
+        if store_kind == "redis":
+            return RedisStore(where, prefix=prefix)
+        return SqliteStore(Path(where), clock=clock)
+
+    async def start() -> Shared:
         daemons = []
         for _ in range(2):
-            below: RedisStore | SqliteStore = (
-                RedisStore(where, prefix=prefix)
-                if store_kind == "redis"
-                else SqliteStore(Path(where), clock=clock)
-            )
-            tier = TieredStore(MemoryStore(TIER_BYTES, clock), below)
+            tier = TieredStore(MemoryStore(TIER_BYTES, clock), store())
             daemons.append(await start_daemon(Resolver(config), tier, clock))
-        return daemons
+        return Shared(daemons, store(), clock)
 
     return loop.run(start())
 

@@ -14,6 +14,13 @@ def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
-def value(text: str, name: str, **labels: str) -> float:
-    """One sample's value; 0 when it is not there (a counter not yet counted)."""
-    return samples(text).get((name, frozenset(labels.items())), 0.0)
+def value(text: str, name: str, missing: float | None = None, **labels: str) -> float:
+    """One sample's value. A sample that is not there fails the test (a metric renamed, a
+    label misspelt), unless the caller says what its absence means (`missing`: a counter
+    with labels appears once it is first counted)."""
+    found = samples(text).get((name, frozenset(labels.items())))
+    if found is not None:
+        return found
+    if missing is None:
+        raise AssertionError(f"no sample {name}{dict(labels)} in the metrics")
+    return missing

@@ -5,6 +5,7 @@ COPY requirements.lock ./
 # The locked versions first (a layer that changes only with the lock), then atwhois itself.
 RUN pip install --no-cache-dir -r requirements.lock
 COPY pyproject.toml README.md LICENSE ./
+COPY atwhois ./atwhois
 COPY foundation ./foundation
 COPY resolver ./resolver
 COPY cache ./cache

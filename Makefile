@@ -25,8 +25,8 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check foundation resolver cache server cli audit stream mirror devnet tests bench
-	$(VENV)/bin/ruff format --check foundation resolver cache server cli audit stream mirror devnet tests bench
+	$(VENV)/bin/ruff check atwhois foundation resolver cache server cli audit stream mirror devnet tests bench
+	$(VENV)/bin/ruff format --check atwhois foundation resolver cache server cli audit stream mirror devnet tests bench
 	$(VENV)/bin/mypy
 
 ## The test network in the foreground; prints how to point atwhois at it.

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from foundation import iso_time
-from resolver import Identity, Outcome, Status
+from atwhois.foundation import iso_time
+from atwhois.resolver import Identity, Outcome, Status
 
 
 def iso(at: float | None) -> str | None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from foundation.sql import POSTGRES_SCHEMES
+from atwhois.foundation.sql import POSTGRES_SCHEMES
 
 _TURN_LOCK = 0x61756474  # "audt": PostgreSQL's advisory lock for `Database.serialized`
 

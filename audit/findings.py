@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from resolver import Status
+from atwhois.resolver import Status
 
 from .checks import Check, iso
 

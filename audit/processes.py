@@ -21,11 +21,11 @@ from typing import NamedTuple
 
 import uvloop
 
-from cache import CachedResolver
-from cache.stores import Tier, open_store
-from resolver import Config, Resolver
-from resolver.errors import AtwhoisError
-from resolver.identity import failed_inside, now_iso
+from atwhois.cache import CachedResolver
+from atwhois.cache.stores import Tier, open_store
+from atwhois.resolver import Config, Resolver
+from atwhois.resolver.errors import AtwhoisError
+from atwhois.resolver.identity import failed_inside, now_iso
 
 from .checks import Check
 from .store import Watched

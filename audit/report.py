@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from resolver import Status
+from atwhois.resolver import Status
 
 from .checks import iso
 from .findings import STATE_SEVERITY, Finding, Severity

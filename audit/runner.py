@@ -14,8 +14,8 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 
-from cache import CachedResolver
-from foundation import defaults
+from atwhois.cache import CachedResolver
+from atwhois.foundation import defaults
 
 from .checks import Check
 from .findings import Finding, compare

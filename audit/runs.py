@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from foundation import defaults
-from foundation.sql import in_chunks, marks
+from atwhois.foundation import defaults
+from atwhois.foundation.sql import in_chunks, marks
 
 from .checks import Check
 from .database import Database

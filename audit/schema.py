@@ -3,7 +3,7 @@ older files, each applied once whichever process opens the store first."""
 
 from __future__ import annotations
 
-from resolver.errors import SchemaMismatch
+from atwhois.resolver.errors import SchemaMismatch
 
 from .database import Database
 from .findings import KINDS

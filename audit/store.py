@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from foundation import data_path, defaults
-from foundation.sql import in_chunks, marks
-from resolver.errors import AtwhoisError
+from atwhois.foundation import data_path, defaults
+from atwhois.foundation.sql import in_chunks, marks
+from atwhois.resolver.errors import AtwhoisError
 
 from .checks import Check, iso
 from .database import Database

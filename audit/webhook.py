@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
-from foundation import defaults
-from resolver.errors import AtwhoisError
+from atwhois.foundation import defaults
+from atwhois.resolver.errors import AtwhoisError
 
 from .findings import Finding
 from .report import RunReport

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from audit import Auditor, AuditStore, Check
+from atwhois.audit import Auditor, AuditStore, Check
 from bench import Row
 from devnet.identities import scripted, verified_check
 from devnet.postgres import database

@@ -17,12 +17,12 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from cache import CachedResolver, MemoryStore, SqliteStore, Store, TieredStore
-from cache.stores.redis import RedisStore
+from atwhois.cache import CachedResolver, MemoryStore, SqliteStore, Store, TieredStore
+from atwhois.cache.stores.redis import RedisStore
+from atwhois.resolver import Resolver
 from devnet import world
 from devnet.network import DevnetState, running_devnet
 from devnet.redis_server import REDIS_URL
-from resolver import Resolver
 
 
 async def rate(

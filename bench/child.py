@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 _MEASURED_CLI = """
 import resource, sys
-from cli.main import main
+from atwhois.cli.main import main
 code = main(sys.argv[1:])
 sys.stdout.flush()
 status = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]

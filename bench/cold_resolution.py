@@ -36,11 +36,11 @@ import httpx
 import uvloop
 from atproto_identity.resolver import AsyncIdResolver
 
+from atwhois.resolver import Resolver
+from atwhois.resolver.dns import DnsClient
+from atwhois.resolver.fetch import AddressGuard
 from bench import Row
 from devnet.network import DevnetState, running_devnet
-from resolver import Resolver
-from resolver.dns import DnsClient
-from resolver.fetch import AddressGuard
 
 # Verified identities of the world, by the method that resolves them.
 DNS_HANDLES = [

@@ -24,12 +24,12 @@ from typing import Any
 import uvloop
 from aiohttp import web
 
+from atwhois.cache import CachedResolver, MemoryStore
+from atwhois.resolver import Resolver
+from atwhois.resolver.config import Config
+from atwhois.server.service import Service, Settings
 from bench import Row
-from cache import CachedResolver, MemoryStore
 from devnet.identities import verified
-from resolver import Resolver
-from resolver.config import Config
-from server.service import Service, Settings
 
 XRPC = "/xrpc/com.atproto.identity."
 BATCH = 50  # requests per read, as a client keeping 100 connections busy sends them

@@ -37,18 +37,18 @@ from pathlib import Path
 
 import httpx
 
+from atwhois.foundation.pool import default_workers
+from atwhois.mirror.backends import SqliteMirrorStore
+from atwhois.mirror.records import Batch
+from atwhois.mirror.replica import Verifier
+from atwhois.resolver.plc.encoding import dag_cbor, unsigned
+from atwhois.resolver.plc.export import export_entry
+from atwhois.resolver.plc.signature import decode_signature, verify
 from bench.child import run_cli
 from bench.serve_load import free_port, require_wrk, rotate_script, wait_for, wrk
 from devnet.atwhois import ATWHOIS
 from devnet.postgres import scratch_database
 from devnet.synthetic_plc import directory_lines, export_lines
-from foundation.pool import default_workers
-from mirror.backends import SqliteMirrorStore
-from mirror.records import Batch
-from mirror.replica import Verifier
-from resolver.plc.encoding import dag_cbor, unsigned
-from resolver.plc.export import export_entry
-from resolver.plc.signature import decode_signature, verify
 
 
 def cache_folder() -> Path:

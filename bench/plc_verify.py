@@ -19,16 +19,16 @@ import coincurve
 import orjson
 from coincurve.ecdsa import cdata_to_der, deserialize_compact
 
+from atwhois.foundation.pool import default_workers
+from atwhois.resolver.keys import parse_did_key
+from atwhois.resolver.plc import replay
+from atwhois.resolver.plc.audit import parse_time
+from atwhois.resolver.plc.encoding import cid_of, dag_cbor, unsigned, unsigned_dag_cbor
+from atwhois.resolver.plc.operation import parse_operation
+from atwhois.resolver.plc.signature import decode_signature, verify
 from bench import Row
 from bench.child import run_cli
 from devnet.synthetic_plc import write_export
-from foundation.pool import default_workers
-from resolver.keys import parse_did_key
-from resolver.plc import replay
-from resolver.plc.audit import parse_time
-from resolver.plc.encoding import cid_of, dag_cbor, unsigned, unsigned_dag_cbor
-from resolver.plc.operation import parse_operation
-from resolver.plc.signature import decode_signature, verify
 
 
 def raw_verify_rate(entries: list[dict[str, Any]], count: int = 20000) -> tuple[float, float]:

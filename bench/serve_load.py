@@ -236,7 +236,7 @@ TEMPLATE = world.bulk_host(0)
 def fill_cache(path: Path, identities: int) -> None:
     """The entries of `TEMPLATE` (resolved, verified, kept by a daemon) written again for
     `bulk_host(i)`, i < `identities`: the bytes a daemon would have kept for each."""
-    from cache.entry import Entry
+    from atwhois.cache.entry import Entry
 
     with sqlite3.connect(path) as db:
         rows = db.execute(

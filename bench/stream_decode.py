@@ -25,11 +25,11 @@ from collections.abc import Callable
 from atproto_client.subscriptions import parse_com_atproto_sync_subscribe_repos_message
 from atproto_subscription.frames import Frame
 
+from atwhois.stream import AccountEvent, IdentityEvent, Skipped, decode
+from atwhois.stream.frames import decode_jetstream
+from atwhois.stream.subscriber import JETSTREAM, MemoryCursor, Subscriber, Wire
 from devnet.jetstream import jetstream_message
 from devnet.relay_frames import stream
-from stream import AccountEvent, IdentityEvent, Skipped, decode
-from stream.frames import decode_jetstream
-from stream.subscriber import JETSTREAM, MemoryCursor, Subscriber, Wire
 
 TARGET = 3.0  # events/s over the SDK's, on the same core
 RELAY_RATE = (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from resolver.report import DocumentResolution
+from atwhois.resolver.report import DocumentResolution
 
 from .entry import Cached, Entry, Part
 

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from resolver.report import DocumentResolution, HandleResolution
+from atwhois.resolver.report import DocumentResolution, HandleResolution
 
 from .packing import pack, unpack
 

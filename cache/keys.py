@@ -6,7 +6,7 @@ stream's follower)."""
 
 from __future__ import annotations
 
-from resolver import Identity
+from atwhois.resolver import Identity
 
 
 def handle_key(handle: str) -> str:

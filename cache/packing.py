@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import zlib
 
-from resolver.errors import AtwhoisError
+from atwhois.resolver.errors import AtwhoisError
 
 _LEVEL = 1  # the dictionary does most of the work; higher levels gained a few bytes at 2x the time
 

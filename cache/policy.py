@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
-from foundation import defaults
+from atwhois.foundation import defaults
 
 
 class Lifetime(NamedTuple):

@@ -33,13 +33,13 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple, TypeVar
 
-from foundation import defaults
-from resolver import Identity, Resolver, Status
-from resolver.errors import InvalidInput
-from resolver.identity import CacheInfo, invalid_input, now_iso
-from resolver.outcome import Outcome
-from resolver.report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
-from resolver.syntax import Query
+from atwhois.foundation import defaults
+from atwhois.resolver import Identity, Resolver, Status
+from atwhois.resolver.errors import InvalidInput
+from atwhois.resolver.identity import CacheInfo, invalid_input, now_iso
+from atwhois.resolver.outcome import Outcome
+from atwhois.resolver.report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
+from atwhois.resolver.syntax import Query
 
 from . import claims
 from .accounts import AccountStates, Mark

@@ -43,8 +43,8 @@ from typing import Any, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from foundation import defaults
-from resolver import Identity
+from atwhois.foundation import defaults
+from atwhois.resolver import Identity
 
 from .resolver import CachedResolver
 

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from resolver import Resolver
-from resolver.report import DocumentResolution, HandleResolution
+from atwhois.resolver import Resolver
+from atwhois.resolver.report import DocumentResolution, HandleResolution
 
 from .entry import Cached, Entry, Part
 from .keys import did_key, handle_key

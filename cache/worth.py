@@ -5,11 +5,11 @@ that kept the old entry failed (`failure_of`)."""
 
 from __future__ import annotations
 
-from resolver import Status
-from resolver.identity import Evidence
-from resolver.outcome import Outcome
-from resolver.report import DocumentResolution, HandleResolution
-from resolver.verdict import Step
+from atwhois.resolver import Status
+from atwhois.resolver.identity import Evidence
+from atwhois.resolver.outcome import Outcome
+from atwhois.resolver.report import DocumentResolution, HandleResolution
+from atwhois.resolver.verdict import Step
 
 from .entry import Cached, Part
 from .policy import Answer, Held, Kind

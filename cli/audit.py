@@ -16,16 +16,24 @@ from pathlib import Path
 
 import uvloop
 
-from audit import Auditor, AuditStore, Check, RunReport, Severity, Watched, default_audit_path
-from audit.processes import CheckerPool, open_cache, split
-from audit.report import Report
-from audit.store import LabelTooLong, check_label
-from audit.webhook import Webhook
-from cache import CachedResolver
-from foundation import iso_time
-from resolver import Config, Resolver
-from resolver.errors import InvalidInput
-from resolver.syntax import parse_lookup
+from atwhois.audit import (
+    Auditor,
+    AuditStore,
+    Check,
+    RunReport,
+    Severity,
+    Watched,
+    default_audit_path,
+)
+from atwhois.audit.processes import CheckerPool, open_cache, split
+from atwhois.audit.report import Report
+from atwhois.audit.store import LabelTooLong, check_label
+from atwhois.audit.webhook import Webhook
+from atwhois.cache import CachedResolver
+from atwhois.foundation import iso_time
+from atwhois.resolver import Config, Resolver
+from atwhois.resolver.errors import InvalidInput
+from atwhois.resolver.syntax import parse_lookup
 
 from .lookup import numbered_lines
 from .running import configure

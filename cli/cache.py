@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from resolver.errors import InvalidInput
+from atwhois.resolver.errors import InvalidInput
 
 from .running import configure, run, say, with_cache
 
@@ -22,9 +22,9 @@ def stats(args: argparse.Namespace) -> int:
 
 
 def purge(args: argparse.Namespace) -> int:
-    from cache.keys import identifier_of
-    from cache.stores import StoreUnavailable
-    from resolver.syntax import parse_lookup
+    from atwhois.cache.keys import identifier_of
+    from atwhois.cache.stores import StoreUnavailable
+    from atwhois.resolver.syntax import parse_lookup
 
     resolved = configure(args)
     try:

@@ -221,14 +221,14 @@ DEFAULT_SUBCOMMAND = {"audit": "run"}
 COMMANDS = [
     Command(
         ("lookup",),
-        "cli.lookup:lookup",
+        "atwhois.cli.lookup:lookup",
         "who is behind a handle, DID, at:// URI or profile URL, verified both ways",
         [*RESOLUTION, "cache"],
         _lookup_arguments,
     ),
     Command(
         ("history",),
-        "cli.plc:history",
+        "atwhois.cli.plc:history",
         "replay a did:plc's operation log: who signed what, what it changed, whether it "
         "verifies (exit 0 if it does, 1 if not)",
         RESOLUTION,
@@ -236,14 +236,14 @@ COMMANDS = [
     ),
     Command(
         ("plc", "verify-export"),
-        "cli.plc:verify_export",
+        "atwhois.cli.plc:verify_export",
         "verify a PLC directory export (JSON Lines, legacy or seq format) op by op, in bounded "
         "memory; exit 0 if every op verifies (allow-listed ones aside), 1 if not",
         arguments=_export_arguments,
     ),
     Command(
         ("plc", "mirror"),
-        "cli.plc:mirror",
+        "atwhois.cli.plc:mirror",
         "mirror the PLC directory named by --plc-url, verifying every operation, and serve "
         "its read API (GET /{did}, /log/audit, /export, /export/stream, ...); exit 1 after "
         "--once if the upstream served ops the rules refuse",
@@ -265,50 +265,62 @@ COMMANDS = [
         ],
         _mirror_arguments,
     ),
-    Command(("cache", "stats"), "cli.cache:stats", "what the cache holds", ["cache"], _json_flag),
+    Command(
+        ("cache", "stats"), "atwhois.cli.cache:stats", "what the cache holds", ["cache"], _json_flag
+    ),
     Command(
         ("cache", "purge"),
-        "cli.cache:purge",
+        "atwhois.cli.cache:purge",
         "forget one identity (its handle and DID entries); exit 1 if nothing was cached",
         ["dev", "cache"],
         _identifier_and_json("a handle or DID"),
     ),
     Command(
         ("serve",),
-        "cli.serve:run",
+        "atwhois.cli.serve:run",
         "the local HTTP service: XRPC com.atproto.identity.*, /v1, audits, /metrics",
         EVERY_SETTING,
         description=SERVE_DESCRIPTION,
     ),
     Command(
         ("completion",),
-        "cli.completion:completion",
+        "atwhois.cli.completion:completion",
         "a bash completion script for atwhois: source <(atwhois completion bash)",
         [],
         _shell_argument,
     ),
     Command(
         ("config", "show"),
-        "cli.config:show",
+        "atwhois.cli.config:show",
         "every setting, the value in effect and where it came from (flag, variable, file, "
         "default); secrets are shown as set, never printed",
         EVERY_SETTING,
         _json_flag,
     ),
     Command(
-        ("watch", "add"), "cli.audit:watch_add", "watch identities", AUDIT_STORE, _identifiers(True)
+        ("watch", "add"),
+        "atwhois.cli.audit:watch_add",
+        "watch identities",
+        AUDIT_STORE,
+        _identifiers(True),
     ),
     Command(
         ("watch", "remove"),
-        "cli.audit:watch_remove",
+        "atwhois.cli.audit:watch_remove",
         "stop watching identities",
         AUDIT_STORE,
         _identifiers(False),
     ),
-    Command(("watch", "list"), "cli.audit:watch_list", "the watch-list", ["audit_db"], _json_flag),
+    Command(
+        ("watch", "list"),
+        "atwhois.cli.audit:watch_list",
+        "the watch-list",
+        ["audit_db"],
+        _json_flag,
+    ),
     Command(
         ("watch", "import"),
-        "cli.audit:watch_import",
+        "atwhois.cli.audit:watch_import",
         "watch every identifier of a CSV file (identifier[,label] a line; # comments; - for "
         "standard input); all or none: a bad line is named and nothing is added",
         AUDIT_STORE,
@@ -316,13 +328,13 @@ COMMANDS = [
     ),
     Command(
         ("watch", "export"),
-        "cli.audit:watch_export",
+        "atwhois.cli.audit:watch_export",
         "the watch-list as CSV (identifier,label), which watch import reads back",
         ["audit_db"],
     ),
     Command(
         ("audit", "run"),
-        "cli.audit:audit_run",
+        "atwhois.cli.audit:audit_run",
         "re-verify the watch-list (or the identifiers in FILE, without adding them to it), "
         "store one check each, and report what changed since the last check",
         [*AUDIT_RUN_SETTINGS],
@@ -330,7 +342,7 @@ COMMANDS = [
     ),
     Command(
         ("audit", "history"),
-        "cli.audit:audit_history",
+        "atwhois.cli.audit:audit_history",
         "one identity's checks over time",
         AUDIT_STORE,
         _identifier_and_json("a handle or DID on the watch-list"),

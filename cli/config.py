@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from audit import default_audit_path
-from cache.stores import default_sqlite_path
-from mirror import default_mirror_path
+from atwhois.audit import default_audit_path
+from atwhois.cache.stores import default_sqlite_path
+from atwhois.mirror import default_mirror_path
 
 from . import settings
 from .configuration import FROM_CONFIG, Resolved

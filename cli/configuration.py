@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from foundation.defaults import MIB
-from resolver.config import Config, parse_bool, parse_nameservers, parse_networks
-from resolver.errors import AtwhoisError, InvalidInput
+from atwhois.foundation.defaults import MIB
+from atwhois.resolver.config import Config, parse_bool, parse_nameservers, parse_networks
+from atwhois.resolver.errors import AtwhoisError, InvalidInput
 
 from .settings import GROUP_TITLES, SETTINGS, Setting, Values
 

@@ -10,8 +10,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 
-from foundation.pool import RoutedPool
-from resolver.plc.export import ExportCheck, ExportSummary, merge, route
+from atwhois.foundation.pool import RoutedPool
+from atwhois.resolver.plc.export import ExportCheck, ExportSummary, merge, route
 
 _BATCH = 4096  # lines sent to a worker at once
 _IN_FLIGHT = 4  # batches a worker may have waiting: the reader never runs far ahead

@@ -9,14 +9,14 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from resolver.errors import InvalidInput
+from atwhois.resolver.errors import InvalidInput
 
 from .configuration import Resolved
 from .running import UsageError, configure, run, say
 
 if TYPE_CHECKING:
-    from resolver import Identity
-    from resolver.directory import Directory
+    from atwhois.resolver import Identity
+    from atwhois.resolver.directory import Directory
 
 
 def numbered_lines(text: str) -> list[tuple[int, str]]:
@@ -47,8 +47,8 @@ def lookup(args: argparse.Namespace) -> int:
         raise UsageError(args.prog, "give an identifier, - for standard input, or --file FILE")
     identifier = args.identifier.strip()
     if not args.server:  # invalid input is answered before the network stack is loaded
-        from resolver.identity import invalid_input, now_iso
-        from resolver.syntax import parse_lookup
+        from atwhois.resolver.identity import invalid_input, now_iso
+        from atwhois.resolver.syntax import parse_lookup
 
         try:
             parse_lookup(identifier, dev=config.dev)
@@ -61,14 +61,14 @@ def _directory(args: argparse.Namespace, resolved: Resolved) -> Directory:
     """Where the answers come from: a running daemon (`--server`), or a resolver here, in
     front of a cache when one is configured."""
     if args.server:
-        from resolver.remote import NotADaemonUrl, RemoteDirectory
+        from atwhois.resolver.remote import NotADaemonUrl, RemoteDirectory
 
         try:
             return RemoteDirectory(args.server)
         except NotADaemonUrl as err:
             raise UsageError(args.prog, f"--server: {err}") from None
-    from cache import CachedResolver, open_store
-    from resolver import Resolver
+    from atwhois.cache import CachedResolver, open_store
+    from atwhois.resolver import Resolver
 
     url = resolved.values.cache
     if url is None:
@@ -140,7 +140,7 @@ async def _batch(
             except Exception as err:
                 import traceback
 
-                from resolver.identity import failed_inside, now_iso
+                from atwhois.resolver.identity import failed_inside, now_iso
 
                 traceback.print_exc(file=sys.stderr)
                 return failed_inside(identifier, err, now_iso())

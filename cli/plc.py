@@ -17,30 +17,30 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from foundation.pool import default_workers
-from mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
-from mirror.api import json_errors
-from mirror.backends import default_mirror_path, open_mirror_store
-from mirror.store import SqlMirrorStore
-from mirror.upstream_stream import UpstreamStream
-from resolver.errors import InvalidInput, UpstreamFailure
-from server.lifecycle import runner_settings, serve_until_stopped
-from server.metrics import CONTENT_TYPE, Exposition
+from atwhois.foundation.pool import default_workers
+from atwhois.mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
+from atwhois.mirror.api import json_errors
+from atwhois.mirror.backends import default_mirror_path, open_mirror_store
+from atwhois.mirror.store import SqlMirrorStore
+from atwhois.mirror.upstream_stream import UpstreamStream
+from atwhois.resolver.errors import InvalidInput, UpstreamFailure
+from atwhois.server.lifecycle import runner_settings, serve_until_stopped
+from atwhois.server.metrics import CONTENT_TYPE, Exposition
 
 from .running import configure, say, with_resolver
 from .settings import Values
 
 if TYPE_CHECKING:
-    from resolver import Resolver
-    from resolver.plc.export import ExportSummary
-    from resolver.syntax import Query
+    from atwhois.resolver import Resolver
+    from atwhois.resolver.plc.export import ExportSummary
+    from atwhois.resolver.syntax import Query
 
 
 def history(args: argparse.Namespace) -> int:
     """The operation log of a did:plc, given as such or through a handle (or any identifier
     a lookup takes): the lookup says which DID the log belongs to and how far the binding
     was verified."""
-    from resolver.syntax import parse_lookup
+    from atwhois.resolver.syntax import parse_lookup
 
     config = configure(args).config
     try:
@@ -55,7 +55,7 @@ def history(args: argparse.Namespace) -> int:
 
 
 async def _history(resolver: Resolver, query: Query, args: argparse.Namespace) -> int:
-    from resolver.errors import ResolutionError
+    from atwhois.resolver.errors import ResolutionError
 
     from .render import render_history
 
@@ -99,7 +99,7 @@ def _known_bad(paths: list[str]) -> frozenset[str]:
 
 
 def verify_export(args: argparse.Namespace) -> int:
-    from resolver.plc.export import verify_export
+    from atwhois.resolver.plc.export import verify_export
 
     from .export_workers import freezing, verify_export_in_workers
 

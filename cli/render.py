@@ -7,12 +7,12 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from foundation import counted
-from resolver.outcome import VERDICTS, Outcome, Status
-from resolver.rules import SPEC, cited
+from atwhois.foundation import counted
+from atwhois.resolver.outcome import VERDICTS, Outcome, Status
+from atwhois.resolver.rules import SPEC, cited
 
 if TYPE_CHECKING:
-    from resolver.plc import Audit
+    from atwhois.resolver.plc import Audit
 
 Report = dict[str, Any]  # a JSON report: `Identity.to_json()` or a part of it
 
@@ -33,7 +33,7 @@ def wants_color(stream: TextIO, *, refused: bool = False) -> bool:
 def short_answer(report: dict[str, Any]) -> str | None:
     """`--short`: the DID a verified handle points at, or the verified handle of a DID;
     None when the binding does not verify."""
-    from resolver.syntax import parse_query
+    from atwhois.resolver.syntax import parse_query
 
     if not report["verified"]:
         return None
@@ -109,7 +109,10 @@ def _pds_check(check: Report, style: Style) -> list[str]:
 
 
 def _key(did_key: str) -> str:
-    from resolver.keys import InvalidKey, parse_did_key  # the curve libraries, only when shown
+    from atwhois.resolver.keys import (  # the curve libraries, only when shown
+        InvalidKey,
+        parse_did_key,
+    )
 
     try:
         return f"{did_key} ({parse_did_key(did_key).curve})"

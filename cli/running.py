@@ -7,13 +7,13 @@ import argparse
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from resolver.config import Config
-from resolver.errors import AtwhoisError
+from atwhois.resolver.config import Config
+from atwhois.resolver.errors import AtwhoisError
 
 from .configuration import Resolved, load, resolve
 
 if TYPE_CHECKING:
-    from resolver import Resolver
+    from atwhois.resolver import Resolver
 
 T = TypeVar("T")
 
@@ -49,7 +49,7 @@ def run(work: Coroutine[Any, Any, T], *, many: bool = False) -> T:
 
 
 def with_resolver(config: Config, work: Callable[[Resolver], Any]) -> Any:
-    from resolver import Resolver
+    from atwhois.resolver import Resolver
 
     async def work_now() -> Any:
         async with Resolver(config) as resolver:
@@ -59,8 +59,8 @@ def with_resolver(config: Config, work: Callable[[Resolver], Any]) -> Any:
 
 
 async def with_cache(resolved: Resolved, work: Callable[[Any], Any]) -> Any:
-    from cache import CachedResolver, open_store
-    from resolver import Resolver
+    from atwhois.cache import CachedResolver, open_store
+    from atwhois.resolver import Resolver
 
     store = open_store(resolved.values.cache)
     async with CachedResolver(Resolver(resolved.config), store) as cached:

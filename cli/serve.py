@@ -25,21 +25,21 @@ from typing import Any
 import uvloop
 from aiohttp import web
 
-from audit import Auditor, AuditStore, default_audit_path
-from cache import CachedResolver, Lifetime, Policy, open_store
-from cache.revalidate import Revalidator
-from foundation.defaults import MIB
-from mirror import Follower as MirrorFollower
-from mirror import MirrorApi, MirrorFetcher
-from resolver import Config, Resolver
-from server.audits_api import AuditApi
-from server.audits_pages import AuditPages
-from server.lifecycle import ConnectionLimit, runner_settings, serve_until_stopped
-from server.memory import small_tls_buffers, trim_periodically
-from server.request_log import MalformedRequestLog
-from server.service import Service, Settings
-from server.web import WebPages
-from stream.follower import Follower
+from atwhois.audit import Auditor, AuditStore, default_audit_path
+from atwhois.cache import CachedResolver, Lifetime, Policy, open_store
+from atwhois.cache.revalidate import Revalidator
+from atwhois.foundation.defaults import MIB
+from atwhois.mirror import Follower as MirrorFollower
+from atwhois.mirror import MirrorApi, MirrorFetcher
+from atwhois.resolver import Config, Resolver
+from atwhois.server.audits_api import AuditApi
+from atwhois.server.audits_pages import AuditPages
+from atwhois.server.lifecycle import ConnectionLimit, runner_settings, serve_until_stopped
+from atwhois.server.memory import small_tls_buffers, trim_periodically
+from atwhois.server.request_log import MalformedRequestLog
+from atwhois.server.service import Service, Settings
+from atwhois.server.web import WebPages
+from atwhois.stream.follower import Follower
 
 from .audit import webhook_from
 from .config import effective_settings

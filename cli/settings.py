@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from foundation import defaults
-from foundation.sql import DATABASE_SCHEMES
-from resolver.config import Config
+from atwhois.foundation import defaults
+from atwhois.foundation.sql import DATABASE_SCHEMES
+from atwhois.resolver.config import Config
 
 RESOLUTION, STORAGE, SERVICE, AUDITS = "resolution", "cache", "service", "audits"
 MIRROR = "mirror"
@@ -465,7 +465,7 @@ def names_in(*groups: str) -> list[str]:
 
 
 def reference() -> str:
-    """The README's settings table, made from this one (`python -m cli.settings`)."""
+    """The README's settings table, made from this one (`python -m atwhois.cli.settings`)."""
     kinds = {bool: "bool", int: "int", float: "number", str: "string", Path: "path", list: "list"}
     lines = [
         "| setting (TOML key) | flag | environment | type | default | what it does |",

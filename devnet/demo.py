@@ -20,8 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from atwhois.foundation import defaults
 from devnet.atwhois import running_daemon
-from foundation import defaults
 
 from .network import running_devnet
 

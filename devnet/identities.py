@@ -7,9 +7,9 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 
-from audit import Check, Watched
-from resolver import Identity, Status
-from resolver.identity import CacheInfo
+from atwhois.audit import Check, Watched
+from atwhois.resolver import Identity, Status
+from atwhois.resolver.identity import CacheInfo
 
 
 def verified(did: str, handle: str, fresh_for: float = 3600.0) -> Identity:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from resolver import Config
+from atwhois.resolver import Config
 
 from . import dnssec, forger, world
 from .dns import DnsProxy, Knot, reload_zone, render_zone
@@ -132,7 +132,7 @@ class DevnetState:
     def config(self, **changes: Any) -> Config:
         """A resolver configuration pointed at this network (never at /etc/hosts)."""
         quick = {"dns_timeout": 1.0, "https_timeout": 2.0, "document_timeout": 2.0}
-        from cli import configuration
+        from atwhois.cli import configuration
 
         configured = configuration.resolver_config(configuration.from_environment(self.env()))
         return dataclasses.replace(configured, **{**quick, **changes})

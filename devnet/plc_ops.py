@@ -18,8 +18,8 @@ from typing import Any
 import coincurve
 import httpx
 
-from resolver.keys import Curve, PublicKey
-from resolver.plc.encoding import cid_of, dag_cbor, did_of_genesis, unsigned
+from atwhois.resolver.keys import Curve, PublicKey
+from atwhois.resolver.plc.encoding import cid_of, dag_cbor, did_of_genesis, unsigned
 
 PDS = "https://pds.test"
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from atwhois.resolver.plc.encoding import cid_of, dag_cbor, did_of_genesis
 from devnet import world
 from devnet.plc_ops import Key, plc_operation
-from resolver.plc.encoding import cid_of, dag_cbor, did_of_genesis
 
 EPOCH = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
 

@@ -28,14 +28,14 @@ from urllib.parse import unquote, urlsplit
 import orjson
 from aiohttp import web
 
-from foundation import defaults
-from resolver.errors import AtwhoisError, InvalidDid, ResponseTooLarge
-from resolver.plc.audit import parse_time
-from resolver.plc.document import build_document, state_data
-from resolver.plc.operation import State
-from resolver.response import MIRROR_HEADER, Response
-from resolver.syntax import check_plc_did
-from resolver.untrusted import BadNumber, parse_count
+from atwhois.foundation import defaults
+from atwhois.resolver.errors import AtwhoisError, InvalidDid, ResponseTooLarge
+from atwhois.resolver.plc.audit import parse_time
+from atwhois.resolver.plc.document import build_document, state_data
+from atwhois.resolver.plc.operation import State
+from atwhois.resolver.response import MIRROR_HEADER, Response
+from atwhois.resolver.syntax import check_plc_did
+from atwhois.resolver.untrusted import BadNumber, parse_count
 
 from .records import InForce, StoredOp
 from .state import MirrorState

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from foundation import data_path
-from foundation.sql import POSTGRES_SCHEMES
-from resolver.errors import AtwhoisError
+from atwhois.foundation import data_path
+from atwhois.foundation.sql import POSTGRES_SCHEMES
+from atwhois.resolver.errors import AtwhoisError
 
 from .schema import POSTGRES
 from .store import SqlMirrorStore

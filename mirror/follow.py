@@ -25,10 +25,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from foundation import Backoff, defaults
-from resolver.errors import ResponseTooLarge, UpstreamFailure
-from resolver.identity import now_iso
-from resolver.plc.document import compare_state
+from atwhois.foundation import Backoff, defaults
+from atwhois.resolver.errors import ResponseTooLarge, UpstreamFailure
+from atwhois.resolver.identity import now_iso
+from atwhois.resolver.plc.document import compare_state
 
 from .records import BadLine, Batch
 from .replica import Page, PageResult, Replica

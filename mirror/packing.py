@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import zstandard
 
-from resolver.errors import AtwhoisError
+from atwhois.resolver.errors import AtwhoisError
 
 LEVEL = 3  # levels 9 and 19 gained no byte against a dictionary, at 4x and 30x the time
 DICTIONARY_SIZE = 16_384  # 8 KiB to 64 KiB trained the same within a byte

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from resolver.errors import AtwhoisError
-from resolver.plc.operation import BadOperation, State, parse_operation
+from atwhois.resolver.errors import AtwhoisError
+from atwhois.resolver.plc.operation import BadOperation, State, parse_operation
 
 ENTRY_CAP = 8192  # characters of a refused entry kept as evidence
 

@@ -28,11 +28,11 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from foundation import defaults
-from foundation.pool import RoutedPool
-from resolver.identity import now_iso
-from resolver.plc.audit import Replay
-from resolver.plc.export import export_entry, route
+from atwhois.foundation import defaults
+from atwhois.foundation.pool import RoutedPool
+from atwhois.resolver.identity import now_iso
+from atwhois.resolver.plc.audit import Replay
+from atwhois.resolver.plc.export import export_entry, route
 
 from .backends import open_mirror_store
 from .records import ENTRY_CAP, BadLine, Batch, Head, Rejection, StoredOp, storable

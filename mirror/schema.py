@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from resolver.errors import SchemaMismatch
+from atwhois.resolver.errors import SchemaMismatch
 
 SCHEMA_VERSION = 2  # 1: the export line kept whole, the state's JSON kept per DID
 # A DID's ops are found through its row (`seqs`: their seqs, in order), not through an

@@ -17,8 +17,8 @@ from typing import Any, TextIO, TypeVar
 
 import zstandard
 
-from foundation.sql import in_chunks, marks
-from resolver.errors import AtwhoisError
+from atwhois.foundation.sql import in_chunks, marks
+from atwhois.resolver.errors import AtwhoisError
 
 from .packing import TRAIN_SAMPLE, Packer, train
 from .records import ENTRY_CAP, BadLine, Batch, InForce, Rejection, StoredOp

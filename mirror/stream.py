@@ -30,8 +30,8 @@ from collections.abc import Callable
 
 from aiohttp import WSMsgType, web
 
-from foundation import defaults
-from resolver.response import MIRROR_HEADER
+from atwhois.foundation import defaults
+from atwhois.resolver.response import MIRROR_HEADER
 
 from .records import StoredOp
 from .state import MirrorState

@@ -16,11 +16,11 @@ from typing import Any, NamedTuple
 
 import httpx
 
-from resolver.did import view_age
-from resolver.errors import ResponseTooLarge, UpstreamFailure, UpstreamTimeout
-from resolver.plc.audit import parse_time
-from resolver.response import MIRROR_HEADER
-from resolver.untrusted import parse_json
+from atwhois.resolver.did import view_age
+from atwhois.resolver.errors import ResponseTooLarge, UpstreamFailure, UpstreamTimeout
+from atwhois.resolver.plc.audit import parse_time
+from atwhois.resolver.response import MIRROR_HEADER
+from atwhois.resolver.untrusted import parse_json
 
 PAGE_SIZE = 1000  # the reference's most per page
 PAGE_MAX_BYTES = 64 * 1024 * 1024

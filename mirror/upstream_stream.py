@@ -13,8 +13,8 @@ from urllib.parse import urlsplit, urlunsplit
 import websockets
 from websockets.sync.client import ClientConnection, connect
 
-from resolver.errors import UpstreamFailure
-from resolver.response import MIRROR_HEADER
+from atwhois.resolver.errors import UpstreamFailure
+from atwhois.resolver.response import MIRROR_HEADER
 
 # The reasons a stream is closed with (P-API-3), which the follower tells apart.
 FUTURE, OUTDATED, TOO_SLOW = "FutureCursor", "OutdatedCursor", "ConsumerTooSlow"

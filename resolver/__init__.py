@@ -1,6 +1,6 @@
 """atwhois resolver: ATProto handle and DID resolution with bidirectional verification.
 
-from resolver import Resolver, Config
+from atwhois.resolver import Resolver, Config
 async with Resolver(Config(plc_url="https://plc.directory")) as resolver:
     identity = await resolver.lookup("alice.example.com")
 

@@ -16,7 +16,7 @@ from typing import NamedTuple, cast
 import dns.message
 import dns.name
 
-from foundation.lru import Lru
+from atwhois.foundation.lru import Lru
 
 from .dns_wire import MAX_ANSWER_BYTES
 from .dnssec import NSEC, NSEC3, RdataType, Sig, Signed, ZoneKeys, signed_rrsets, strips_dnssec

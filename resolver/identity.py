@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from foundation import iso_time
+from atwhois.foundation import iso_time
 
 from .errors import InvalidInput, MalformedAnswer, ResolutionError
 from .outcome import Outcome, Status

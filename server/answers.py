@@ -10,11 +10,11 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 from urllib.parse import unquote
 
-from cache import Tier, identifier_of, resting_on
-from cache.packing import deflate, inflate
-from foundation.lru import Lru
-from resolver import Identity, Status
-from resolver.syntax import INVALID_HANDLE
+from atwhois.cache import Tier, identifier_of, resting_on
+from atwhois.cache.packing import deflate, inflate
+from atwhois.foundation.lru import Lru
+from atwhois.resolver import Identity, Status
+from atwhois.resolver.syntax import INVALID_HANDLE
 
 from .bodies import did_body, with_document
 from .routes import BY_NSID, XRPC

@@ -15,12 +15,12 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from audit import Auditor, RunReport
-from audit.runs import WATCH_LIST
-from audit.store import LabelTooLong
-from foundation.backoff import Backoff
-from resolver.errors import InvalidInput
-from resolver.untrusted import BadNumber, parse_count
+from atwhois.audit import Auditor, RunReport
+from atwhois.audit.runs import WATCH_LIST
+from atwhois.audit.store import LabelTooLong
+from atwhois.foundation.backoff import Backoff
+from atwhois.resolver.errors import InvalidInput
+from atwhois.resolver.untrusted import BadNumber, parse_count
 
 from . import openapi
 from .metrics import gauge

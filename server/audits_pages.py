@@ -9,12 +9,12 @@ import urllib.parse
 
 from aiohttp import web
 
-from audit import AuditStore
-from audit.checks import iso
-from audit.findings import STATE_SEVERITY
-from audit.store import LabelTooLong
-from resolver import Status
-from resolver.errors import InvalidInput
+from atwhois.audit import AuditStore
+from atwhois.audit.checks import iso
+from atwhois.audit.findings import STATE_SEVERITY
+from atwhois.audit.store import LabelTooLong
+from atwhois.resolver import Status
+from atwhois.resolver.errors import InvalidInput
 
 from .service import Service
 from .web import page

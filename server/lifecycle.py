@@ -35,7 +35,7 @@ from typing import Any, cast
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from foundation import defaults
+from atwhois.foundation import defaults
 
 from .metrics import gauge
 

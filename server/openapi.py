@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from resolver import Outcome, Status
-from resolver.identity import HOSTED, INACTIVE, INVALID, NOT_HOSTED, UNREACHABLE
+from atwhois.resolver import Outcome, Status
+from atwhois.resolver.identity import HOSTED, INACTIVE, INVALID, NOT_HOSTED, UNREACHABLE
 
 ERROR = {"$ref": "#/components/schemas/XrpcError"}
 IDENTITY = {"$ref": "#/components/schemas/Identity"}

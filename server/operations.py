@@ -12,8 +12,8 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily
 
-from cache import CachedResolver
-from cache.stores import TieredStore
+from atwhois.cache import CachedResolver
+from atwhois.cache.stores import TieredStore
 
 from . import openapi
 from .answers import AnswerCache

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from resolver import Status
-from resolver.syntax import is_valid_at_identifier, is_valid_did, is_valid_handle
+from atwhois.resolver import Status
+from atwhois.resolver.syntax import is_valid_at_identifier, is_valid_did, is_valid_handle
 
 from . import openapi, xrpc_errors
 from .xrpc_errors import Failure

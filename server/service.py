@@ -23,12 +23,12 @@ from typing import Any
 
 from aiohttp import web
 
-from cache import CachedResolver
-from cache.resolver import Upstream
-from foundation import defaults
-from resolver import Identity, Outcome, Status
-from resolver.syntax import is_valid_did
-from resolver.untrusted import parse_json
+from atwhois.cache import CachedResolver
+from atwhois.cache.resolver import Upstream
+from atwhois.foundation import defaults
+from atwhois.resolver import Identity, Outcome, Status
+from atwhois.resolver.syntax import is_valid_did
+from atwhois.resolver.untrusted import parse_json
 
 from . import operations
 from .answers import AnswerCache, cache_control

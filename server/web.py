@@ -15,10 +15,10 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from resolver import Status
-from resolver.errors import ResolutionError
-from resolver.outcome import VERDICTS
-from resolver.plc import Audit
+from atwhois.resolver import Status
+from atwhois.resolver.errors import ResolutionError
+from atwhois.resolver.outcome import VERDICTS
+from atwhois.resolver.plc import Audit
 
 from .service import Service
 
@@ -37,7 +37,7 @@ PAGE_HEADERS = {
     "Cache-Control": "no-store",
 }
 _TEMPLATES = jinja2.Environment(
-    loader=jinja2.PackageLoader("server", "templates"),
+    loader=jinja2.PackageLoader(__package__ or "atwhois.server", "templates"),
     autoescape=True,  # every template, whatever its name
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,

@@ -19,8 +19,8 @@ its own error class or to the generic one, never to a name it cannot know:
 
 from __future__ import annotations
 
-from resolver import Status
-from resolver.errors import AtwhoisError
+from atwhois.resolver import Status
+from atwhois.resolver.errors import AtwhoisError
 
 Failure = tuple[int, str]  # HTTP status, XRPC error name
 

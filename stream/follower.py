@@ -23,10 +23,10 @@ from urllib.parse import urlsplit
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from cache import CachedResolver
-from cache.accounts import mark_of
-from cache.keys import did_key, identifier_of
-from cache.revalidate import Revalidator, Watcher
+from atwhois.cache import CachedResolver
+from atwhois.cache.accounts import mark_of
+from atwhois.cache.keys import did_key, identifier_of
+from atwhois.cache.revalidate import Revalidator, Watcher
 
 from .frames import AccountEvent, IdentityEvent
 from .process import WIRES, StreamProcess

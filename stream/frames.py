@@ -23,9 +23,9 @@ from typing import Any
 
 import libipld
 
-from resolver.errors import InvalidData
-from resolver.syntax import is_valid_did, is_valid_handle
-from resolver.untrusted import parse_json
+from atwhois.resolver.errors import InvalidData
+from atwhois.resolver.syntax import is_valid_did, is_valid_handle
+from atwhois.resolver.untrusted import parse_json
 
 MAX_FRAME_BYTES = 5 * 1024 * 1024  # the reference relay's own bound on a message
 

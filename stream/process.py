@@ -26,8 +26,8 @@ from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from foundation import Backoff
-from foundation.pool import watch_parent
+from atwhois.foundation import Backoff
+from atwhois.foundation.pool import watch_parent
 
 from .frames import AccountEvent, IdentityEvent
 from .subscriber import FIREHOSE, JETSTREAM, Cursor, Subscriber, Wire

@@ -50,9 +50,9 @@ from typing import Any, NamedTuple, Protocol
 import aiohttp
 import yarl
 
-from cache.stores.base import Store
-from foundation import Backoff
-from resolver.untrusted import BadNumber, parse_count, parse_json
+from atwhois.cache.stores.base import Store
+from atwhois.foundation import Backoff
+from atwhois.resolver.untrusted import BadNumber, parse_count, parse_json
 
 from .frames import (
     AccountEvent,

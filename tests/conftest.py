@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Iterator
 import httpx._transports.default
 import pytest
 
+from atwhois.resolver import Config, Resolver
 from devnet.atwhois import Daemon, running_daemon
 from devnet.network import DevnetState, running_devnet
-from resolver import Config, Resolver
 from tests.support.http import TOKEN
 from tests.support.webhook_receiver import Receiver
 

@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import settings as examples
 from hypothesis import strategies as st
 
-from cache import MemoryStore, SqliteStore, TieredStore
+from atwhois.cache import MemoryStore, SqliteStore, TieredStore
+from atwhois.resolver import Identity, Resolver, Status
+from atwhois.server.answers import AnswerCache
 from devnet.identities import verified
 from devnet.network import DevnetState
-from resolver import Identity, Resolver, Status
-from server.answers import AnswerCache
 from tests.support.cache_model import LoopThread, start_daemon, stop_daemons
 from tests.support.clock import Clock
 from tests.support.http import XRPC

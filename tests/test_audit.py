@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from audit import Auditor, AuditStore, Check, Finding, RunReport, Watched, compare
-from audit.processes import check_one
-from audit.webhook import Webhook
-from cache import CachedResolver, MemoryStore
+from atwhois.audit import Auditor, AuditStore, Check, Finding, RunReport, Watched, compare
+from atwhois.audit.processes import check_one
+from atwhois.audit.webhook import Webhook
+from atwhois.cache import CachedResolver, MemoryStore
+from atwhois.resolver import Config, Identity, Resolver, Status
 from devnet import world
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
-from resolver import Config, Identity, Resolver, Status
 from tests.support.webhook_receiver import SECRET, Receiver, signed_by
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from audit import Finding, RunReport
-from audit.findings import Severity
-from audit.report import COLUMNS, Report, Row
+from atwhois.audit import Finding, RunReport
+from atwhois.audit.findings import Severity
+from atwhois.audit.report import COLUMNS, Report, Row
 from devnet.atwhois import ATWHOIS, running_daemon
 from devnet.atwhois import run as run_cli
 from devnet.network import DevnetState

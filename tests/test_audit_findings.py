@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from audit import KINDS, AuditStore, Check, Severity, compare
-from audit.findings import CHECKED, STATE_SEVERITY, TRANSITIONS
-from resolver import Status
+from atwhois.audit import KINDS, AuditStore, Check, Severity, compare
+from atwhois.audit.findings import CHECKED, STATE_SEVERITY, TRANSITIONS
+from atwhois.resolver import Status
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = Check(
@@ -322,7 +322,7 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
 
 
 def test_progress_shows_done_total_rate_and_time_left(capsys: pytest.CaptureFixture[str]) -> None:
-    from cli.audit import progress_line
+    from atwhois.cli.audit import progress_line
 
     now = iter([100.0, 102.0, 104.0])
     show = progress_line(clock=lambda: next(now))

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from audit import Auditor, AuditStore, Check
-from audit.store import DAY
-from audit.webhook import Webhook
+from atwhois.audit import Auditor, AuditStore, Check
+from atwhois.audit.store import DAY
+from atwhois.audit.webhook import Webhook
 from devnet.identities import scripted, verified_check
 from devnet.postgres import database
 from tests.support.webhook_receiver import Receiver

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from audit import AuditStore, Check
+from atwhois.audit import AuditStore, Check
 from devnet import world
 from devnet.atwhois import ATWHOIS, running_daemon
 from devnet.atwhois import run as run_cli

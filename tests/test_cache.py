@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from cache import CachedResolver, MemoryStore, Policy, SqliteStore, Store
-from cache.packing import unpack
-from cache.policy import Lifetime
-from cache.stores.redis import RedisStore
+from atwhois.cache import CachedResolver, MemoryStore, Policy, SqliteStore, Store
+from atwhois.cache.packing import unpack
+from atwhois.cache.policy import Lifetime
+from atwhois.cache.stores.redis import RedisStore
+from atwhois.resolver import Config, Resolver, Status
+from atwhois.resolver.dns import DnsClient
+from atwhois.resolver.fetch import Fetcher
+from atwhois.resolver.response import Response
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
 from devnet.redis_server import REDIS_URL
-from resolver import Config, Resolver, Status
-from resolver.dns import DnsClient
-from resolver.fetch import Fetcher
-from resolver.response import Response
 from tests.support.clock import Clock
 from tests.support.waiting import eventually
 

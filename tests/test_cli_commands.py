@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import UsageError, main, route
+from atwhois.cli.main import UsageError, main, route
 from devnet.atwhois import run
 from devnet.network import DevnetState
 
@@ -192,7 +192,7 @@ def _complete(words: list[str]) -> list[str]:
     import shlex
     import subprocess
 
-    from cli.completion import script
+    from atwhois.cli.completion import script
 
     program = "\n".join(
         [

@@ -171,8 +171,8 @@ def test_a_batch_goes_on_past_a_lookup_that_fails_inside_atwhois(
     import argparse
     import asyncio
 
-    from cli.lookup import _batch
-    from resolver import Identity, Status
+    from atwhois.cli.lookup import _batch
+    from atwhois.resolver import Identity, Status
 
     class Breaking:
         async def lookup(self, identifier: str) -> Identity:

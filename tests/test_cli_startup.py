@@ -18,7 +18,7 @@ from devnet.network import DevnetState
 HEAVY = ("aiohttp", "httpx", "dns", "redis", "asyncio", "sqlite3", "cryptography", "coincurve")
 PROBE = """
 import sys
-from cli.main import main
+from atwhois.cli.main import main
 try:
     code = main({args!r})
 except SystemExit as exit:

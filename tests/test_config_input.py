@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from cache import open_store
-from cli import configuration
+from atwhois.cache import open_store
+from atwhois.cli import configuration
+from atwhois.resolver import Config
+from atwhois.resolver.errors import InvalidInput
 from devnet.atwhois import ATWHOIS, run
-from resolver import Config
-from resolver.errors import InvalidInput
 
 
 @pytest.mark.parametrize(

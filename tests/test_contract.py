@@ -18,10 +18,10 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from atwhois.server import audits_api, operations
+from atwhois.server.routes import SERVICE, described
 from devnet.atwhois import Daemon, running_daemon
 from devnet.network import DevnetState
-from server import audits_api, operations
-from server.routes import SERVICE, described
 
 TOKEN = "contract-token"
 EXAMPLES = 50  # per operation and mode (an operation that takes no input has one to send)

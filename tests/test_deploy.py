@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from devnet.network import DevnetState
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -39,8 +41,10 @@ def test_dockerfile_runs_the_daemon_it_builds() -> None:
     assert lines[1].startswith("FROM python:3.11")
     copied = {line.split()[1] for line in lines if line.startswith("COPY ")}
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    top_level = {p.split(".")[0] for p in project["tool"]["setuptools"]["packages"]}
-    assert top_level | {"pyproject.toml"} <= copied  # every package the image installs
+    folders = {
+        p.split(".")[-1] for p in project["tool"]["setuptools"]["packages"] if p.count(".") < 2
+    }
+    assert folders | {"pyproject.toml"} <= copied  # atwhois/ and the folders it links
     assert 'ENTRYPOINT ["atwhois", "serve"]' in lines
     assert any(line.startswith("USER ") and "root" not in line for line in lines)
     assert "EXPOSE 2584" in lines
@@ -53,10 +57,9 @@ def test_dockerfile_runs_the_daemon_it_builds() -> None:
 def test_every_package_is_typed_and_the_licence_is_shipped() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     top_level = {p.split(".")[0] for p in project["tool"]["setuptools"]["packages"]}
-    data = project["tool"]["setuptools"]["package-data"]
-    for package in top_level:
-        assert (ROOT / package / "py.typed").is_file(), package
-        assert "py.typed" in data.get(package, []), package
+    assert top_level == {"atwhois"}  # one name in site-packages, typed as a whole (PEP 561)
+    assert (ROOT / "atwhois" / "py.typed").is_file()
+    assert project["tool"]["setuptools"]["package-data"]["atwhois"] == ["py.typed"]
     assert project["project"]["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
 
@@ -104,8 +107,8 @@ def test_the_systemd_unit() -> None:
 
 def _kept_in_files() -> dict[str, str]:
     """The settings whose default is a file in the user's folders: name -> variable."""
-    from cli.config import _DEFAULT_PLACES
-    from cli.settings import SETTINGS
+    from atwhois.cli.config import _DEFAULT_PLACES
+    from atwhois.cli.settings import SETTINGS
 
     return {name: SETTINGS[name].env for name in _DEFAULT_PLACES}
 
@@ -145,4 +148,37 @@ def test_installing_the_package_says_nothing_to_warn_about(tmp_path: Path) -> No
     import zipfile
 
     names = zipfile.ZipFile(wheel).namelist()
-    assert "server/templates/identity.html" in names and "server/static/atwhois.css" in names
+    # issue 56: one package at site-packages' top level (and its metadata), nothing else
+    assert {name.split("/")[0] for name in names} == {
+        "atwhois",
+        wheel.name.split("-py")[0] + ".dist-info",
+    }
+    top_level = next(n for n in names if n.endswith("top_level.txt"))
+    assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["atwhois"]
+    assert "atwhois/server/templates/identity.html" in names
+    assert "atwhois/server/static/atwhois.css" in names
+
+
+def test_a_users_own_cache_server_and_cli_modules_do_not_shadow_atwhois(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """Issue 56: in a folder of the user's own code with `cache.py`, `server.py` and
+    `cli.py` (each refusing to be imported), the daemon's help, a lookup and the library
+    still work: atwhois imports its parts by one name, `atwhois.…`."""
+    import subprocess
+    import sys
+
+    for name in ("cache", "server", "cli", "resolver", "foundation"):
+        (tmp_path / f"{name}.py").write_text(f"raise ImportError('the user\\'s own {name}')\n")
+    atwhois = str(Path(sys.executable).with_name("atwhois"))
+    env = {**devnet.env(), "PYTHONPATH": str(tmp_path)}  # the user's folder first, as in an app
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    helped = run(atwhois, "serve", "--help")
+    assert helped.returncode == 0 and "--max-connections" in helped.stdout, helped.stderr
+    looked = run(atwhois, "lookup", "alice.test", "--short")
+    assert looked.returncode == 0 and looked.stdout.strip() == devnet.did("alice"), looked.stderr
+    library = run(sys.executable, "-c", "import atwhois, atwhois.cli.serve; print('ok')")
+    assert library.stdout.strip() == "ok", library.stderr

@@ -16,11 +16,11 @@ import dns.rdatatype
 import dns.rrset
 import pytest
 
-from resolver import Config
-from resolver.config import Nameserver
-from resolver.dns import DnsClient
-from resolver.dns_wire import MAX_ANSWER_BYTES
-from resolver.errors import DnsAnswerTooLarge
+from atwhois.resolver import Config
+from atwhois.resolver.config import Nameserver
+from atwhois.resolver.dns import DnsClient
+from atwhois.resolver.dns_wire import MAX_ANSWER_BYTES
+from atwhois.resolver.errors import DnsAnswerTooLarge
 
 Answer = Callable[[dns.message.Message], list[bytes]]
 

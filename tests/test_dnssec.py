@@ -24,15 +24,12 @@ import dns.zone
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from audit import Auditor, AuditStore, Watched
-from cache import CachedResolver, MemoryStore
-from cli.render import render_text
-from devnet import dnssec as island
-from devnet.atwhois import run
-from devnet.network import DevnetState
-from resolver import Config, Resolver, Status
-from resolver.config import Nameserver
-from resolver.dnssec import (
+from atwhois.audit import Auditor, AuditStore, Watched
+from atwhois.cache import CachedResolver, MemoryStore
+from atwhois.cli.render import render_text
+from atwhois.resolver import Config, Resolver, Status
+from atwhois.resolver.config import Nameserver
+from atwhois.resolver.dnssec import (
     Budget,
     Signed,
     ZoneKeys,
@@ -46,8 +43,8 @@ from resolver.dnssec import (
     verify_keyset,
     wildcard_source,
 )
-from resolver.dnssec_chain import DnssecChain
-from resolver.dnssec_denial import (
+from atwhois.resolver.dnssec_chain import DnssecChain
+from atwhois.resolver.dnssec_denial import (
     NO_DELEGATION,
     PROVEN,
     UNSIGNED_DELEGATION,
@@ -55,8 +52,11 @@ from resolver.dnssec_denial import (
     ds_denial,
     wildcard_denial,
 )
-from resolver.errors import DnssecBogus, InvalidInput, UpstreamTimeout
-from resolver.identity import BOGUS, INDETERMINATE, INSECURE, SECURE
+from atwhois.resolver.errors import DnssecBogus, InvalidInput, UpstreamTimeout
+from atwhois.resolver.identity import BOGUS, INDETERMINATE, INSECURE, SECURE
+from devnet import dnssec as island
+from devnet.atwhois import run
+from devnet.network import DevnetState
 from tests.test_views import disagreements
 
 N = dns.name.from_text

@@ -15,7 +15,7 @@ import dns.rdtypes.util
 import dns.rrset
 import pytest
 
-from resolver.dnssec import (
+from atwhois.resolver.dnssec import (
     MAX_KEYS_PER_TAG,
     MAX_REASON,
     MAX_SIGS_PER_RRSET,
@@ -26,7 +26,7 @@ from resolver.dnssec import (
     clipped,
     verify,
 )
-from resolver.dnssec_denial import (
+from atwhois.resolver.dnssec_denial import (
     COSTLY,
     NO_DELEGATION,
     OPTED_OUT,
@@ -36,7 +36,7 @@ from resolver.dnssec_denial import (
     ds_denial,
     wildcard_denial,
 )
-from resolver.errors import DnssecBogus
+from atwhois.resolver.errors import DnssecBogus
 from tests.support.fuzz_dnssec import _key_flood
 from tests.test_dnssec import INCEPTION, NOW, ORIGIN, _denials, _keys, _rrset, _signed_zone
 
@@ -279,8 +279,8 @@ def test_what_the_walk_keeps_is_held_to_its_byte_bound_by_what_it_really_holds()
 
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
-    from resolver.dnssec import parse_anchors
-    from resolver.dnssec_chain import DnssecChain
+    from atwhois.resolver.dnssec import parse_anchors
+    from atwhois.resolver.dnssec_chain import DnssecChain
 
     rng = random.Random(54)
     responses, anchors = {}, []
@@ -377,7 +377,7 @@ def test_a_salted_chain_is_hashed_with_its_salt() -> None:
 
 
 def _hash_covers(owner: str, following: str, wanted: str) -> bool:
-    from resolver.dnssec_denial import _hash_covers as covers_hash
+    from atwhois.resolver.dnssec_denial import _hash_covers as covers_hash
 
     return covers_hash(owner, following, wanted)
 
@@ -385,7 +385,7 @@ def _hash_covers(owner: str, following: str, wanted: str) -> bool:
 def test_coverage_is_strictly_between_the_ends_and_wraps_at_the_last() -> None:
     """S-SEC-6/7: an NSEC or NSEC3 covers the names strictly between its owner and its next
     name; the last of a chain covers what sorts after it and what sorts before the first."""
-    from resolver.dnssec_denial import covers
+    from atwhois.resolver.dnssec_denial import covers
 
     assert _hash_covers("b", "d", "c") and not _hash_covers("b", "d", "b")
     assert not _hash_covers("b", "d", "d") and not _hash_covers("b", "d", "e")
@@ -456,7 +456,7 @@ def test_a_ds_names_at_most_two_keys_of_its_tag_and_zone_keys_only() -> None:
     """S-SEC-5, S-SEC-14: the keys a DS names are looked for among two of its tag at most
     (a third of the same tag is never hashed); keys without the zone flag are never named,
     nor indexed, wherever they sit in the set."""
-    from resolver.dnssec import keys_named
+    from atwhois.resolver.dnssec import keys_named
 
     _, (_, dnskey) = _signed_zone([])
     ds = dns.dnssec.make_ds(ORIGIN, dnskey, "SHA256")
@@ -472,7 +472,7 @@ def test_a_ds_names_at_most_two_keys_of_its_tag_and_zone_keys_only() -> None:
 
 
 def test_a_type_bitmap_reads_every_window_and_bit() -> None:
-    from resolver.dnssec_denial import bitmap_types
+    from atwhois.resolver.dnssec_denial import bitmap_types
 
     types = [1, 7, 8, 15, 46, 257, 32769]
     windows = dns.rdtypes.util.Bitmap.from_rdtypes(types).windows  # type: ignore[arg-type]
@@ -493,7 +493,7 @@ def test_proofs_over_names_two_labels_below_their_closest_encloser() -> None:
     the closest encloser is the apex and the next closer name child.example.: that is the
     name whose hash must be covered. S-SEC-8: a wildcard's own name asked for, signed as
     made from a wildcard one level up, has that level as its next closer name."""
-    from resolver.dnssec import wildcard_source
+    from atwhois.resolver.dnssec import wildcard_source
 
     chain = _Chain()
     deep = N("deep.child.example.")
@@ -509,7 +509,7 @@ def test_proofs_over_names_two_labels_below_their_closest_encloser() -> None:
 
 
 def test_anchors_keep_their_records_and_unreadable_nsec3_are_skipped_in_any_order() -> None:
-    from resolver.dnssec import parse_anchors
+    from atwhois.resolver.dnssec import parse_anchors
 
     ds_line = "example. DS 1234 13 2 " + "ab" * 32
     _, (_, dnskey) = _signed_zone([])
@@ -534,10 +534,10 @@ def test_a_chain_of_one_record_covers_every_other_name_and_refusals_say_what_fai
     covers every other name. A proof that neither matches nor covers the name says so; a
     trust anchor that is no record is refused as configuration; two signatures of an
     algorithm nobody implements are one reason, counted."""
-    from resolver.dnssec import parse_anchors
-    from resolver.dnssec_denial import _hash_covers as covers_hash
-    from resolver.dnssec_denial import _next_hash, covers
-    from resolver.errors import InvalidInput
+    from atwhois.resolver.dnssec import parse_anchors
+    from atwhois.resolver.dnssec_denial import _hash_covers as covers_hash
+    from atwhois.resolver.dnssec_denial import _next_hash, covers
+    from atwhois.resolver.errors import InvalidInput
 
     assert (
         covers_hash("m", "m", "a") and covers_hash("m", "m", "z") and not covers_hash("m", "m", "m")

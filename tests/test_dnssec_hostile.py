@@ -17,14 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
+from atwhois.resolver import Config, Resolver, Status
+from atwhois.resolver.config import ROOT_TRUST_ANCHORS, Nameserver
+from atwhois.resolver.identity import BOGUS, INDETERMINATE, INSECURE, SECURE
 from devnet import dnssec as island
 from devnet.atwhois import run as run_cli
 from devnet.atwhois import running_daemon
 from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount
-from resolver import Config, Resolver, Status
-from resolver.config import ROOT_TRUST_ANCHORS, Nameserver
-from resolver.identity import BOGUS, INDETERMINATE, INSECURE, SECURE
 
 SAM = island.handle(island.ISLAND)  # sam.dnssec.test, DNS only, in a zone Knot signs
 NORA = island.handle(island.NSEC3_ZONE)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from resolver import document, errors
-from resolver.identity import Evidence
-from resolver.outcome import Outcome
+from atwhois.resolver import document, errors
+from atwhois.resolver.identity import Evidence
+from atwhois.resolver.outcome import Outcome
 from tests.vectors import did_documents
 
 DOCS = did_documents()

@@ -12,13 +12,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from aiohttp import web
 
+from atwhois.resolver import Config, Outcome, Resolver, Status
+from atwhois.resolver.config import Nameserver
+from atwhois.resolver.errors import InvalidInput
 from devnet import dnssec as island
 from devnet.atwhois import run
 from devnet.network import DevnetState
 from devnet.pds import free_port
-from resolver import Config, Outcome, Resolver, Status
-from resolver.config import Nameserver
-from resolver.errors import InvalidInput
 
 
 def _doh(devnet: DevnetState, *servers: str, **changes: object) -> Config:
@@ -129,8 +129,8 @@ async def test_a_doh_server_answering_nonsense_is_a_transient_failure_named(
         return reply()
 
     url = await hostile_doh(handler)
-    from resolver.dns import DnsClient
-    from resolver.doh import DohNameserver
+    from atwhois.resolver.dns import DnsClient
+    from atwhois.resolver.doh import DohNameserver
 
     # two servers configured: each gets half of the DNS deadline
     config = _doh(devnet, devnet.doh_url, devnet.doh_url, dns_timeout=2.0)

@@ -8,13 +8,13 @@ import re
 
 import pytest
 
+from atwhois.resolver import Config
+from atwhois.resolver.config import Nameserver, parse_networks
+from atwhois.resolver.dns import DnsClient
+from atwhois.resolver.errors import ForbiddenAddress, InvalidData, ResponseTooLarge, UpstreamFailure
+from atwhois.resolver.fetch import AddressGuard, Fetcher, HostGates
 from devnet.dns import DnsProxy
 from devnet.network import DevnetState
-from resolver import Config
-from resolver.config import Nameserver, parse_networks
-from resolver.dns import DnsClient
-from resolver.errors import ForbiddenAddress, InvalidData, ResponseTooLarge, UpstreamFailure
-from resolver.fetch import AddressGuard, Fetcher, HostGates
 
 WELL_KNOWN = "/.well-known/atproto-did"
 

@@ -25,18 +25,18 @@ from typing import Any
 import httpx
 import pytest
 
-from cache import CachedResolver, MemoryStore, revalidate
-from cache.revalidate import Revalidator
+from atwhois.cache import CachedResolver, MemoryStore, revalidate
+from atwhois.cache.revalidate import Revalidator
+from atwhois.resolver import Resolver, Status
+from atwhois.resolver.did import check_plc_response
+from atwhois.resolver.errors import NotFound, UnconfirmedAbsence
+from atwhois.resolver.response import MIRROR_HEADER, Response
 from devnet import world
 from devnet.atwhois import Daemon, running_daemon
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
 from devnet.pds import create_account, free_port
 from devnet.plc_ops import PlcAccount, new_handle
-from resolver import Resolver, Status
-from resolver.did import check_plc_response
-from resolver.errors import NotFound, UnconfirmedAbsence
-from resolver.response import MIRROR_HEADER, Response
 from tests.support import metrics
 from tests.support.waiting import eventually, until
 from tests.test_plc_mirror_network import caught_up, mirror_process

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from resolver import errors, handle
+from atwhois.resolver import errors, handle
 
 PLC = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
 OTHER = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"

@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cache.stores.memory import MemoryStore
-from cache.stores.redis import RedisStore
-from cache.stores.tiered import TieredStore
+from atwhois.cache.stores.memory import MemoryStore
+from atwhois.cache.stores.redis import RedisStore
+from atwhois.cache.stores.tiered import TieredStore
 from devnet.atwhois import Daemon, running_daemon
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
+from atwhois.mirror import Follower, MirrorApi, Replica, Upstream
+from atwhois.mirror.api import report
+from atwhois.mirror.backends import SqliteMirrorStore
+from atwhois.mirror.upstream import UpstreamFault, order_page
+from atwhois.resolver.errors import UpstreamTimeout
 from devnet.forwarder import PlcStandIn
 from devnet.plc_ops import AuditLog, Key
-from mirror import Follower, MirrorApi, Replica, Upstream
-from mirror.api import report
-from mirror.backends import SqliteMirrorStore
-from mirror.upstream import UpstreamFault, order_page
-from resolver.errors import UpstreamTimeout
 from tests.support.waiting import until
 
 T0 = datetime.datetime(2026, 1, 5, tzinfo=datetime.UTC)
@@ -290,8 +290,8 @@ def test_bad_lines_kept_are_bounded_newest_first(
 ) -> None:
     """The evidence of unparseable lines is bounded: the newest `BAD_LINES_KEPT`, and up to
     `BAD_LINES_SLACK` more between two prunes, whatever an upstream sends."""
-    from mirror import records as stores
-    from mirror import store as bounds
+    from atwhois.mirror import records as stores
+    from atwhois.mirror import store as bounds
 
     monkeypatch.setattr(bounds, "BAD_LINES_KEPT", 5)
     monkeypatch.setattr(bounds, "BAD_LINES_SLACK", 3)
@@ -314,7 +314,7 @@ def test_escaped_surrogates_never_wedge_the_store(tmp_path: Path) -> None:
     surrogate made the page's write fail and left the transaction open, so every later
     write failed too: one line froze the mirror. The claim is kept as evidence (U+FFFD),
     and a write that fails leaves nothing behind and the store usable."""
-    from mirror import records as stores
+    from atwhois.mirror import records as stores
 
     log = _three_ops("surrogate")
     forged = copy.deepcopy(log.entries[1])

@@ -14,12 +14,18 @@ from typing import Any
 import httpx
 import pytest
 
+from atwhois.stream.frames import (
+    AccountEvent,
+    IdentityEvent,
+    MalformedFrame,
+    Skipped,
+    decode_jetstream,
+)
 from devnet import world
 from devnet.atwhois import Daemon, running_daemon
 from devnet.jetstream import JetstreamStandIn
 from devnet.network import DevnetState
 from devnet.pds import create_account
-from stream.frames import AccountEvent, IdentityEvent, MalformedFrame, Skipped, decode_jetstream
 from tests.support.waiting import until
 
 DID = "did:plc:" + "a" * 24

@@ -6,8 +6,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from resolver import keys
-from resolver.plc.signature import verify
+from atwhois.resolver import keys
+from atwhois.resolver.plc.signature import verify
 from tests.vectors import CRYPTO, load_json
 
 K256_DIDKEYS = load_json(CRYPTO / "w3c_didkey_K256.json")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from resolver.errors import AtwhoisError
+from atwhois.resolver.errors import AtwhoisError
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLING = ("devnet", "bench", "tests")
@@ -40,13 +40,22 @@ PRODUCT = list(layer_table())
 
 
 def modules(package: str) -> Iterator[tuple[str, Path]]:
+    """The modules of a folder, by the names they are imported as (`atwhois.resolver.dns`
+    for the product's, `devnet.world` for the tooling's)."""
     for path in sorted((ROOT / package).rglob("*.py")):
         if "node_modules" in path.parts:
             continue
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
-        yield ".".join(parts), path
+        yield ".".join(["atwhois", *parts] if package in PRODUCT else parts), path
+
+
+def part(module: str) -> str:
+    """The folder a module is in: `atwhois.cache.keys` -> cache; `atwhois` itself, and the
+    tooling's and third parties' modules, by their first name."""
+    names = module.split(".")
+    return names[1] if names[0] == "atwhois" and len(names) > 1 else names[0]
 
 
 def imported(name: str, path: Path, known: set[str] | frozenset[str] = frozenset()) -> set[str]:
@@ -96,13 +105,24 @@ def test_the_table_names_every_package_and_is_layered() -> None:
 @pytest.mark.parametrize("package", PRODUCT)
 def test_every_import_is_one_the_table_allows(package: str) -> None:
     allowed = layer_table()[package] | {package}
-    first_party = set(PRODUCT) | set(TOOLING)
+    # the public face (`atwhois` itself) is above every part: none imports it
+    first_party = {"atwhois", *PRODUCT, *TOOLING}
     wrong = {}
     for name, path in modules(package):
-        tops = {module.split(".")[0] for module in imported(name, path)}
-        if outside := (tops & first_party) - allowed:
+        if outside := ({part(module) for module in imported(name, path)} & first_party) - allowed:
             wrong[str(path.relative_to(ROOT))] = sorted(outside)
     assert wrong == {}
+
+
+def test_the_product_imports_itself_by_one_name() -> None:
+    """Every import of a part, in the product, its tooling and its tests, is `atwhois.…`:
+    a bare `resolver` or `cache` is a stranger's package of that name (issue 56)."""
+    bare = {}
+    for folder in [*PRODUCT, *TOOLING]:
+        for name, path in modules(folder):
+            if found := {m for m in imported(name, path) if m.split(".")[0] in PRODUCT}:
+                bare[str(path.relative_to(ROOT))] = sorted(found)
+    assert bare == {}
 
 
 def test_no_module_imports_itself_round_a_circle() -> None:

@@ -16,15 +16,15 @@ from typing import Any
 
 import httpx
 
+from atwhois.foundation import Backoff
+from atwhois.resolver import Config, Resolver, Status
+from atwhois.stream import AccountEvent, IdentityEvent
+from atwhois.stream.subscriber import MemoryCursor, Subscriber
 from devnet import world
 from devnet.atwhois import Daemon, running_daemon
 from devnet.network import DevnetState
 from devnet.pds import create_account
 from devnet.process import children, connections_to
-from foundation import Backoff
-from resolver import Config, Resolver, Status
-from stream import AccountEvent, IdentityEvent
-from stream.subscriber import MemoryCursor, Subscriber
 from tests.support import metrics
 from tests.support.waiting import eventually
 from tests.support.webhook_receiver import Receiver

@@ -16,16 +16,16 @@ from typing import Any
 import psycopg
 import pytest
 
+from atwhois.mirror import MirrorApi, MirrorState, Replica
+from atwhois.mirror.backends import SqliteMirrorStore, open_mirror_store
+from atwhois.mirror.packing import UnreadableOperation
+from atwhois.mirror.schema import SCHEMA_VERSION
+from atwhois.mirror.store import SqlMirrorStore
+from atwhois.resolver.errors import SchemaMismatch
+from atwhois.resolver.plc.document import state_data
 from devnet.plc_ops import AuditLog, Key
 from devnet.postgres import scratch_database
 from devnet.synthetic_plc import export_lines
-from mirror import MirrorApi, MirrorState, Replica
-from mirror.backends import SqliteMirrorStore, open_mirror_store
-from mirror.packing import UnreadableOperation
-from mirror.schema import SCHEMA_VERSION
-from mirror.store import SqlMirrorStore
-from resolver.errors import SchemaMismatch
-from resolver.plc.document import state_data
 
 T0 = datetime.datetime(2025, 3, 1, tzinfo=datetime.UTC)
 
@@ -88,9 +88,9 @@ def _served(store: SqlMirrorStore) -> dict[str, Any]:
 def test_ops_are_packed_against_dictionaries_trained_as_the_mirror_grows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("mirror.store.TRAIN_FIRST", 200)
-    monkeypatch.setattr("mirror.store.TRAIN_SAMPLE", 200)
-    monkeypatch.setattr("mirror.store.TRAIN_EVERY", 300)
+    monkeypatch.setattr("atwhois.mirror.store.TRAIN_FIRST", 200)
+    monkeypatch.setattr("atwhois.mirror.store.TRAIN_SAMPLE", 200)
+    monkeypatch.setattr("atwhois.mirror.store.TRAIN_EVERY", 300)
     lines = list(export_lines(200, 3))
     path = tmp_path / "mirror.db"
     store = SqliteMirrorStore(path)

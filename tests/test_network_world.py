@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from atwhois.resolver.plc.audit import replay
 from bench.network_world import running_network_world
 from devnet import world
 from devnet.atwhois import run
 from devnet.dns import render_zone
 from devnet.synthetic_plc import network_world
-from resolver.plc.audit import replay
 
 OWN = "on a domain of their own"
 

@@ -14,18 +14,18 @@ import httpx
 import libipld
 import pytest
 
-from audit import Auditor, AuditStore, Watched
-from cache import CachedResolver, MemoryStore
-from cli.render import render_text
+from atwhois.audit import Auditor, AuditStore, Watched
+from atwhois.cache import CachedResolver, MemoryStore
+from atwhois.cli.render import render_text
+from atwhois.resolver import Resolver
+from atwhois.resolver.commit import InvalidCommit, read_commit, signed_by
+from atwhois.resolver.identity import HOSTED, INACTIVE, INVALID, NOT_HOSTED, UNREACHABLE
+from atwhois.resolver.plc.encoding import cid_of, dag_cbor
 from devnet import world
 from devnet.atwhois import run, running_daemon
 from devnet.network import DevnetState
 from devnet.pds import create_account, free_port
 from devnet.plc_ops import Key, PlcAccount, new_handle
-from resolver import Resolver
-from resolver.commit import InvalidCommit, read_commit, signed_by
-from resolver.identity import HOSTED, INACTIVE, INVALID, NOT_HOSTED, UNREACHABLE
-from resolver.plc.encoding import cid_of, dag_cbor
 from tests.support import repo
 from tests.test_live_pds import xrpc
 from tests.test_views import disagreements

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from atwhois.resolver.plc import build_document, compare, replay
+from atwhois.resolver.plc.audit import Replay
+from atwhois.resolver.plc.encoding import cid_of, dag_cbor
+from atwhois.resolver.plc.export import ExportSummary, merge
+from atwhois.resolver.plc.signature import BadSignature, decode_signature, verify
+from atwhois.resolver.plc.summary import summarize
 from devnet.plc_ops import AuditLog, Key, plc_operation
-from resolver.plc import build_document, compare, replay
-from resolver.plc.audit import Replay
-from resolver.plc.encoding import cid_of, dag_cbor
-from resolver.plc.export import ExportSummary, merge
-from resolver.plc.signature import BadSignature, decode_signature, verify
-from resolver.plc.summary import summarize
 from tests.vectors import CRYPTO, VECTORS, load_json, plc_logs
 
 LOGS = plc_logs()
@@ -301,7 +301,7 @@ def test_document_from_state_compares_semantically() -> None:
 
 
 def test_unsigned_bytes_cut_from_the_signed_encoding() -> None:
-    from resolver.plc.encoding import unsigned, unsigned_dag_cbor
+    from atwhois.resolver.plc.encoding import unsigned, unsigned_dag_cbor
 
     for log in LOGS.values():
         for entry in log:
@@ -316,7 +316,7 @@ def test_unsigned_bytes_cut_from_the_signed_encoding() -> None:
 def test_the_unsigned_bytes_are_cut_without_encoding_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fast path of P-SIG-1: every vector op's unsigned bytes come from its signed
     encoding alone (no second DAG-CBOR encoding), and equal a fresh encoding."""
-    from resolver.plc import encoding
+    from atwhois.resolver.plc import encoding
 
     ops = [e["operation"] for log in LOGS.values() for e in log if isinstance(e, dict)]
     ops = [op for op in ops if isinstance(op, dict) and isinstance(op.get("sig"), str)]

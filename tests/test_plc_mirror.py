@@ -16,27 +16,27 @@ from pathlib import Path
 
 import pytest
 
-from devnet.plc_ops import AuditLog, Key, log_entry, plc_operation
-from devnet.postgres import scratch_database
-from devnet.synthetic_plc import export_lines
-from mirror import Follower, MirrorApi, MirrorFetcher, MirrorState, Replica, Upstream
-from mirror.backends import (
+from atwhois.mirror import Follower, MirrorApi, MirrorFetcher, MirrorState, Replica, Upstream
+from atwhois.mirror.backends import (
     READERS,
     PostgresMirrorStore,
     SqliteMirrorStore,
     WriterElsewhere,
     open_mirror_store,
 )
-from mirror.follow import POKE_GAP
-from mirror.records import Batch, InForce, StoredOp
-from mirror.replica import KEPT_LISTED
-from mirror.store import MirrorCorrupt, SqlMirrorStore
-from mirror.upstream import next_cursor
-from resolver import Config, Outcome, Resolver
-from resolver.did import mirror_note, view_age
-from resolver.errors import UpstreamFailure
-from resolver.plc.export import route
-from resolver.response import MIRROR_HEADER, Response
+from atwhois.mirror.follow import POKE_GAP
+from atwhois.mirror.records import Batch, InForce, StoredOp
+from atwhois.mirror.replica import KEPT_LISTED
+from atwhois.mirror.store import MirrorCorrupt, SqlMirrorStore
+from atwhois.mirror.upstream import next_cursor
+from atwhois.resolver import Config, Outcome, Resolver
+from atwhois.resolver.did import mirror_note, view_age
+from atwhois.resolver.errors import UpstreamFailure
+from atwhois.resolver.plc.export import route
+from atwhois.resolver.response import MIRROR_HEADER, Response
+from devnet.plc_ops import AuditLog, Key, log_entry, plc_operation
+from devnet.postgres import scratch_database
+from devnet.synthetic_plc import export_lines
 from tests.support.waiting import until
 
 T0 = datetime.datetime(2025, 3, 1, tzinfo=datetime.UTC)
@@ -122,7 +122,7 @@ def test_a_page_served_again_to_replays_in_memory_is_kept_already(
     ops are not those of the page before (which the store may not hold yet). The DIDs
     stayed in memory: what is kept of them is known there (listed), or read from the
     store (past `listed` ops: they have 4 each, against a limit of 1)."""
-    monkeypatch.setattr("mirror.replica.KEPT_LISTED", listed)
+    monkeypatch.setattr("atwhois.mirror.replica.KEPT_LISTED", listed)
     lines = list(export_lines(10, 5, recover_every=3))
     replica = Replica(store)
     for start in range(0, 40, 10):

@@ -18,12 +18,12 @@ import httpx
 import pytest
 from atproto import IdResolver
 
+from atwhois.resolver.plc.document import compare_state, state_from_data
 from devnet.atwhois import ATWHOIS, Daemon, running_daemon
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount, new_handle
 from devnet.postgres import scratch_database
-from resolver.plc.document import compare_state, state_from_data
 from tests.support import metrics
 from tests.support.waiting import until
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from atwhois.resolver import Config, Outcome, Resolver, Status
 from devnet.forwarder import Edit, PlcStandIn
 from devnet.network import DevnetState
-from resolver import Config, Outcome, Resolver, Status
 
 NAMES = [
     "alice",

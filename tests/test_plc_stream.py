@@ -17,15 +17,15 @@ import pytest
 import websockets
 from websockets.sync.client import connect
 
+from atwhois.mirror import Follower, Replica, Upstream
+from atwhois.mirror.backends import SqliteMirrorStore
+from atwhois.mirror.upstream import UpstreamFault
+from atwhois.mirror.upstream_stream import OUTDATED, UpstreamStream
 from devnet.atwhois import Daemon
 from devnet.network import DevnetState
 from devnet.pds import free_port
 from devnet.plc_ops import PlcAccount, new_handle
 from devnet.synthetic_plc import export_lines
-from mirror import Follower, Replica, Upstream
-from mirror.backends import SqliteMirrorStore
-from mirror.upstream import UpstreamFault
-from mirror.upstream_stream import OUTDATED, UpstreamStream
 from tests.support import metrics
 from tests.support.waiting import until
 from tests.test_plc_mirror_network import caught_up, mirror_process
@@ -145,7 +145,7 @@ def test_a_cursor_in_the_upstreams_future_is_refused_and_stays(
     with mirror(devnet.env(), tmp_path, "a", port) as a:
         caught_up(a.url, devnet.plc_url)
         store = SqliteMirrorStore(tmp_path / "ahead.db")
-        from mirror.records import Batch
+        from atwhois.mirror.records import Batch
 
         store.write(Batch(meta={"cursor": "999999", "cursor_time": ""}))
         follower = Follower(Replica(store), Upstream(a.url), stream=UpstreamStream(a.url))

@@ -8,13 +8,13 @@ import itertools
 
 import pytest
 
-from cache import claims
-from cache.entry import Cached, Entry
-from cache.policy import Action, Answer, Held, Kind, replacement
-from cache.worth import document_answer, failure_of, handle_answer, held_kind, lifetime_kind
-from resolver import Evidence, Outcome, Status
-from resolver.errors import MalformedAnswer, NotFound, UpstreamTimeout
-from resolver.report import DocumentResolution, HandleResolution
+from atwhois.cache import claims
+from atwhois.cache.entry import Cached, Entry
+from atwhois.cache.policy import Action, Answer, Held, Kind, replacement
+from atwhois.cache.worth import document_answer, failure_of, handle_answer, held_kind, lifetime_kind
+from atwhois.resolver import Evidence, Outcome, Status
+from atwhois.resolver.errors import MalformedAnswer, NotFound, UpstreamTimeout
+from atwhois.resolver.report import DocumentResolution, HandleResolution
 
 ROWS = [
     # A confirmed answer (an answer, a 404/410/NXDOMAIN, invalid data really served)

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from atwhois.resolver import Config, Nameserver, Outcome, Resolver, Status
+from atwhois.resolver.did import check_plc_response
+from atwhois.resolver.dns import DnsClient
+from atwhois.resolver.errors import ResolutionError
+from atwhois.resolver.fetch import Fetcher
+from atwhois.resolver.response import Response
 from devnet import world
 from devnet.https import Certificates, HttpsHosts
 from devnet.network import DevnetState
-from resolver import Config, Nameserver, Outcome, Resolver, Status
-from resolver.did import check_plc_response
-from resolver.dns import DnsClient
-from resolver.errors import ResolutionError
-from resolver.fetch import Fetcher
-from resolver.response import Response
 from tests.support.lookup_cases import CASES, NF, OK, SKIP, Case
 from tests.support.waiting import eventually
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cli.render import render_text
-from resolver.identity import invalid_input, now_iso
-from resolver.rules import SPEC, TAG, cited
-from resolver.syntax import parse_lookup
+from atwhois.cli.render import render_text
+from atwhois.resolver.identity import invalid_input, now_iso
+from atwhois.resolver.rules import SPEC, TAG, cited
+from atwhois.resolver.syntax import parse_lookup
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = (".py", ".html")

@@ -21,29 +21,29 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from cache.policy import Kind, Lifetime, Policy
-from cli.serve import _policy
-from cli.settings import Values
-from devnet.plc_ops import Key, plc_operation
-from mirror.state import MirrorState
-from resolver import Config, Outcome, Resolver, Status, document, errors, syntax
-from resolver.did import (
+from atwhois.cache.policy import Kind, Lifetime, Policy
+from atwhois.cli.serve import _policy
+from atwhois.cli.settings import Values
+from atwhois.mirror.state import MirrorState
+from atwhois.resolver import Config, Outcome, Resolver, Status, document, errors, syntax
+from atwhois.resolver.did import (
     check_http_response,
     check_plc_response,
     document_url,
     mirror_note,
     view_age,
 )
-from resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
-from resolver.handle import WELL_KNOWN_MAX_BYTES, WELL_KNOWN_PATH, did_from_well_known
-from resolver.identity import Evidence
-from resolver.keys import Curve, PublicKey, b58encode, parse_did_key, parse_legacy_multibase
-from resolver.plc.document import build_document
-from resolver.plc.encoding import dag_cbor, did_of_genesis
-from resolver.plc.operation import parse_operation
-from resolver.plc.signature import verify, why_unverified
-from resolver.response import Response
-from resolver.verdict import Step, with_plc_log
+from atwhois.resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
+from atwhois.resolver.handle import WELL_KNOWN_MAX_BYTES, WELL_KNOWN_PATH, did_from_well_known
+from atwhois.resolver.identity import Evidence
+from atwhois.resolver.keys import Curve, PublicKey, b58encode, parse_did_key, parse_legacy_multibase
+from atwhois.resolver.plc.document import build_document
+from atwhois.resolver.plc.encoding import dag_cbor, did_of_genesis
+from atwhois.resolver.plc.operation import parse_operation
+from atwhois.resolver.plc.signature import verify, why_unverified
+from atwhois.resolver.response import Response
+from atwhois.resolver.verdict import Step, with_plc_log
+from devnet.plc_ops import Key, plc_operation
 
 DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
 SPEC = (Path(__file__).resolve().parents[1] / "docs" / "spec.md").read_text()

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from atwhois.resolver import Outcome, Resolver, Status
+from atwhois.resolver.handle import WELL_KNOWN_MAX_BYTES
 from devnet import world
 from devnet.network import DevnetState
-from resolver import Outcome, Resolver, Status
-from resolver.handle import WELL_KNOWN_MAX_BYTES
 
 
 async def test_doc_aka_1_only_the_first_valid_alias_binds(

@@ -13,13 +13,13 @@ import httpx
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from cache import CachedResolver, MemoryStore
-from cli import settings
+from atwhois.cache import CachedResolver, MemoryStore
+from atwhois.cli import settings
+from atwhois.resolver import Config, Identity, Resolver, Status
+from atwhois.server import Service, Settings
 from devnet.atwhois import Daemon, running_daemon
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
-from resolver import Config, Identity, Resolver, Status
-from server import Service, Settings
 from tests.support import metrics
 from tests.support.http import TOKEN, XRPC, get, xrpc_error
 from tests.support.waiting import eventually, until
@@ -399,7 +399,7 @@ async def test_a_running_daemon_is_a_directory(daemon: Daemon, devnet: DevnetSta
     """`RemoteDirectory` (`lookup --server`): the daemon's report; a refresh through
     refreshIdentity with the token (refused without it, as transient: nobody knows more);
     no purge, said as such."""
-    from resolver.remote import PurgeNotOffered, RemoteDirectory
+    from atwhois.resolver.remote import PurgeNotOffered, RemoteDirectory
 
     remote = RemoteDirectory(daemon.url, token=TOKEN)
     try:
@@ -428,7 +428,7 @@ async def test_a_daemon_that_misbehaves_is_a_transient_failure_within_the_deadli
     """`--server` points at the operator's own daemon, yet its answer is still held to a
     size cap and a deadline, and a redirect is not followed: each is `unavailable`, said
     as such, and the wait ends when the deadline does."""
-    from resolver.remote import RemoteDirectory
+    from atwhois.resolver.remote import RemoteDirectory
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         request = (await reader.readuntil(b"\r\n\r\n")).decode()

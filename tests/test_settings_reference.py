@@ -7,7 +7,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from cli import configuration, settings
+from atwhois.cli import configuration, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "atwhois.example.toml"
@@ -26,7 +26,7 @@ def test_the_example_file_names_every_setting_and_loads() -> None:
 
 
 def test_the_readme_table_is_the_settings_table() -> None:
-    """Made by `python -m cli.settings` from the table the parsers are made from: a setting
+    """Made by `python -m atwhois.cli.settings` from the table the parsers are made from: a setting
     added, renamed or given another default shows up as a difference here."""
     readme = (ROOT / "README.md").read_text()
     start = readme.index("| setting (TOML key) |")
@@ -34,7 +34,7 @@ def test_the_readme_table_is_the_settings_table() -> None:
 
 
 def test_every_setting_has_one_name_in_flag_variable_and_file() -> None:
-    from cli.main import build_parser
+    from atwhois.cli.main import build_parser
 
     serve_help = _help(build_parser(), ["serve", "--help"])
     for name, setting in settings.SETTINGS.items():
@@ -131,16 +131,16 @@ def test_a_default_is_the_parts_own_default_not_a_copy() -> None:
     daemon's limits, the cache's budget and lifetimes, the audits', the mirror's."""
     import inspect
 
-    from audit import Auditor
-    from audit.webhook import Webhook
-    from cache import CachedResolver, Policy
-    from cache.stores import DEFAULT_MEMORY_BYTES
-    from cli.serve import _policy
-    from foundation.defaults import MIB
-    from mirror import MirrorApi
-    from mirror.follow import Follower
-    from resolver import Config
-    from server import Settings
+    from atwhois.audit import Auditor
+    from atwhois.audit.webhook import Webhook
+    from atwhois.cache import CachedResolver, Policy
+    from atwhois.cache.stores import DEFAULT_MEMORY_BYTES
+    from atwhois.cli.serve import _policy
+    from atwhois.foundation.defaults import MIB
+    from atwhois.mirror import MirrorApi
+    from atwhois.mirror.follow import Follower
+    from atwhois.resolver import Config
+    from atwhois.server import Settings
 
     def default(part: object, name: str) -> object:
         return inspect.signature(part).parameters[name].default  # type: ignore[arg-type]

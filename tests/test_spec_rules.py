@@ -17,19 +17,19 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from atwhois.resolver import errors, syntax
+from atwhois.resolver.document import parse_json_document
+from atwhois.resolver.keys import Curve, InvalidKey, PublicKey, parse_multikey
+from atwhois.resolver.outcome import Status
+from atwhois.resolver.plc import build_document, compare, replay
+from atwhois.resolver.plc.audit import Audit, Replay
+from atwhois.resolver.plc.encoding import cid_of, dag_cbor, did_of_genesis
+from atwhois.resolver.plc.export import verify_export
+from atwhois.resolver.plc.signature import _ORDER
+from atwhois.resolver.untrusted import DuplicateKey, parse_json
+from atwhois.resolver.verdict import Step, with_plc_log
 from devnet.plc_ops import AuditLog, Key, b64url, log_entry, plc_operation
 from devnet.synthetic_plc import export_lines
-from resolver import errors, syntax
-from resolver.document import parse_json_document
-from resolver.keys import Curve, InvalidKey, PublicKey, parse_multikey
-from resolver.outcome import Status
-from resolver.plc import build_document, compare, replay
-from resolver.plc.audit import Audit, Replay
-from resolver.plc.encoding import cid_of, dag_cbor, did_of_genesis
-from resolver.plc.export import verify_export
-from resolver.plc.signature import _ORDER
-from resolver.untrusted import DuplicateKey, parse_json
-from resolver.verdict import Step, with_plc_log
 
 T0 = datetime.datetime(2025, 3, 1, 12, 0, tzinfo=datetime.UTC)
 HOUR = datetime.timedelta(hours=1)
@@ -247,7 +247,7 @@ def test_doc_key_1_multikey_is_compressed_only() -> None:
     key = Key("compressed")
     compressed = PublicKey(Curve.K256, key.private.public_key.format())
     assert parse_multikey(compressed.multikey) == compressed
-    from resolver.keys import _MULTICODEC, b58encode
+    from atwhois.resolver.keys import _MULTICODEC, b58encode
 
     uncompressed = key.private.public_key.format(compressed=False)
     with pytest.raises(InvalidKey):

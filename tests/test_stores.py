@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from cache.stores import (
+from atwhois.cache.stores import (
     MemoryStore,
     SqliteStore,
     Store,
@@ -26,8 +26,8 @@ from cache.stores import (
     TieredStore,
     open_store,
 )
-from cache.stores.redis import RedisStore
-from cache.stores.sqlite import SCHEMA_VERSION
+from atwhois.cache.stores.redis import RedisStore
+from atwhois.cache.stores.sqlite import SCHEMA_VERSION
 from devnet.redis_server import REDIS_URL, RedisServer
 from tests.support.clock import Clock
 from tests.support.waiting import eventually

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from devnet import relay_frames as f
-from stream import (
+from atwhois.stream import (
     AccountEvent,
     ErrorFrame,
     IdentityEvent,
@@ -15,7 +14,8 @@ from stream import (
     Skipped,
     decode,
 )
-from stream.frames import MAX_FRAME_BYTES
+from atwhois.stream.frames import MAX_FRAME_BYTES
+from devnet import relay_frames as f
 
 
 def test_what_each_frame_becomes() -> None:
@@ -80,8 +80,8 @@ def test_a_malformed_frame_is_invalid_data(raw: bytes, says: str) -> None:
 
 
 def test_malformed_frames_are_classified_as_invalid_data() -> None:
-    from resolver.errors import InvalidData
-    from resolver.outcome import Outcome
+    from atwhois.resolver.errors import InvalidData
+    from atwhois.resolver.outcome import Outcome
 
     with pytest.raises(InvalidData) as info:
         decode(b"\xff")

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from cache.stores.sqlite import SqliteStore
+from atwhois.cache.stores.sqlite import SqliteStore
+from atwhois.foundation import Backoff
+from atwhois.stream import AccountEvent, IdentityEvent
+from atwhois.stream.subscriber import PATH, MemoryCursor, StoreCursor, Subscriber
 from devnet import relay_frames as f
-from foundation import Backoff
-from stream import AccountEvent, IdentityEvent
-from stream.subscriber import PATH, MemoryCursor, StoreCursor, Subscriber
 from tests.support.waiting import eventually
 
 
@@ -75,7 +75,7 @@ def quick() -> Backoff:
 
 def wanted(frames: list[bytes]) -> list[int]:
     """The seqs of the identity and account events among `frames`."""
-    from stream import decode
+    from atwhois.stream import decode
 
     return [e.seq for e in map(decode, frames) if isinstance(e, IdentityEvent | AccountEvent)]
 
@@ -177,8 +177,8 @@ async def test_events_for_one_did_are_coalesced_into_at_most_one_more_refresh() 
     a DID the cache does not hold resolves nothing."""
     from types import SimpleNamespace
 
-    from cache.stores.memory import MemoryStore
-    from stream.follower import Follower
+    from atwhois.cache.stores.memory import MemoryStore
+    from atwhois.stream.follower import Follower
 
     refreshed: list[str] = []
 
@@ -220,8 +220,8 @@ async def test_re_verifications_after_events_are_bounded_and_the_overflow_counte
     event is followed again. (The daemon's bound is the `max_claims` setting.)"""
     from types import SimpleNamespace
 
-    from cache.revalidate import Revalidator
-    from cache.stores.memory import MemoryStore
+    from atwhois.cache.revalidate import Revalidator
+    from atwhois.cache.stores.memory import MemoryStore
 
     release = asyncio.Event()
     claimed: list[str] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from resolver import errors, syntax
+from atwhois.resolver import errors, syntax
 from tests.vectors import syntax_cases
 
 HANDLE_VALID = syntax_cases("handle_syntax_valid.txt")

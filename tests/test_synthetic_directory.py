@@ -9,9 +9,9 @@ import random
 from collections import Counter
 from pathlib import Path
 
+from atwhois.mirror import Replica
+from atwhois.mirror.backends import SqliteMirrorStore
 from devnet.synthetic_plc import BOT_PDS, _later, directory_lines
-from mirror import Replica
-from mirror.backends import SqliteMirrorStore
 
 
 def test_every_operation_verifies_and_the_shape_is_the_directorys(tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ import itertools
 
 import pytest
 
-from resolver.errors import AmbiguousHandle, DidDeactivated, InvalidData, NotFound
-from resolver.identity import Evidence
-from resolver.outcome import Outcome, Status
-from resolver.verdict import (
+from atwhois.resolver.errors import AmbiguousHandle, DidDeactivated, InvalidData, NotFound
+from atwhois.resolver.identity import Evidence
+from atwhois.resolver.outcome import Outcome, Status
+from atwhois.resolver.verdict import (
     Binding,
     HandleAnswer,
     Step,

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from cli.render import render_text
+from atwhois.cli.render import render_text
+from atwhois.resolver import Config, Resolver
 from devnet.atwhois import run
 from devnet.network import DevnetState
-from resolver import Config, Resolver
 from tests.support.lookup_cases import CASES
 
 Report = dict[str, Any]
@@ -160,7 +160,7 @@ def test_the_command_prints_both_views_of_one_report(
 
 def test_counts_are_worded_for_one_and_for_many() -> None:
     """Issue 31, item 9: `1 operation`, `1 rotation key`, never `1 operations`."""
-    from foundation import counted
+    from atwhois.foundation import counted
 
     assert counted(1, "operation") == "1 operation"
     assert counted(0, "operation") == "0 operations"

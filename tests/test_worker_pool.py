@@ -12,13 +12,13 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from foundation.pool import RoutedPool
+from atwhois.foundation.pool import RoutedPool
 from tests.support.waiting import until
 
 # A parent that starts two workers, says their pids, and waits to be killed.
 _PARENT = textwrap.dedent("""
     import os, sys, time
-    from foundation.pool import RoutedPool
+    from atwhois.foundation.pool import RoutedPool
     pool = RoutedPool(2, int, ())
     pids = [pool.submit(w, os.getpid).result() for w in range(len(pool))]
     print(*pids, flush=True)

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from atwhois.resolver import Status
+from atwhois.server import xrpc_errors
 from devnet.atwhois import Daemon
 from devnet.network import DevnetState
-from resolver import Status
-from server import xrpc_errors
 from tests.support.http import TOKEN, XRPC, get, xrpc_error
 
 LEXICONS = Path(__file__).parent / "vectors" / "lexicons"

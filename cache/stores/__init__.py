@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from foundation import cache_path, defaults
-from resolver.errors import AtwhoisError
+from atwhois.foundation import cache_path, defaults
+from atwhois.resolver.errors import AtwhoisError
 
 from .base import SharedStore, Store, Stored
 from .memory import MemoryStore

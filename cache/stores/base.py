@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import NamedTuple, Protocol
 
-from resolver.errors import AtwhoisError
+from atwhois.resolver.errors import AtwhoisError
 
 # Told of changes: the keys, or None when anything may have changed.
 OnChange = Callable[[Sequence[str] | None], None]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from foundation.lru import Lru
+from atwhois.foundation.lru import Lru
 
 from .base import OnChange, Stored
 

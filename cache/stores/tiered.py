@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from resolver.errors import AtwhoisError
+from atwhois.resolver.errors import AtwhoisError
 
 from .base import OnChange, Store, Stored
 from .memory import Decoder, MemoryStore, Slot

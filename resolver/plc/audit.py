@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from foundation import counted
+from atwhois.foundation import counted
 
 from ..document import declared_handle
 from ..errors import AtwhoisError

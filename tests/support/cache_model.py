@@ -25,15 +25,15 @@ from typing import Any, TypeVar
 import httpx
 from aiohttp import web
 
-from cache import CachedResolver, Lifetime, Policy
-from cache.stores import MemoryStore, SqliteStore, TieredStore
-from cache.stores.redis import RedisStore
+from atwhois.cache import CachedResolver, Lifetime, Policy
+from atwhois.cache.stores import MemoryStore, SqliteStore, TieredStore
+from atwhois.cache.stores.redis import RedisStore
+from atwhois.resolver import Resolver
+from atwhois.server import Service, Settings
 from devnet import world
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount
-from resolver import Resolver
-from server import Service, Settings
 from tests.support.clock import Clock
 from tests.support.http import max_age
 

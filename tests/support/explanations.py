@@ -21,16 +21,16 @@ from typing import Any
 
 import coincurve
 
+from atwhois.resolver import handle, syntax
+from atwhois.resolver.document import is_origin_url, parse_json_document
+from atwhois.resolver.keys import b58decode, b58encode
+from atwhois.resolver.plc import build_document, compare, replay
+from atwhois.resolver.plc.encoding import cid_of, dag_cbor
+from atwhois.resolver.plc.export import verify_export
+from atwhois.resolver.plc.operation import parse_operation
+from atwhois.resolver.plc.signature import decode_signature
 from devnet.plc_ops import AuditLog, Key, b64url, log_entry, plc_operation
 from devnet.synthetic_plc import export_lines
-from resolver import handle, syntax
-from resolver.document import is_origin_url, parse_json_document
-from resolver.keys import b58decode, b58encode
-from resolver.plc import build_document, compare, replay
-from resolver.plc.encoding import cid_of, dag_cbor
-from resolver.plc.export import verify_export
-from resolver.plc.operation import parse_operation
-from resolver.plc.signature import decode_signature
 from tests.vectors import did_documents, plc_logs, syntax_cases
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "explanations.json"

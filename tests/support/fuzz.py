@@ -31,28 +31,28 @@ import httpx
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from cache.entry import Entry, decode_cached
-from cache.packing import pack, unpack
-from cli import configuration
+from atwhois.cache.entry import Entry, decode_cached
+from atwhois.cache.packing import pack, unpack
+from atwhois.cli import configuration
+from atwhois.mirror import MirrorApi, MirrorState, Replica
+from atwhois.mirror.backends import SqliteMirrorStore
+from atwhois.resolver import Config, syntax
+from atwhois.resolver.config import Nameserver
+from atwhois.resolver.document import parse_json_document
+from atwhois.resolver.errors import InvalidInput, ResolutionError
+from atwhois.resolver.handle import did_from_txt, did_from_well_known
+from atwhois.resolver.plc import replay
+from atwhois.resolver.plc.encoding import NotEncodable, dag_cbor
+from atwhois.resolver.plc.export import verify_export
+from atwhois.resolver.plc.operation import BadOperation, parse_operation
+from atwhois.server import routes
+from atwhois.stream import MalformedFrame
+from atwhois.stream import decode as decode_frame
+from atwhois.stream.frames import decode_jetstream
 from devnet import relay_frames
 from devnet.atwhois import error_name
 from devnet.jetstream import jetstream_message
 from devnet.synthetic_plc import export_lines
-from mirror import MirrorApi, MirrorState, Replica
-from mirror.backends import SqliteMirrorStore
-from resolver import Config, syntax
-from resolver.config import Nameserver
-from resolver.document import parse_json_document
-from resolver.errors import InvalidInput, ResolutionError
-from resolver.handle import did_from_txt, did_from_well_known
-from resolver.plc import replay
-from resolver.plc.encoding import NotEncodable, dag_cbor
-from resolver.plc.export import verify_export
-from resolver.plc.operation import BadOperation, parse_operation
-from server import routes
-from stream import MalformedFrame
-from stream import decode as decode_frame
-from stream.frames import decode_jetstream
 
 from . import fuzz_dnssec
 from .fuzz_hostile import HOSTILE
@@ -264,7 +264,7 @@ COMMIT_CAR, COMMIT_CID = _car_of_commit()
 def _commit(raw: bytes) -> None:
     """A CAR a PDS answered: a commit, or `InvalidCommit` naming the rule (never another
     error: the PDS check classifies only what it is promised)."""
-    from resolver.commit import InvalidCommit, read_commit
+    from atwhois.resolver.commit import InvalidCommit, read_commit
 
     with contextlib.suppress(InvalidCommit):
         commit = read_commit(raw, COMMIT_CID)
@@ -350,9 +350,9 @@ class XrpcTarget:
     name = "XRPC queries and bodies"
 
     def __init__(self) -> None:
-        from cache import CachedResolver, MemoryStore
-        from resolver import Resolver
-        from server import Service, Settings
+        from atwhois.cache import CachedResolver, MemoryStore
+        from atwhois.resolver import Resolver
+        from atwhois.server import Service, Settings
         from tests.support.cache_model import LoopThread
 
         config = Config(

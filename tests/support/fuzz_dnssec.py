@@ -35,11 +35,11 @@ import dns.zone
 from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import strategies as st
 
-from resolver import dnssec, dnssec_denial
-from resolver.dnssec import Budget, ZoneKeys, parse_anchors
-from resolver.dnssec_chain import DnssecChain
-from resolver.errors import DnssecBogus, UpstreamFailure
-from resolver.identity import BOGUS, INDETERMINATE, INSECURE, SECURE
+from atwhois.resolver import dnssec, dnssec_denial
+from atwhois.resolver.dnssec import Budget, ZoneKeys, parse_anchors
+from atwhois.resolver.dnssec_chain import DnssecChain
+from atwhois.resolver.errors import DnssecBogus, UpstreamFailure
+from atwhois.resolver.identity import BOGUS, INDETERMINATE, INSECURE, SECURE
 
 ORIGIN = dns.name.from_text("example.")
 NOW = 1796300000.0  # within the seeds' signatures

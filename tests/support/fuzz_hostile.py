@@ -19,15 +19,15 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from atwhois.mirror import Follower, MirrorApi, MirrorState, Replica
+from atwhois.mirror.backends import SqliteMirrorStore
+from atwhois.mirror.records import Batch
+from atwhois.mirror.upstream_stream import FUTURE, OUTDATED, TOO_SLOW, StreamClosed
+from atwhois.resolver.errors import UpstreamFailure
+from atwhois.resolver.untrusted import BadNumber, parse_count
+from atwhois.stream.subscriber import MemoryCursor, Subscriber
 from devnet import relay_frames
 from devnet.synthetic_plc import export_lines
-from mirror import Follower, MirrorApi, MirrorState, Replica
-from mirror.backends import SqliteMirrorStore
-from mirror.records import Batch
-from mirror.upstream_stream import FUTURE, OUTDATED, TOO_SLOW, StreamClosed
-from resolver.errors import UpstreamFailure
-from resolver.untrusted import BadNumber, parse_count
-from stream.subscriber import MemoryCursor, Subscriber
 
 EXPORT = [json.loads(line) for line in export_lines(4, 3)]
 PAGE = 4  # the follower's page size here: pages are full often, so it asks again

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from atwhois.resolver import Outcome, Status
 from devnet import world
-from resolver import Outcome, Status
 
 OK, NF, FAIL, BAD, SKIP = (
     Outcome.OK,

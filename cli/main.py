@@ -26,11 +26,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from atwhois.foundation import version
+
 from . import configuration, settings
 from .commands import COMMANDS, DEFAULT_SUBCOMMAND, EXAMPLES, GROUPS, TREE
 from .running import UsageError
 
-VERSION = "atwhois 0.1.0"
+VERSION = f"atwhois {version.VERSION}"
 
 
 class Parser(argparse.ArgumentParser):

@@ -91,6 +91,7 @@ class HttpsHosts:
         live_port: int | None = None,
         shaped: dict[str, str] | None = None,
         spread: float = 0.0,
+        agents: Path | None = None,
     ) -> None:
         self.root = root
         self.shaped = shaped or {}
@@ -101,6 +102,8 @@ class HttpsHosts:
         self.requests = 0
         self.connections = 0
         self._faults = Faults(faults) if faults is not None else None
+        # each host and User-Agent that asked, a line the first time (what a server logs)
+        self.agents, self._agents_seen = agents, set[tuple[str, str]]()
 
     async def start(self, port: int = 0) -> int:
         self._server = await asyncio.start_server(
@@ -152,10 +155,17 @@ class HttpsHosts:
             for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
         )
         host = headers.get("host", "").split(":")[0].lower()
+        self._saw(host, headers.get("user-agent", ""))
         if self.delay or self.spread:
             await asyncio.sleep(self.delay + world.latency_share(host) * self.spread)
         kept = await self._respond(writer, host, target, method)
         return bool(kept) and headers.get("connection", "").lower() != "close"
+
+    def _saw(self, host: str, agent: str) -> None:
+        if self.agents is not None and (host, agent) not in self._agents_seen:
+            self._agents_seen.add((host, agent))
+            with self.agents.open("a") as log:
+                log.write(json.dumps({"host": host, "user_agent": agent}) + "\n")
 
     async def _respond(
         self, writer: asyncio.StreamWriter, host: str, target: str, method: str

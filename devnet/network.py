@@ -35,6 +35,9 @@ from .plc import seed_world, start_plc
 from .process import Child
 
 
+AGENTS_LOG = "https-agents.log"  # the HTTPS hosts' log of who asked (`HttpsHosts.agents`)
+
+
 @dataclass(frozen=True)
 class DevnetState:
     """The address book the tests read: where each server is and who lives there."""
@@ -308,6 +311,7 @@ async def run(
             live_port=pds_port,
             shaped=handles,
             spread=spread,
+            agents=workdir / AGENTS_LOG,
         )
         https_port = await hosts.start()
         wait_for_pds(pds, workdir)

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import httpx
 
+from atwhois.foundation.version import USER_AGENT
 from atwhois.resolver.did import view_age
 from atwhois.resolver.errors import ResponseTooLarge, UpstreamFailure, UpstreamTimeout
 from atwhois.resolver.plc.audit import parse_time
@@ -43,7 +44,7 @@ class Upstream:
         *,
         timeout: float = READ_IDLE,
         deadline: float = PAGE_DEADLINE,
-        user_agent: str = "atwhois",
+        user_agent: str = USER_AGENT,
     ) -> None:
         self.url = url.rstrip("/")
         self.deadline = deadline

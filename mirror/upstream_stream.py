@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 import websockets
 from websockets.sync.client import ClientConnection, connect
 
+from atwhois.foundation.version import USER_AGENT
 from atwhois.resolver.errors import UpstreamFailure
 from atwhois.resolver.response import MIRROR_HEADER
 
@@ -38,7 +39,7 @@ class StreamClosed(UpstreamFailure):
 
 
 class UpstreamStream:
-    def __init__(self, url: str, *, user_agent: str = "atwhois") -> None:
+    def __init__(self, url: str, *, user_agent: str = USER_AGENT) -> None:
         parts = urlsplit(url.rstrip("/"))
         scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
         self.url = urlunsplit((scheme, parts.netloc, parts.path + "/export/stream", "", ""))

@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from atwhois.foundation.version import USER_AGENT
+
 from .errors import InvalidInput
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -96,7 +98,7 @@ class Config:
     per_host_limit: int | None = None
     document_max_bytes: int = 64 * 1024
     audit_log_max_bytes: int = 4 * 1024 * 1024
-    user_agent: str = "atwhois/0.1 (+identity resolver)"
+    user_agent: str = USER_AGENT
     extra_headers: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:

@@ -18,6 +18,8 @@ import json
 import time
 import urllib.parse
 
+from atwhois.foundation.version import USER_AGENT
+
 from .errors import AtwhoisError
 from .identity import Identity, now_iso
 from .outcome import Status
@@ -121,6 +123,7 @@ class RemoteDirectory:
                 parts.hostname or "", parts.port, timeout=self._timeout
             )
         try:
+            headers = {"User-Agent": USER_AGENT, **headers}
             connection.request(method, parts.path + path, body=body, headers=headers)
             response = connection.getresponse()
             chunks, size = [], 0

@@ -52,6 +52,7 @@ import yarl
 
 from atwhois.cache.stores.base import Store
 from atwhois.foundation import Backoff
+from atwhois.foundation.version import USER_AGENT
 from atwhois.resolver.untrusted import BadNumber, parse_count, parse_json
 
 from .frames import (
@@ -228,7 +229,7 @@ class Subscriber:
         self.state.cursor = await self.cursor.load()
         if self.state.cursor is not None and not self.wire.plausible(self.state.cursor):
             await self._repair(self.state.cursor)
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}) as session:
             while True:
                 try:
                     if self.state.role is None:

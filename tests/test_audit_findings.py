@@ -262,7 +262,7 @@ def test_a_label_is_kept_unless_a_new_one_is_given(tmp_path: Path) -> None:
 def test_a_run_whose_process_died_is_closed_as_interrupted(tmp_path: Path) -> None:
     path = tmp_path / "a.db"
     script = (
-        "import os, sys; from pathlib import Path; from audit import AuditStore; "
+        "import os, sys; from pathlib import Path; from atwhois.audit import AuditStore; "
         f"s = AuditStore(Path({str(path)!r})); print(s.start_run('watch-list')[0]); "
         "sys.stdout.flush(); os._exit(0)"  # no finish_run: as if killed mid-way
     )

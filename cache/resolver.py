@@ -64,6 +64,10 @@ class Upstream(NamedTuple):
 
 
 class CachedResolver:
+    """A `Directory` over a `Resolver` (or any resolver of the same parts: `atwhois.testing`'s
+    world), answering from `store` what it verified, as fresh as `policy` allows; the
+    module's documentation says what a cached answer means."""
+
     def __init__(
         self,
         resolver: Resolver,
@@ -343,6 +347,12 @@ class CachedResolver:
                 checked_at=now_iso(),
                 error=f"no answer within the caller's {timeout}s deadline",
             )
+
+    async def settled(self) -> None:
+        """Until the refreshes started in the background (behind a stale answer served)
+        have ended: what a test waits for before it looks again."""
+        while self._refreshing:
+            await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
 
     def _refresh_in_background(self, query: Query) -> None:
         key = self._key(query)

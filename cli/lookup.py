@@ -61,10 +61,10 @@ def _directory(args: argparse.Namespace, resolved: Resolved) -> Directory:
     """Where the answers come from: a running daemon (`--server`), or a resolver here, in
     front of a cache when one is configured."""
     if args.server:
-        from atwhois.resolver.remote import NotADaemonUrl, RemoteDirectory
+        from atwhois.resolver.remote import Client, NotADaemonUrl
 
         try:
-            return RemoteDirectory(args.server)
+            return Client(args.server)
         except NotADaemonUrl as err:
             raise UsageError(args.prog, f"--server: {err}") from None
     from atwhois.cache import CachedResolver, open_store

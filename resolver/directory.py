@@ -1,6 +1,6 @@
 """`Directory`: what answers identity lookups, whoever does the work. Implemented by
 `Resolver` (resolves now, keeps nothing), `cache.CachedResolver` (answers from a cache of
-verified bindings) and `RemoteDirectory` (asks a running `atwhois serve`), as Bluesky's Go
+verified bindings) and `Client` (asks a running `atwhois serve`), as Bluesky's Go
 identity package has `Directory` for its base, cached and API directories."""
 
 from __future__ import annotations

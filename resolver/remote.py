@@ -1,4 +1,4 @@
-"""`RemoteDirectory`: a running `atwhois serve` as a `Directory` (`lookup --server URL`),
+"""`Client`: a running `atwhois serve` as a `Directory` (`lookup --server URL`),
 which shares its cache with everyone who asks it. It reads `/v1/identity/{identifier}`,
 the same report a local lookup gives, answered from the daemon's cache.
 
@@ -43,7 +43,10 @@ class DaemonUnanswered(AtwhoisError):
     """The daemon gave no usable answer (unreachable, too slow, too large)."""
 
 
-class RemoteDirectory:
+class Client:
+    """A running `atwhois serve`, asked as a `Directory` (async); from synchronous code,
+    `atwhois.lookup(identifier, directory=Client(url))`."""
+
     def __init__(self, url: str, timeout: float = 30.0, *, token: str | None = None) -> None:
         """`token`: the daemon's refresh token, which `refresh` needs."""
         self.url = url.rstrip("/")

@@ -396,12 +396,12 @@ def test_the_start_up_line_says_what_the_daemon_resolves_through(
 
 
 async def test_a_running_daemon_is_a_directory(daemon: Daemon, devnet: DevnetState) -> None:
-    """`RemoteDirectory` (`lookup --server`): the daemon's report; a refresh through
+    """`Client` (`lookup --server`): the daemon's report; a refresh through
     refreshIdentity with the token (refused without it, as transient: nobody knows more);
     no purge, said as such."""
-    from atwhois.resolver.remote import PurgeNotOffered, RemoteDirectory
+    from atwhois.resolver.remote import Client, PurgeNotOffered
 
-    remote = RemoteDirectory(daemon.url, token=TOKEN)
+    remote = Client(daemon.url, token=TOKEN)
     try:
         found = await remote.lookup("alice.test")
         assert found.status is Status.VERIFIED and found.did == devnet.dids["alice"]
@@ -415,7 +415,7 @@ async def test_a_running_daemon_is_a_directory(daemon: Daemon, devnet: DevnetSta
     finally:
         await remote.aclose()
     for token in (None, "wrong"):
-        refused = RemoteDirectory(daemon.url, token=token)
+        refused = Client(daemon.url, token=token)
         try:
             answer = await refused.refresh("alice.test")
         finally:
@@ -428,7 +428,7 @@ async def test_a_daemon_that_misbehaves_is_a_transient_failure_within_the_deadli
     """`--server` points at the operator's own daemon, yet its answer is still held to a
     size cap and a deadline, and a redirect is not followed: each is `unavailable`, said
     as such, and the wait ends when the deadline does."""
-    from atwhois.resolver.remote import RemoteDirectory
+    from atwhois.resolver.remote import Client
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         request = (await reader.readuntil(b"\r\n\r\n")).decode()
@@ -449,7 +449,7 @@ async def test_a_daemon_that_misbehaves_is_a_transient_failure_within_the_deadli
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    remote = RemoteDirectory(f"http://127.0.0.1:{port}", timeout=1.0)
+    remote = Client(f"http://127.0.0.1:{port}", timeout=1.0)
     try:
         async with server:
             huge = await remote.lookup("huge")

@@ -1,0 +1,250 @@
+"""A world in memory for tests: handles, DID documents and a PLC directory, with faults
+(timeouts, NXDOMAIN, 5xx) and a lagging directory, behind the resolver's own network edges.
+
+    from atwhois.testing import World
+
+    world = World()
+    did = world.add("alice.example.org")
+    async with world.resolver() as resolver:        # the real rules, no network
+        assert (await resolver.lookup("alice.example.org")).did == did
+
+`World.resolver()` is a real `Resolver` whose DNS and HTTP edges are the world's: every rule
+(syntax, both methods, the check both ways, the three outcomes) runs as it does against
+the network; only the answers come from here. `World.cached()` puts a `CachedResolver` over
+it, with a clock the test moves. The world changes between steps as the network does:
+`change_handle`, `remove_handle`, `tombstone`, `fail` and `heal`, `lag` and `catch_up`.
+DNSSEC and the PDS check need the network (or the project's test network)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+import coincurve
+
+from atwhois.resolver.config import Config
+from atwhois.resolver.errors import UpstreamFailure, UpstreamTimeout
+from atwhois.resolver.keys import Curve, PublicKey
+from atwhois.resolver.response import Response
+
+if TYPE_CHECKING:
+    from atwhois.cache import CachedResolver
+    from atwhois.cache.stores import Store
+    from atwhois.resolver.resolver import Resolver
+
+__all__ = ["Fault", "World"]
+
+Fault = Literal["timeout", "nxdomain", "5xx"]
+Method = Literal["dns", "https", "both"]
+PLC_URL = "https://plc.world.invalid"  # never a real host: the world answers it
+PDS_URL = "https://pds.world.example"
+
+
+@dataclass
+class _Account:
+    did: str
+    handle: str | None
+    pds: str
+    key: str  # the #atproto signing key, multikey
+    served: dict[str, Any] | None = None  # the document the directory serves (lag: older)
+    tombstoned: bool = False
+
+
+@dataclass
+class World:
+    """Identities and their records, answered by the edges `resolver()` plugs in.
+    `asked` counts the questions by kind (`dns`, `https`, `plc`)."""
+
+    plc_url: str = PLC_URL
+    accounts: dict[str, _Account] = field(default_factory=dict)
+    txt: dict[str, list[str]] = field(default_factory=dict)  # _atproto.<handle> -> values
+    well_known: dict[str, str] = field(default_factory=dict)  # host -> body
+    faults: dict[str, Fault] = field(default_factory=dict)  # handle or DID -> its fault
+    lagging: bool = False  # the directory serves what it served before the latest changes
+    asked: Counter[str] = field(default_factory=Counter)
+
+    # --- the world's identities --------------------------------------------------------
+
+    def add(self, handle: str, *, method: Method = "dns", pds: str = PDS_URL) -> str:
+        """A did:plc account whose handle is `handle`, published by `method`; its DID."""
+        did = "did:plc:" + _base32(hashlib.sha256(handle.encode()).digest())[:24]
+        seed = hashlib.sha256(b"key " + did.encode()).digest()
+        key = PublicKey(Curve.K256, coincurve.PrivateKey(seed).public_key.format()).multikey
+        self.accounts[did] = _Account(did, handle, pds, key)
+        self._publish(handle, did, method)
+        self._serve(did)
+        return did
+
+    def change_handle(self, did: str, handle: str, *, method: Method = "dns") -> None:
+        """The account's new handle: its document and its records change together (a
+        lagging directory keeps serving the old document until `catch_up`)."""
+        account = self.accounts[did]
+        if account.handle is not None:
+            self.remove_handle(account.handle)
+        account.handle = handle
+        self._publish(handle, did, method)
+        self._serve(did)
+
+    def remove_handle(self, handle: str) -> None:
+        """The handle's records are gone (its name answers NXDOMAIN, its host 404)."""
+        self.txt.pop(f"_atproto.{handle}", None)
+        self.well_known.pop(handle, None)
+
+    def tombstone(self, did: str) -> None:
+        """The directory says the DID is deactivated (410)."""
+        self.accounts[did].tombstoned = True
+
+    def fail(self, name: str, fault: Fault) -> None:
+        """Questions about `name` (a handle: its DNS and its host; a DID: the directory's
+        answer for it) fail so until `heal`."""
+        self.faults[name] = fault
+
+    def heal(self, name: str) -> None:
+        self.faults.pop(name, None)
+
+    def lag(self) -> None:
+        """From now on the directory serves the documents as they are now, whatever
+        changes, until `catch_up` (a replica behind its primary)."""
+        self.lagging = True
+
+    def catch_up(self) -> None:
+        self.lagging = False
+        for did in self.accounts:
+            self._serve(did)
+
+    # --- what the world plugs into ------------------------------------------------------
+
+    def config(self, **options: Any) -> Config:
+        """A resolver configuration for this world (`options`: other `Config` fields)."""
+        return Config(plc_url=self.plc_url, **options)
+
+    def resolver(self, config: Config | None = None) -> Resolver:
+        """A real `Resolver` whose network is this world."""
+        from atwhois.resolver.resolver import Resolver
+
+        edge = _Edge(self)
+        return Resolver(config or self.config(), dns=edge, web=edge, plc=edge)  # type: ignore[arg-type]
+
+    def cached(
+        self,
+        store: Store | None = None,
+        *,
+        clock: Any = time.time,
+        config: Config | None = None,
+    ) -> CachedResolver:
+        """A `CachedResolver` over `resolver()`, in memory unless given a `store`."""
+        from atwhois.cache import CachedResolver
+        from atwhois.cache.stores import MemoryStore
+
+        return CachedResolver(self.resolver(config), store or MemoryStore(clock=clock), clock=clock)
+
+    # --- inside -------------------------------------------------------------------------
+
+    def _publish(self, handle: str, did: str, method: Method) -> None:
+        if method in ("dns", "both"):
+            self.txt[f"_atproto.{handle}"] = [f"did={did}"]
+        if method in ("https", "both"):
+            self.well_known[handle] = did
+
+    def _serve(self, did: str) -> None:
+        account = self.accounts[did]
+        if self.lagging and account.served is not None:
+            return
+        account.served = {
+            "@context": ["https://www.w3.org/ns/did/v1"],
+            "id": did,
+            "alsoKnownAs": [f"at://{account.handle}"] if account.handle else [],
+            "verificationMethod": [
+                {
+                    "id": f"{did}#atproto",
+                    "type": "Multikey",
+                    "controller": did,
+                    "publicKeyMultibase": account.key,
+                }
+            ],
+            "service": [
+                {
+                    "id": "#atproto_pds",
+                    "type": "AtprotoPersonalDataServer",
+                    "serviceEndpoint": account.pds,
+                }
+            ],
+        }
+
+    def _fault(self, name: str) -> None:
+        fault = self.faults.get(name)
+        if fault == "timeout":
+            raise UpstreamTimeout(f"{name}: no answer in time (the world's fault)")
+        if fault == "5xx":
+            raise UpstreamFailure(f"{name}: SERVFAIL (the world's fault)")
+
+
+class _Edge:
+    """The resolver's DNS client and fetchers, answered from a `World`."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    async def txt(self, name: str) -> list[list[bytes]]:
+        self.world.asked["dns"] += 1
+        handle = name.removeprefix("_atproto.").rstrip(".")
+        self.world._fault(handle)
+        if self.world.faults.get(handle) == "nxdomain":
+            return []
+        return [[value.encode()] for value in self.world.txt.get(name.rstrip("."), [])]
+
+    async def get(
+        self,
+        url: str,
+        *,
+        max_bytes: int,
+        timeout: float,
+        max_redirects: int = 0,
+        accept: str = "*/*",
+    ) -> Response:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if url.startswith(self.world.plc_url + "/"):
+            self.world.asked["plc"] += 1
+            return self._directory(url, parts.path.lstrip("/"))
+        self.world.asked["https"] += 1
+        self.world._fault(host)
+        if self.world.faults.get(host) == "nxdomain":
+            raise UpstreamFailure(f"{host}: no such host (the world's fault)")
+        if self.world.faults.get(host) == "5xx":
+            return Response(url, 503, b"")
+        if parts.path == "/.well-known/atproto-did" and host in self.world.well_known:
+            return _capped(Response(url, 200, self.world.well_known[host].encode()), max_bytes)
+        return Response(url, 404, b"")
+
+    def _directory(self, url: str, did: str) -> Response:
+        if self.world.faults.get(did) == "5xx":
+            return Response(url, 503, b"")
+        self.world._fault(did)
+        account = self.world.accounts.get(did)
+        if account is None or account.served is None:
+            return Response(url, 404, b'{"message": "DID not registered"}')
+        if account.tombstoned:
+            return Response(url, 410, b'{"message": "DID not available"}')
+        return Response(url, 200, json.dumps(account.served).encode())
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _capped(response: Response, max_bytes: int) -> Response:
+    if len(response.body) > max_bytes:
+        from atwhois.resolver.errors import ResponseTooLarge
+
+        raise ResponseTooLarge(f"{response.url}: over {max_bytes} bytes")
+    return response
+
+
+def _base32(data: bytes) -> str:
+    return base64.b32encode(data).decode().lower().rstrip("=")

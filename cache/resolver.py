@@ -64,9 +64,7 @@ class Upstream(NamedTuple):
 
 
 class CachedResolver:
-    """A `Directory` over a `Resolver` (or any resolver of the same parts: `atwhois.testing`'s
-    world), answering from `store` what it verified, as fresh as `policy` allows; the
-    module's documentation says what a cached answer means."""
+    """A `Directory` over a `Resolver`: what it verified, kept in `store` as `policy` says."""
 
     def __init__(
         self,
@@ -349,8 +347,7 @@ class CachedResolver:
             )
 
     async def settled(self) -> None:
-        """Until the refreshes started in the background (behind a stale answer served)
-        have ended: what a test waits for before it looks again."""
+        """Until the background refreshes (behind stale answers served) have ended."""
         while self._refreshing:
             await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
 

@@ -32,10 +32,11 @@ from atwhois.foundation.defaults import MIB
 from atwhois.mirror import Follower as MirrorFollower
 from atwhois.mirror import MirrorApi, MirrorFetcher
 from atwhois.resolver import Config, Resolver
+from atwhois.server import hooks
 from atwhois.server.audits_api import AuditApi
 from atwhois.server.audits_pages import AuditPages
 from atwhois.server.lifecycle import ConnectionLimit, runner_settings, serve_until_stopped
-from atwhois.server.memory import small_tls_buffers, trim_periodically
+from atwhois.server.memory import TLS_READ_BUFFER, trim_periodically
 from atwhois.server.request_log import MalformedRequestLog
 from atwhois.server.service import Service, Settings
 from atwhois.server.web import WebPages
@@ -98,7 +99,11 @@ async def serve(
 
     cached = CachedResolver(resolver(config), store, policy, max_resolutions=values.max_resolutions)
     service = Service(cached, service_settings)
-    small_tls_buffers()
+    hooks.small_tls_buffers(TLS_READ_BUFFER)
+    if moved := hooks.missing():  # an aiohttp newer than the bound: say what no longer holds
+        logging.getLogger("atwhois.serve").warning(
+            json.dumps({"event": "hooks_missing", "hooks": moved})
+        )
     app = service.app()
     trim_periodically(app)
     # Audits resolve afresh, replaying did:plc logs (rotation keys), politely, through the

@@ -34,7 +34,6 @@ from .pds import create_account, free_port, launch_pds, wait_for_pds
 from .plc import seed_world, start_plc
 from .process import Child
 
-
 AGENTS_LOG = "https-agents.log"  # the HTTPS hosts' log of who asked (`HttpsHosts.agents`)
 
 

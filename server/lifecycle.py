@@ -37,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from atwhois.foundation import defaults
 
+from .hooks import waiting_for_request
 from .metrics import gauge
 
 FILES_HELD_BACK = 256  # open files kept for stores, upstreams, logs: never connections
@@ -92,13 +93,6 @@ class _Refused(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         _reset(transport)
-
-
-def _idle(handler: web.RequestHandler) -> bool:
-    """Whether a connection waits for a request (its head not yet in): what aiohttp's own
-    keep-alive timer closes, read the way it reads it."""
-    waiter = getattr(handler, "_waiter", None)
-    return waiter is not None and not waiter.done()
 
 
 class _Counted(asyncio.Protocol):
@@ -207,7 +201,9 @@ class ConnectionLimit:
         longest = min(stuck, key=lambda c: c.stuck_since or 0.0) if stuck else None
         if longest is not None and now - (longest.stuck_since or now) >= STUCK_GRACE:
             return longest
-        idle = next((c for c in connections if not c.evicted and _idle(c.inner)), None)
+        idle = next(
+            (c for c in connections if not c.evicted and waiting_for_request(c.inner)), None
+        )
         return idle if idle is not None else longest
 
     def arrived(self, counted: _Counted) -> bool:
@@ -217,7 +213,7 @@ class ConnectionLimit:
         mine = self.by_peer.setdefault(counted.peer, {})
         if len(mine) >= self.per_client:
             self._count("over_share")
-            idle = next((c for c in mine if not c.evicted and _idle(c.inner)), None)
+            idle = next((c for c in mine if not c.evicted and waiting_for_request(c.inner)), None)
             if idle is None:
                 return False
             idle.close()

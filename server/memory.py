@@ -17,17 +17,11 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
-from asyncio import sslproto
 
 from aiohttp import web
 
 TLS_READ_BUFFER = 16 * 1024
 TRIM_SECONDS = 30.0
-
-
-def small_tls_buffers() -> None:
-    if hasattr(sslproto.SSLProtocol, "max_size"):
-        sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 
 
 def _malloc_trim() -> ctypes._NamedFuncPointer | None:

@@ -15,7 +15,7 @@ from devnet.network import AGENTS_LOG, DevnetState
 
 
 def test_the_version_is_the_distributions() -> None:
-    assert VERSION == metadata.version("atwhois") and VERSION != "0+unknown"
+    assert metadata.version("atwhois") == VERSION and VERSION != "0+unknown"
     shown = subprocess.run(
         [str(Path(sys.executable).with_name("atwhois")), "--version"],
         capture_output=True,

@@ -50,7 +50,7 @@ async def check_one(cached: CachedResolver, identifier: str) -> Check:
     started = time.perf_counter()
     try:
         identity = await cached.refresh(identifier)
-        if cached.resolver.config.check_pds:
+        if cached.config.check_pds:
             identity = await cached.check_pds(identity)
     except Exception as err:
         log.exception("audit_check_failed %s", identifier)

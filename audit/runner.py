@@ -56,6 +56,13 @@ class Auditor:
         self.lease = lease
         self.running = False
 
+    async def aclose(self) -> None:
+        """The auditor's network clients and its webhook (its cache's store is shared with
+        the daemon's, which closes it; the audit store is closed by its opener)."""
+        await self.cached.resolver.aclose()
+        if self.webhook is not None:
+            await self.webhook.aclose()
+
     async def run(
         self,
         targets: Iterable[Watched] | None = None,

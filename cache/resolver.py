@@ -31,10 +31,10 @@ import datetime
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from atwhois.foundation import defaults
-from atwhois.resolver import Identity, Resolver, Status
+from atwhois.resolver import Config, Identity, Resolver, Status
 from atwhois.resolver.errors import InvalidInput
 from atwhois.resolver.identity import CacheInfo, invalid_input, now_iso
 from atwhois.resolver.outcome import Outcome
@@ -45,22 +45,14 @@ from . import claims
 from .accounts import AccountStates, Mark
 from .claims import Claim
 from .entry import DECODERS, Cached, Entry
+from .histories import Histories
 from .keys import did_key, handle_key
 from .policy import Action, Answer, Policy, replacement
-from .run import Run
+from .run import Run, Upstream
 from .stores import Store, StoreUnavailable, in_memory
 from .worth import failure_of, held_kind, lifetime_kind
 
 P = TypeVar("P", HandleResolution, DocumentResolution)
-
-
-class Upstream(NamedTuple):
-    """One upstream step of a resolution: its kind (dns, https, plc, did_web), how long it
-    took, and when it answered (the cache's clock; None: it failed)."""
-
-    kind: str
-    seconds: float | None
-    answered_at: float | None
 
 
 class CachedResolver:
@@ -92,6 +84,7 @@ class CachedResolver:
         self.accounts = accounts or AccountStates()
         self._observers: list[Callable[[Upstream], None]] = []  # told of each upstream step
         self.claims: dict[str, Claim] = {}  # by DID key: changes a source said, not seen yet
+        self.histories = Histories(resolver.audit_log, clock=clock)  # for the pages
 
     async def __aenter__(self) -> CachedResolver:
         return self
@@ -106,13 +99,11 @@ class CachedResolver:
         await self.resolver.aclose()
         await self.store.close()
 
-    # --- the API --------------------------------------------------------------------
-
     async def lookup(self, identifier: str, *, timeout: float | None = None) -> Identity:
         """Like `Resolver.lookup`, plus `identity.cache`. `timeout` bounds this caller's
         wait only: the shared resolution goes on for the others, and its result is cached."""
         try:
-            query = self.resolver.parse(identifier)
+            query = self.parse(identifier)
         except InvalidInput as err:
             return invalid_input(identifier, err, now_iso())
         cached = await self._from_cache(query)
@@ -131,11 +122,19 @@ class CachedResolver:
         a transient failure is returned as such, while the old entries keep serving
         lookups, marked. Concurrent calls share one resolution."""
         try:
-            query = self.resolver.parse(identifier)
+            query = self.parse(identifier)
         except InvalidInput as err:
             return invalid_input(identifier, err, now_iso())
         self._counters["refreshes_requested"] += 1
         return self._with_account(await self._shared(query, timeout, reuse=False))
+
+    @property
+    def config(self) -> Config:
+        return self.resolver.config
+
+    def parse(self, identifier: str) -> Query:
+        """Syntax only, as the resolver reads it (`Resolver.parse`): raises `InvalidInput`."""
+        return self.resolver.parse(identifier)
 
     async def check_pds(self, identity: Identity) -> Identity:
         """The PDS check, done now (what a PDS says of an account is not kept here)."""
@@ -197,7 +196,7 @@ class CachedResolver:
         (none when the identifier itself was not cached). Raises `StoreUnavailable` when
         the shared store did not take it."""
         try:
-            query = self.resolver.parse(identifier)
+            query = self.parse(identifier)
         except InvalidInput:
             return []
         key = self._key(query)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from atwhois.resolver import Resolver
 from atwhois.resolver.report import DocumentResolution, HandleResolution
@@ -18,6 +18,15 @@ from .policy import Action, Answer, replacement
 from .worth import document_answer, handle_answer, held_kind
 
 P = TypeVar("P", HandleResolution, DocumentResolution)
+
+
+class Upstream(NamedTuple):
+    """One upstream step of a resolution: its kind (dns, https, plc, did_web), how long it
+    took, and when it answered (the cache's clock; None: it failed)."""
+
+    kind: str
+    seconds: float | None
+    answered_at: float | None
 
 
 @dataclass

@@ -99,6 +99,7 @@ async def serve(
 
     cached = CachedResolver(resolver(config), store, policy, max_resolutions=values.max_resolutions)
     service = Service(cached, service_settings)
+    service.metric_sources.append(cached.histories.metrics)
     hooks.small_tls_buffers(TLS_READ_BUFFER)
     if moved := hooks.missing():  # an aiohttp newer than the bound: say what no longer holds
         logging.getLogger("atwhois.serve").warning(

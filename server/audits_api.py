@@ -136,11 +136,7 @@ class AuditApi:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        # The auditor shares the service's store (closed by the service); its own network
-        # clients and the webhook are closed here.
-        await self.auditor.cached.resolver.aclose()
-        if self.auditor.webhook is not None:
-            await self.auditor.webhook.aclose()
+        await self.auditor.aclose()
         self.store.close()
 
     async def _schedule(self) -> None:
@@ -185,7 +181,7 @@ class AuditApi:
 
     def _identifier(self, text: str) -> str:
         try:
-            return self.service.cached.resolver.parse(text.strip()).value
+            return self.service.cached.parse(text.strip()).value
         except InvalidInput as err:
             raise XrpcError(400, "InvalidRequest", str(err)) from None
 

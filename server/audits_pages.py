@@ -37,7 +37,7 @@ class AuditPages:
         for key, done in (("watched", "{} is watched."), ("unwatched", "{} is no longer watched.")):
             if key in request.query:
                 try:
-                    identifier = self.service.cached.resolver.parse(request.query[key]).value
+                    identifier = self.service.cached.parse(request.query[key]).value
                 except InvalidInput:
                     break
                 return self._overview(done.format(identifier))
@@ -89,7 +89,7 @@ class AuditPages:
             why = "editing is disabled: no token configured" if disabled else "wrong token"
             return self._overview(f"Not changed: {why}.", 403, "bad")
         try:
-            identifier = self.service.cached.resolver.parse(str(form.get("identifier", ""))).value
+            identifier = self.service.cached.parse(str(form.get("identifier", ""))).value
         except InvalidInput as err:
             return self._overview(f"Not changed: {err}", 400, "bad")
         if form.get("action") == "remove":

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from atwhois.cache import CachedResolver
-from atwhois.cache.resolver import Upstream
+from atwhois.cache.run import Upstream
 from atwhois.foundation import defaults
 from atwhois.resolver import Identity, Outcome, Status
 from atwhois.resolver.syntax import is_valid_did

@@ -98,13 +98,13 @@ class WebPages:
         # A person reads one page at a time: with the setting (or ?check_pds=1), the PDS is
         # asked now, as `lookup --check-pds` does; the JSON routes ask only when asked to.
         asked = request.query.get("check_pds") in ("1", "true")
-        if identity.did and (cached.resolver.config.check_pds or asked):
+        if identity.did and (cached.config.check_pds or asked):
             identity = await cached.check_pds(identity)
         report = identity.to_json(include_document=True)
         history: Audit | str | None = None  # the log, or why it could not be read
         if identity.did and identity.did.startswith("did:plc:"):
-            try:
-                history = await self.service.cached.resolver.audit_log(identity.did)
+            try:  # kept a while and fetched once for concurrent views (`cache.histories`)
+                history = (await cached.histories.get(identity.did)).audit
             except ResolutionError as err:
                 history = str(err)
         return page(

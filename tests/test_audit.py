@@ -246,7 +246,7 @@ async def test_a_lookup_that_fails_inside_atwhois_is_that_identity_s_transient_f
     class Breaking:
         """A directory that resolves every identity but one, and fails inside on that one."""
 
-        resolver = Resolver(Config())
+        config = Config()
 
         async def refresh(self, identifier: str) -> Identity:
             if identifier == "broken.example":

@@ -181,3 +181,14 @@ def test_no_module_of_code_runs_past_the_bound(package: str) -> None:
         if lines > MAX_LINES and where not in TABLES:
             long[where] = lines
     assert long == {}
+
+
+def test_the_faces_go_through_the_front_door() -> None:
+    """Issue 56: no module of server/ reaches through a cache to its resolver (the page's
+    history, parsing, closing): it asks the `CachedResolver` itself."""
+    reaching = [
+        str(path.relative_to(ROOT))
+        for _, path in modules("server")
+        if re.search(r"cached\.resolver\b", path.read_text())
+    ]
+    assert reaching == []

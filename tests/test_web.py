@@ -26,6 +26,7 @@ from devnet import world
 from devnet.atwhois import Daemon, running_daemon
 from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount, new_handle
+from tests.support import metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("ATWHOIS_ARTIFACTS", ROOT / "tests" / "artifacts")) / "screenshots"
@@ -296,3 +297,19 @@ def test_static_files_are_served_by_name_and_nothing_else_reaches_the_disk(
     for name in ("x" * 300, "..%2Fweb.py", "nothing.css", "%00"):
         answer = httpx.get(f"{daemon.url}/static/{name}", timeout=10)
         assert answer.status_code == 404, (name[:20], answer.status_code)
+
+
+def test_a_page_view_is_not_a_fetch_of_the_plc_history(daemon: Daemon) -> None:
+    """Issue 56: the page's did:plc history comes through the cache (`cache.histories`):
+    five views of one identity fetch its `/log/audit` (up to 4 MiB) from the directory
+    once; the others are shown what was fetched."""
+
+    def shown(how: str) -> float:
+        text = httpx.get(daemon.url + "/metrics").text
+        return metrics.value(text, "atwhois_plc_histories_total", how=how)
+
+    fetched, kept = shown("fetched"), shown("kept")
+    for _ in range(5):
+        page = httpx.get(daemon.url + "/id/dave.test", timeout=30)
+        assert page.status_code == 200 and 'id="history"' in page.text
+    assert (shown("fetched") - fetched, shown("kept") - kept) == (1, 4)

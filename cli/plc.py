@@ -26,6 +26,7 @@ from atwhois.mirror.upstream_stream import UpstreamStream
 from atwhois.resolver.errors import InvalidInput, UpstreamFailure
 from atwhois.server.lifecycle import runner_settings, serve_until_stopped
 from atwhois.server.metrics import CONTENT_TYPE, Exposition
+from atwhois.server.routes import MIRROR, add_routes
 
 from .running import configure, say, with_resolver
 from .settings import Values
@@ -279,7 +280,8 @@ def _serve(
 
     async def main() -> None:
         app = web.Application(middlewares=[json_errors])
-        api.attach(app)
+        add_routes(app, api, MIRROR)
+        app.on_cleanup.append(lambda _: api.aclose())
         app.router.add_get("/_health", lambda _: _health(follower.state))
         exposition = Exposition()  # the process's own figures beside the mirror's
 

@@ -38,6 +38,7 @@ from atwhois.server.audits_pages import AuditPages
 from atwhois.server.lifecycle import ConnectionLimit, runner_settings, serve_until_stopped
 from atwhois.server.memory import TLS_READ_BUFFER, trim_periodically
 from atwhois.server.request_log import MalformedRequestLog
+from atwhois.server.routes import MIRROR
 from atwhois.server.service import Service, Settings
 from atwhois.server.web import WebPages
 from atwhois.stream.follower import Follower
@@ -193,7 +194,8 @@ def _serve_plc_mirror(
     /_health and /metrics; each DID whose state it changes while following is re-verified
     in the cache (no event stream needed for did:plc changes); on shutdown the follower
     stops telling, and stops before its store closes."""
-    api.attach(app)
+    service.add_routes(app, api, MIRROR)
+    app.on_cleanup.append(lambda _: api.aclose())
     service.health_sources["plc_mirror"] = api.state.to_json
     service.health_problems.append(lambda: [p] if (p := api.state.problem()) else [])
     service.metric_sources.append(api.state.metrics)

@@ -252,19 +252,16 @@ class MirrorApi:
 
     # --- serving ------------------------------------------------------------------------
 
-    def attach(self, app: web.Application) -> None:
-        """The routes; a did:plc path only, so the daemon's own pages keep theirs. GET
-        routes answer HEAD too (aiohttp sends the head without the body)."""
-        app.router.add_get("/export", self._handle)
-        app.router.add_get("/export/stream", self.stream.handle)
-        app.on_cleanup.append(lambda _: self.stream.aclose())
-        pattern = r"/{did:did(:|%3[Aa])plc(:|%3[Aa])[^/]+}"
-        for suffix in ("", "/data", "/log", "/log/audit", "/log/last"):
-            app.router.add_get(pattern + suffix, self._handle)
-        app.router.add_route("*", pattern, self._handle)
-        app.router.add_get("/_mirror", self._report)
+    # The routes are rows of the daemon's route table (`server.routes.MIRROR`): served
+    # there, described in its /openapi.json.
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def stream_export(self, request: web.Request) -> web.StreamResponse:
+        return await self.stream.handle(request)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    async def serve(self, request: web.Request) -> web.Response:
         query = dict(request.query) if request.query_string else {}
         reply = await self.run(request.method, request.path, query)
         return web.Response(
@@ -310,7 +307,7 @@ class MirrorApi:
             await asyncio.sleep(_CURRENT_CHECK)
         return True
 
-    async def _report(self, request: web.Request) -> web.Response:
+    async def mirror_report(self, request: web.Request) -> web.Response:
         try:
             limit = parse_count(request.query.get("limit", "100"), name="limit", high=10_000)
         except BadNumber as err:

@@ -42,10 +42,11 @@ XRPC = "/xrpc/"
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    verb: str  # GET, POST, DELETE
+    verb: str  # GET, POST, DELETE ("*": every other verb)
     path: str
     handler: str  # the face's method that answers
     operation: dict[str, Any] | None  # its OpenAPI description (None: not described)
+    pattern: str | None = None  # the router's pattern, where it says more than `path`
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +190,9 @@ def add_routes(app: web.Application, face: object, routes: Iterable[Route]) -> N
     for route in routes:
         handler = getattr(face, route.handler)
         if route.verb == "GET":
-            app.router.add_get(route.path, handler)
+            app.router.add_get(route.pattern or route.path, handler)
         else:
-            app.router.add_route(route.verb, route.path, handler)
+            app.router.add_route(route.verb, route.pattern or route.path, handler)
 
 
 def described(routes: Iterable[Route]) -> dict[str, dict[str, Any]]:
@@ -201,3 +202,98 @@ def described(routes: Iterable[Route]) -> dict[str, dict[str, Any]]:
         if route.operation is not None:
             paths.setdefault(route.path, {})[route.verb.lower()] = route.operation
     return paths
+
+
+# The PLC mirror's read API (`mirror.api.MirrorApi`), served beside the rest with
+# `--plc-mirror` (and alone by `atwhois plc mirror`): P-API-1 to P-API-3.
+_PLC_DID = r"/{did:did(:|%3[Aa])plc(:|%3[Aa])[^/]+}"  # did:plc only: the pages keep theirs
+
+
+def _message(description: str) -> dict[str, Any]:
+    schema = openapi.object_of({"message": {"type": "string"}})
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_MIRROR_ERRORS = {
+    400: _message("a parameter the mirror cannot read"),
+    404: _message("not registered (the mirror is current: `Atwhois-Plc-Mirror`)"),
+    410: _message("deactivated (tombstoned)"),
+    503: _message("still catching up, or too many stream consumers (Retry-After)"),
+}
+_LINES = {"description": "OK", "content": {"application/jsonlines": {"schema": {"type": "string"}}}}
+_ANY_JSON = {"description": "OK", "content": {"application/json": {"schema": {}}}}
+_DID_PARAMETER = {
+    "name": "did",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": r"^did:plc:[a-z2-7]{24}$"},
+}
+
+
+def _about_did(summary: str, ok: dict[str, Any]) -> dict[str, Any]:
+    errors = {str(code): _MIRROR_ERRORS[code] for code in (404, 410, 503)}
+    return {"summary": summary, "parameters": [_DID_PARAMETER], "responses": {"200": ok, **errors}}
+
+
+MIRROR = (
+    Route(
+        "GET",
+        "/export",
+        "serve",
+        {
+            "summary": "Operations in the order stored, after a seq or a time (P-API-1)",
+            "parameters": [
+                openapi.optional_query("after"),
+                openapi.optional_query("count", {"type": "string", "pattern": "^[0-9]{1,4}$"}),
+            ],
+            "responses": {"200": _LINES, "400": _MIRROR_ERRORS[400]},
+        },
+    ),
+    Route(
+        "GET",
+        "/export/stream",
+        "stream_export",
+        {
+            "summary": "The operations after a seq, then each new one, on a WebSocket (P-API-3)",
+            "parameters": [openapi.optional_query("cursor")],
+            "responses": {
+                "101": {"description": "the stream"},
+                "400": _MIRROR_ERRORS[400],
+                "426": _message("a WebSocket upgrade is required"),
+                "503": _MIRROR_ERRORS[503],
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/{did}",
+        "serve",
+        _about_did(
+            "The DID document, as the directory serves it (verified here)",
+            {"description": "OK", "content": {"application/did+ld+json": {"schema": {}}}},
+        ),
+        pattern=_PLC_DID,
+    ),
+    *(
+        Route("GET", "/{did}" + suffix, "serve", _about_did(summary, _ANY_JSON), _PLC_DID + suffix)
+        for suffix, summary in (
+            ("/data", "The DID's state: keys, handle, services"),
+            ("/log", "The operations in force"),
+            ("/log/audit", "Every operation, nullified ones too"),
+            ("/log/last", "The last operation in force"),
+        )
+    ),
+    Route("*", "/{did}", "serve", None, _PLC_DID),  # a write: 405, sent to the upstream
+    Route(
+        "GET",
+        "/_mirror",
+        "mirror_report",
+        {
+            "summary": "The mirror's account of itself and of what it refused",
+            "parameters": [
+                openapi.optional_query("limit", {"type": "string", "pattern": "^[0-9]{1,5}$"})
+            ],
+            "responses": {"200": _ANY_JSON, "400": _MIRROR_ERRORS[400]},
+        },
+    ),
+)

@@ -20,7 +20,6 @@ that `import atwhois` costs little.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 from typing import TYPE_CHECKING, Any
 
@@ -107,6 +106,8 @@ def lookup(
     identifier: str, *, config: Config | None = None, directory: Directory | None = None
 ) -> Identity:
     """`alookup`, for code without an event loop (scripts, notebooks, a shell)."""
+    import asyncio  # here: the command line's help and errors start without it
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -4,7 +4,9 @@ take nearly all of an audit's CPU, issue 18); judging the checks and writing the
 the one process that owns the audit store, as without workers.
 
 The run's concurrency and its politeness limit per upstream host are split between the
-workers, so that together they ask no more at once than one process would.
+workers, so that together they ask no more at once than one process would. Each worker
+watches its parent as the routed pool's do (`foundation.pool.watch_parent`): a killed run
+leaves none of them behind, blocked on a queue whose pipe it holds open itself.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import itertools
 import logging
 import multiprocessing
+import os
 import queue
 import threading
 import time
@@ -23,6 +26,7 @@ import uvloop
 
 from atwhois.cache import CachedResolver
 from atwhois.cache.stores import Tier, open_store
+from atwhois.foundation.pool import watch_parent
 from atwhois.resolver import Config, Resolver
 from atwhois.resolver.errors import AtwhoisError
 from atwhois.resolver.identity import failed_inside, now_iso
@@ -79,7 +83,14 @@ class CheckerPool:
             context.Process(
                 target=_work,
                 args=(
-                    _Job(config, cache, split(concurrency, workers), self._requests, self._results),
+                    _Job(
+                        config,
+                        cache,
+                        split(concurrency, workers),
+                        self._requests,
+                        self._results,
+                        os.getpid(),
+                    ),
                 ),
                 daemon=True,
             )
@@ -162,10 +173,13 @@ class _Job(NamedTuple):
     concurrency: int
     requests: Queue[_Request]
     results: Queue[_Result]
+    parent: int  # the run's process: gone, the worker exits
 
 
 def _work(job: _Job) -> None:
-    """A worker process: `concurrency` lookups at once, until the parent says no more."""
+    """A worker process: `concurrency` lookups at once, until the parent says no more (or
+    is gone)."""
+    watch_parent(job.parent)
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(_lookups(job))

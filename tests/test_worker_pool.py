@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from atwhois.foundation.pool import RoutedPool
+from devnet.process import children
 from tests.support.waiting import until
 
 # A parent that starts two workers, says their pids, and waits to be killed.
@@ -99,3 +100,39 @@ def test_a_worker_exits_without_the_interpreters_teardown(tmp_path: Path) -> Non
     pool.shutdown()
     assert not any(map(_alive, pids))
     assert list(tmp_path.iterdir()) == []  # exited, and nothing after its own exit handlers ran
+
+
+# A parent that starts an audit run's two checking workers and waits to be killed.
+_AUDIT_PARENT = textwrap.dedent("""
+    import asyncio
+    from atwhois.audit.processes import CheckerPool
+    from atwhois.resolver import Config
+
+    async def main():
+        async with CheckerPool(2, Config(), "memory:", 2):
+            print("ready", flush=True)
+            await asyncio.sleep(600)
+
+    asyncio.run(main())
+""")
+
+
+def test_audit_workers_exit_when_their_parent_is_killed() -> None:
+    """Issue 56: `atwhois audit --workers`'s processes watch their parent as the routed
+    pool's do (before, they lived on, reparented to PID 1, blocked on their queue)."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _AUDIT_PARENT], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    workers: list[int] = []
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+        workers += children(parent.pid)
+        assert len(workers) >= 2 and all(_alive(pid) for pid in workers)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        until(lambda: not any(_alive(pid) for pid in workers), timeout=10)
+    finally:
+        parent.kill()
+        parent.wait()
+        for pid in filter(_alive, workers):
+            os.kill(pid, signal.SIGKILL)

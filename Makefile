@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test lint devnet bench soak fuzz mutate lock setup clean
+.PHONY: run test test-offline lint devnet bench soak fuzz mutate lock setup clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ run: setup
 ## make test PYTEST_ARGS=--random-order (the seed it prints replays one).
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## The tests that need no server (no test network, no Redis or PostgreSQL of theirs): the
+## quick loop while editing; `make test` runs them too.
+test-offline: setup
+	$(PY) -m pytest -m "not network" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check atwhois foundation resolver cache server cli audit stream mirror devnet tests bench

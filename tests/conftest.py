@@ -63,3 +63,23 @@ def receiver() -> Iterator[Receiver]:
     state = Receiver()
     yield state
     state.server.shutdown()
+
+
+# Tests that need real servers are marked `network`, so that `pytest -m "not network"` is
+# the offline selection (issue 56): those using the test network (`devnet`, and all that
+# rests on it), those of the real Redis and PostgreSQL (their parameter says which), and the
+# modules that start servers of their own (the test network's processes, stand-in upstreams).
+_NETWORK_FIXTURES = {"devnet"}
+_SERVER_STORES = ("redis", "postgres")
+_OWN_SERVERS = {"test_devnet_lifecycle.py", "test_network_world.py", "test_hostile_mirror.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parameters = item.name.partition("[")[2].lower()
+        if (
+            _NETWORK_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or any(server in parameters for server in _SERVER_STORES)
+            or item.path.name in _OWN_SERVERS
+        ):
+            item.add_marker(pytest.mark.network)

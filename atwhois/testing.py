@@ -11,7 +11,8 @@
 `World.resolver()` is a real `Resolver` whose DNS and HTTP edges are the world's: every rule
 (syntax, both methods, the check both ways, the three outcomes) runs as it does against
 the network; only the answers come from here. `World.cached()` puts a `CachedResolver` over
-it, with a clock the test moves. The world changes between steps as the network does:
+it, with a clock the test moves; `World.daemon()` is `atwhois serve`'s app over it, in
+process. The world changes between steps as the network does:
 `change_handle`, `remove_handle`, `tombstone`, `fail` and `heal`, `lag` and `catch_up`.
 DNSSEC and the PDS check need the network (or the project's test network)."""
 
@@ -20,9 +21,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -34,6 +37,8 @@ from atwhois.resolver.keys import Curve, PublicKey
 from atwhois.resolver.response import Response
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from atwhois.cache import CachedResolver
     from atwhois.cache.stores import Store
     from atwhois.resolver.resolver import Resolver
@@ -143,6 +148,18 @@ class World:
         from atwhois.cache.stores import MemoryStore
 
         return CachedResolver(self.resolver(config), store or MemoryStore(clock=clock), clock=clock)
+
+    def daemon(self, **settings: Any) -> web.Application:
+        """`atwhois serve`'s app over this world, in process, for aiohttp's test client
+        (`TestClient(TestServer(app))`: no subprocess). `settings`: the daemon's settings
+        by name (`refresh_token="…"`, …); its cache is in memory and its audit history in
+        a folder of its own unless they are given."""
+        from atwhois.cli.serve import build_daemon
+        from atwhois.cli.settings import Values
+
+        folder = Path(tempfile.mkdtemp(prefix="atwhois-world-"))
+        values = Values(**{"cache": "memory:", "audit_db": str(folder / "audit.db"), **settings})
+        return build_daemon(values, self.config(), resolvers=self.resolver).app
 
     # --- inside -------------------------------------------------------------------------
 

@@ -20,6 +20,8 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import uvloop
@@ -28,6 +30,7 @@ from aiohttp import web
 from atwhois.audit import Auditor, AuditStore, default_audit_path
 from atwhois.cache import CachedResolver, Lifetime, Policy, open_store
 from atwhois.cache.revalidate import Revalidator
+from atwhois.cache.stores import Tier
 from atwhois.foundation.defaults import MIB
 from atwhois.mirror import Follower as MirrorFollower
 from atwhois.mirror import MirrorApi, MirrorFetcher
@@ -43,6 +46,7 @@ from atwhois.server.service import Service, Settings
 from atwhois.server.web import WebPages
 from atwhois.stream.follower import Follower
 
+from . import configuration
 from .audit import webhook_from
 from .config import effective_settings
 from .configuration import SettingError
@@ -70,14 +74,32 @@ def _policy(values: Values) -> Policy:
     )
 
 
-async def serve(
+@dataclass(frozen=True, slots=True)
+class Daemon:
+    """The daemon, made and not yet listening: its app (which starts and stops what it
+    holds with its own start-up and clean-up), the service answering, its cache store."""
+
+    app: web.Application
+    service: Service
+    store: Tier
+
+
+def build_daemon(
     values: Values,
-    config: Config,
-    policy: Policy,
-    shown: list[dict[str, Any]],
+    config: Config | None = None,
+    policy: Policy | None = None,
     *,
-    reuse_port: bool = False,
-) -> None:
+    resolvers: Callable[[Config], Resolver] | None = None,
+) -> Daemon:
+    """The daemon's app in process, from its settings (`config` and `policy`: made from
+    them when not given), for a runner of one's own or a test client (aiohttp's
+    `TestClient`: no socket, no subprocess). `resolvers` makes each resolver it uses (the
+    lookups', the audits'), from its configuration: `atwhois.testing.World.resolver`, say;
+    by default a `Resolver`."""
+    if config is None:  # the settings given (None: a setting left to its default)
+        given = {k: v for k, v in dataclasses.asdict(values).items() if v is not None}
+        config = configuration.resolver_config(given)
+    policy = policy or _policy(values)
     # The memory budget: half for rendered answers (what a hit is served from), half for
     # the entries' tier (what a new answer is composed from).
     budget = int(values.memory_cache_mb * MIB)
@@ -96,6 +118,8 @@ async def serve(
 
     def resolver(config: Config) -> Resolver:
         """did:plc from the mirror in this process when there is one, else the directory."""
+        if resolvers is not None:
+            return resolvers(config)
         return Resolver(config, plc=MirrorFetcher(plc_mirror[0]) if plc_mirror else None)
 
     cached = CachedResolver(resolver(config), store, policy, max_resolutions=values.max_resolutions)
@@ -148,7 +172,22 @@ async def serve(
     app.on_shutdown.append(lambda _: revalidator.stop())  # once no source tells it more
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)
-    runner = await service.runner(app, **runner_settings(values.idle_timeout), shutdown_timeout=30)
+    return Daemon(app, service, store)
+
+
+async def serve(
+    values: Values,
+    config: Config,
+    policy: Policy,
+    shown: list[dict[str, Any]],
+    *,
+    reuse_port: bool = False,
+) -> None:
+    daemon = build_daemon(values, config, policy)
+    service, store = daemon.service, daemon.store
+    runner = await service.runner(
+        daemon.app, **runner_settings(values.idle_timeout), shutdown_timeout=30
+    )
     await serve_until_stopped(
         runner,
         values.host,

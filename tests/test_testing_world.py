@@ -123,3 +123,32 @@ def test_the_synchronous_lookup_runs_over_the_world() -> None:
 async def test_the_synchronous_lookup_inside_a_loop_says_to_await() -> None:
     with pytest.raises(atwhois.AtwhoisError, match="await alookup"):
         atwhois.lookup("erin.example.org", directory=World().resolver())
+
+
+async def test_the_daemon_answers_from_the_world_in_process() -> None:
+    """`World.daemon()`: `atwhois serve`'s app (`build_daemon`) over the world, asked
+    through aiohttp's test client: XRPC, the report, a refresh after a change."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    world = World()
+    did = world.add("frank.example.org")
+    app = world.daemon(refresh_token="t0k")
+    async with TestClient(TestServer(app)) as client:
+        resolved = await client.get(
+            "/xrpc/com.atproto.identity.resolveHandle", params={"handle": "frank.example.org"}
+        )
+        assert resolved.status == 200 and (await resolved.json())["did"] == did
+        report = await (await client.get(f"/v1/identity/{did}")).json()
+        assert report["status"] == "verified" and report["handle"] == "frank.example.org"
+
+        world.change_handle(did, "frank.example.net")
+        refreshed = await client.post(
+            "/xrpc/com.atproto.identity.refreshIdentity",
+            json={"identifier": did},
+            headers={"Authorization": "Bearer t0k"},
+        )
+        assert refreshed.status == 200 and (await refreshed.json())["handle"] == "frank.example.net"
+        gone = await client.get(
+            "/xrpc/com.atproto.identity.resolveHandle", params={"handle": "frank.example.org"}
+        )
+        assert gone.status in (400, 404)  # the old handle no longer names the DID

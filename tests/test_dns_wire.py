@@ -63,11 +63,19 @@ async def server() -> AsyncIterator[Serve]:
             await writer.drain()
             writer.close()
 
-        udp, _ = await loop.create_datagram_endpoint(Udp, local_addr=("127.0.0.1", 0))
-        port = int(udp.get_extra_info("sockname")[1])
-        listening = await asyncio.start_server(tcp, "127.0.0.1", port)
-        closing.extend([udp.close, listening.close])
-        return port
+        # The UDP port the system gives may be taken for TCP (another process's connection
+        # from that port): then another pair is tried.
+        for _ in range(20):
+            udp, _ = await loop.create_datagram_endpoint(Udp, local_addr=("127.0.0.1", 0))
+            port = int(udp.get_extra_info("sockname")[1])
+            try:
+                listening = await asyncio.start_server(tcp, "127.0.0.1", port)
+            except OSError:
+                udp.close()
+                continue
+            closing.extend([udp.close, listening.close])
+            return port
+        raise AssertionError("no loopback port free for both UDP and TCP")
 
     yield start
     for close in closing:

@@ -11,13 +11,12 @@ not: its writers take turns.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from atwhois.foundation.sql import POSTGRES_SCHEMES
+from atwhois.foundation.sql import POSTGRES_SCHEMES, sqlite_connect
 
 _TURN_LOCK = 0x61756474  # "audt": PostgreSQL's advisory lock for `Database.serialized`
 
@@ -41,9 +40,7 @@ class Database:
             return
         path = Path(self.location.removeprefix("sqlite://"))
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=10000"):
-            self._connection.execute(f"PRAGMA {pragma}")
+        self._connection = sqlite_connect(path, "journal_mode=WAL", "synchronous=NORMAL")
 
     def _connect_postgres(self) -> Any:
         import psycopg  # only those who keep audits on PostgreSQL load its driver

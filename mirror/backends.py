@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from atwhois.foundation import data_path
-from atwhois.foundation.sql import POSTGRES_SCHEMES
+from atwhois.foundation.sql import POSTGRES_SCHEMES, sqlite_connect
 from atwhois.resolver.errors import AtwhoisError
 
 from .schema import POSTGRES
@@ -22,17 +22,14 @@ from .store import SqlMirrorStore
 
 # Every connection keeps 64 MiB of pages (SQLite's default is 2 MiB): the rows of the DIDs
 # a page or a reader asks about are spread over the whole file.
-_CONNECTION_PRAGMAS = ("busy_timeout=5000", "cache_size=-65536")
+_CONNECTION_PRAGMAS = ("cache_size=-65536",)
 WAL_PAGES = 16384  # the write-ahead log's pages (4 KiB) before it is folded into the file
 
 
 def _connected(target: str, *pragmas: str, uri: bool = False) -> sqlite3.Connection:
     """A connection of the mirror's (autocommit: the store opens its transactions), with
     those every connection has, then `pragmas`."""
-    connection = sqlite3.connect(target, uri=uri, check_same_thread=False, isolation_level=None)
-    for pragma in (*_CONNECTION_PRAGMAS, *pragmas):  # busy_timeout before WAL is asked for
-        connection.execute(f"PRAGMA {pragma}")
-    return connection
+    return sqlite_connect(target, *_CONNECTION_PRAGMAS, *pragmas, uri=uri)
 
 
 class SqliteMirrorStore(SqlMirrorStore):

@@ -22,6 +22,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
+from atwhois.foundation.sql import BUSY_MS, sqlite_connect
+
 from .base import OnChange, Stored, UnusableStore
 
 # 2: an ordinary rowid table. WITHOUT ROWID kept each ~1.5 KB value in the key's b-tree,
@@ -45,8 +47,6 @@ _PAGE_SIZE = 16384
 _SWEEP_EVERY = 1000  # writes between deletions of expired rows (and old changes)
 _CHANGES_KEPT = 10_000  # rows of the change log kept: a reader further behind drops everything
 _WATCH_SECONDS = 0.1  # how often another process's commits are looked for
-_OPEN_BUSY_MS = 30_000
-_QUERY_BUSY_MS = 250
 
 
 class SqliteStore:
@@ -57,7 +57,7 @@ class SqliteStore:
         self.path = path
         self._clock = clock
         try:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db = sqlite_connect(path, waiting="opening")
             self._open()
         except sqlite3.Error as err:  # a folder, a file of another kind, no permission
             raise UnusableStore(f"SQLite cache {path}: {err}") from err
@@ -66,20 +66,20 @@ class SqliteStore:
 
     def _open(self) -> None:
         # Opening waits as long as it takes another process (a worker of `serve --workers`
-        # started at the same moment) to create the schema; queries later wait briefly only.
-        self._db.execute(f"PRAGMA busy_timeout={_OPEN_BUSY_MS}")
+        # started at the same moment) to create the schema; queries later wait briefly only
+        # (`foundation.sql.BUSY_MS`).
         # Before WAL (which fixes it): a new file's pages hold ten ~1.5 KB entries, where
         # 4 KiB pages held two and wasted a third of the file.
         self._db.execute(f"PRAGMA page_size={_PAGE_SIZE}")
         self._enter_wal()
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._migrate()
-        self._db.execute(f"PRAGMA busy_timeout={_QUERY_BUSY_MS}")
+        self._db.execute(f"PRAGMA busy_timeout={BUSY_MS['serving']}")
 
     def _enter_wal(self) -> None:
         # Switching the journal mode does not wait on the busy handler: a process that opens
         # the file while another switches it is told "locked" at once, so it asks again.
-        deadline = time.monotonic() + _OPEN_BUSY_MS / 1000
+        deadline = time.monotonic() + BUSY_MS["opening"] / 1000
         while True:
             try:
                 self._db.execute("PRAGMA journal_mode=WAL")

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import httpx
 
+from atwhois.foundation.bounded import BoundedBody
 from atwhois.foundation.version import USER_AGENT
 from atwhois.resolver.did import view_age
 from atwhois.resolver.errors import ResponseTooLarge, UpstreamFailure, UpstreamTimeout
@@ -65,19 +66,21 @@ class Upstream:
         give_up = time.monotonic() + self.deadline
         try:
             with self._client.stream("GET", self.url + path, params=params) as response:
-                chunks, size = [], 0
+                body = BoundedBody(
+                    PAGE_MAX_BYTES,
+                    lambda _: ResponseTooLarge(f"{self.url}{path}: over {PAGE_MAX_BYTES} bytes"),
+                    deadline=give_up,
+                    too_slow=lambda size: UpstreamTimeout(
+                        f"{self.url}{path}: no whole answer within {self.deadline:g} s "
+                        f"({size} bytes read)"
+                    ),
+                )
                 for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > PAGE_MAX_BYTES:
-                        raise ResponseTooLarge(f"{self.url}{path}: over {PAGE_MAX_BYTES} bytes")
-                    if time.monotonic() > give_up or self.closing.is_set():
-                        raise UpstreamTimeout(
-                            f"{self.url}{path}: no whole answer within {self.deadline:g} s "
-                            f"({size} bytes read)"
-                        )
-                    chunks.append(chunk)
+                    if self.closing.is_set():  # given up: as if its deadline had passed
+                        body.deadline = 0.0
+                    body.add(chunk)
                 provenance = response.headers.get(MIRROR_HEADER)
-                return response.status_code, b"".join(chunks), provenance
+                return response.status_code, body.value(), provenance
         except httpx.HTTPError as err:
             raise UpstreamFailure(f"{self.url}: {type(err).__name__}: {err}") from None
 

@@ -17,6 +17,8 @@ import dns.message
 import dns.nameserver
 import httpx
 
+from atwhois.foundation.bounded import BoundedBody
+
 from .dns_wire import MAX_ANSWER_BYTES, malformed, timed_out, too_large
 from .tls import tls_context
 
@@ -88,11 +90,11 @@ class DohNameserver(dns.nameserver.Nameserver):
                     kind = answer.headers.get("content-type", "").split(";")[0].strip()
                     if kind.lower() != MEDIA_TYPE:
                         raise malformed(f"DoH answer is {kind or 'untyped'}")
-                    body = bytearray()
+                    body = BoundedBody(  # H-DNS-8
+                        MAX_ANSWER_BYTES, lambda size: too_large(f"over {size:,}")
+                    )
                     async for chunk in answer.aiter_bytes():
-                        body += chunk
-                        if len(body) > MAX_ANSWER_BYTES:  # H-DNS-8
-                            raise too_large(f"over {len(body):,}")
+                        body.add(chunk)
         except TimeoutError:
             raise timed_out(timeout) from None
         except httpx.TimeoutException:
@@ -101,7 +103,7 @@ class DohNameserver(dns.nameserver.Nameserver):
             raise ConnectionError(f"DoH: {type(err).__name__}: {err}") from None
         try:
             response = dns.message.from_wire(
-                bytes(body),
+                body.value(),
                 keyring=request.keyring,
                 request_mac=request.request_mac,
                 one_rr_per_rrset=one_rr_per_rrset,

@@ -26,6 +26,8 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from atwhois.foundation.bounded import BoundedBody
+
 from .config import Config
 from .dns import DnsClient
 from .errors import (
@@ -247,17 +249,16 @@ class Fetcher:
             async with self._client().get(
                 url, headers={"Accept": accept}, allow_redirects=False
             ) as response:
-                if response.content_length is not None and response.content_length > max_bytes:
-                    raise ResponseTooLarge(
-                        f"{_origin(url)}: body of {response.content_length} bytes, cap {max_bytes}"
-                    )
-                chunks, size = [], 0
+                body = BoundedBody(
+                    max_bytes,
+                    lambda size: ResponseTooLarge(
+                        f"{_origin(url)}: body of {size} bytes or more, over {max_bytes} bytes"
+                    ),
+                )
+                body.announced(response.content_length)
                 async for chunk in response.content.iter_any():
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise ResponseTooLarge(f"{_origin(url)}: body over {max_bytes} bytes")
-                return response.status, response.headers, b"".join(chunks)
+                    body.add(chunk)
+                return response.status, response.headers, body.value()
         except aiohttp.InvalidURL:
             raise InvalidData(f"{url[:80]}: not a valid URL") from None
         except aiohttp.ClientError as err:

@@ -18,6 +18,7 @@ import json
 import time
 import urllib.parse
 
+from atwhois.foundation.bounded import BoundedBody
 from atwhois.foundation.version import USER_AGENT
 
 from .errors import AtwhoisError
@@ -129,15 +130,15 @@ class Client:
             headers = {"User-Agent": USER_AGENT, **headers}
             connection.request(method, parts.path + path, body=body, headers=headers)
             response = connection.getresponse()
-            chunks, size = [], 0
+            answer = BoundedBody(
+                _MAX_BYTES,
+                lambda _: DaemonUnanswered(f"an answer over {_MAX_BYTES} bytes"),
+                deadline=deadline,
+                too_slow=lambda _: DaemonUnanswered(f"no complete answer within {self._timeout}s"),
+            )
             while chunk := response.read1(_CHUNK):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > _MAX_BYTES:
-                    raise DaemonUnanswered(f"an answer over {_MAX_BYTES} bytes")
-                if time.monotonic() > deadline:
-                    raise DaemonUnanswered(f"no complete answer within {self._timeout}s")
-            return response.status, b"".join(chunks)
+                answer.add(chunk)
+            return response.status, answer.value()
         except (OSError, http.client.HTTPException) as err:
             raise DaemonUnanswered(str(err) or type(err).__name__) from None
         finally:

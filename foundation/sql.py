@@ -5,10 +5,12 @@ PostgreSQL database is named beside a SQLite file, and keys asked for in chunks,
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Iterator, Sized
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import sqlite3
 
 # How long a SQLite statement waits for another process's lock (busy_timeout), by what is
 # waiting. Opening waits out another process creating the schema at the same moment; a
@@ -31,6 +33,8 @@ def sqlite_connect(
     """A SQLite connection in autocommit (the stores open their transactions), that waits
     for a lock as `BUSY_MS[waiting]` says, then with `pragmas` (after the wait is set: a
     journal-mode switch takes the lock too)."""
+    import sqlite3  # here: what only names a database (the command line's help) loads none
+
     connection = sqlite3.connect(target, uri=uri, check_same_thread=False, isolation_level=None)
     for pragma in (f"busy_timeout={BUSY_MS[waiting]}", *pragmas):
         connection.execute(f"PRAGMA {pragma}")

@@ -134,7 +134,7 @@ class World:
         from atwhois.resolver.resolver import Resolver
 
         edge = _Edge(self)
-        return Resolver(config or self.config(), dns=edge, web=edge, plc=edge)  # type: ignore[arg-type]
+        return Resolver(config or self.config(), txt=edge, web=edge, plc=edge)
 
     def cached(
         self,

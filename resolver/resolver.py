@@ -30,7 +30,7 @@ from .handle import (
 from .identity import BOGUS, DnssecCheck, Evidence, Identity, invalid_input, now_iso
 from .outcome import Outcome
 from .report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
-from .response import Getter
+from .response import Getter, TxtRecords
 from .syntax import (
     Query,
     check_plc_did,
@@ -59,11 +59,17 @@ class Resolver:
         config: Config | None = None,
         *,
         dns: DnsClient | None = None,
-        web: Fetcher | None = None,
+        web: Getter | None = None,
         plc: Getter | None = None,
+        txt: TxtRecords | None = None,
     ) -> None:
+        """The network edges, each built from `config` when first used unless given: `dns`
+        (and the DNSSEC walk over it), `web` (strangers' hosts), `plc` (the directory);
+        `txt` answers the TXT questions of lookups without --dnssec (by default `dns`):
+        `atwhois.testing.World` gives `txt`, `web` and `plc`."""
         self.config = config or Config()
         self._dns = dns
+        self._txt = txt
         self._web: Getter | None = web
         self._plc: Getter | None = plc
         self._dnssec: DnssecChain | None = None
@@ -117,7 +123,8 @@ class Resolver:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(edge.aclose() for edge in (self._web, self._plc, self._dns) if edge))
+        edges = (self._web, self._plc, self._dns, self._txt)
+        await asyncio.gather(*(edge.aclose() for edge in edges if edge))
 
     async def lookup(self, identifier: str) -> Identity:
         """Resolve a handle (a leading @ allowed), a DID or an at:// URI, and verify it."""
@@ -225,7 +232,7 @@ class Resolver:
 
         async def run() -> str:
             if not self.config.dnssec:
-                records = await self.dns.txt(name)
+                records = await (self._txt or self.dns).txt(name)
             else:
                 warming = asyncio.ensure_future(self.dnssec.warm(name))
                 try:

@@ -21,6 +21,15 @@ class Response:
     provenance: str | None = None  # the `MIRROR_HEADER` of an atwhois PLC mirror's answer
 
 
+class TxtRecords(Protocol):
+    """What a lookup without --dnssec asks of DNS: the TXT records at a name (none: an empty
+    list), or a `ResolutionError` when it could not be told."""
+
+    async def txt(self, name: str) -> list[list[bytes]]: ...
+
+    async def aclose(self) -> None: ...
+
+
 class Getter(Protocol):
     """What the resolver asks of a fetcher."""
 

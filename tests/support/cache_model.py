@@ -36,6 +36,7 @@ from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount
 from tests.support.clock import Clock
 from tests.support.http import max_age
+from tests.support.waiting import eventually
 
 T = TypeVar("T")
 TOKEN = "model-token"
@@ -302,14 +303,18 @@ class Shared:
         tiers = [daemon.cached.store for daemon in self.daemons]
         for tier in tiers:
             await tier.get(FENCE)  # a tier starts following changes at its first read
-        while not all(tier.following for tier in tiers):
-            assert time.monotonic() < deadline, "a daemon did not follow the store's changes"
-            await asyncio.sleep(0.01)
+        await eventually(
+            lambda: all(tier.following for tier in tiers),
+            timeout,
+            "a daemon did not follow the store's changes",
+        )
         key = f"{FENCE}{uuid.uuid4().hex}"
         await self.writer.put(key, b"", self.clock() + 600)
-        while not all(key in daemon.fences for daemon in self.daemons):
-            assert time.monotonic() < deadline, f"a daemon did not hear of {key} in {timeout}s"
-            await asyncio.sleep(0.01)
+        await eventually(
+            lambda: all(key in daemon.fences for daemon in self.daemons),
+            deadline - time.monotonic(),  # what is left of the one bound for both waits
+            f"a daemon did not hear of {key} in {timeout}s",
+        )
 
 
 def two_daemons(

@@ -201,9 +201,7 @@ class ConnectionLimit:
         longest = min(stuck, key=lambda c: c.stuck_since or 0.0) if stuck else None
         if longest is not None and now - (longest.stuck_since or now) >= STUCK_GRACE:
             return longest
-        idle = next(
-            (c for c in connections if not c.evicted and waiting_for_request(c.inner)), None
-        )
+        idle = _oldest_idle(connections)
         return idle if idle is not None else longest
 
     def arrived(self, counted: _Counted) -> bool:
@@ -213,7 +211,7 @@ class ConnectionLimit:
         mine = self.by_peer.setdefault(counted.peer, {})
         if len(mine) >= self.per_client:
             self._count("over_share")
-            idle = next((c for c in mine if not c.evicted and waiting_for_request(c.inner)), None)
+            idle = _oldest_idle(mine)
             if idle is None:
                 return False
             idle.close()
@@ -277,6 +275,11 @@ class ConnectionLimit:
         line.update({k: n - self._told[k] for k, n in self.counts.items()})
         self.log.warning(json.dumps(line))
         self._told, self._told_at = dict(self.counts), time.monotonic()
+
+
+def _oldest_idle(connections: dict[_Counted, None]) -> _Counted | None:
+    """The first (oldest) of `connections` that waits for a request and is not closing."""
+    return next((c for c in connections if not c.evicted and waiting_for_request(c.inner)), None)
 
 
 class _QuietLoopErrors:

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import coincurve
 
 from atwhois.resolver.config import Config
-from atwhois.resolver.errors import UpstreamFailure, UpstreamTimeout
+from atwhois.resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
 from atwhois.resolver.keys import Curve, PublicKey
 from atwhois.resolver.response import Response
 
@@ -194,12 +194,12 @@ class World:
             ],
         }
 
-    def _fault(self, name: str) -> None:
+    def _fault(self, name: str) -> Fault | None:
+        """`name`'s fault; a timeout is raised here, the others are each edge's to say."""
         fault = self.faults.get(name)
         if fault == "timeout":
             raise UpstreamTimeout(f"{name}: no answer in time (the world's fault)")
-        if fault == "5xx":
-            raise UpstreamFailure(f"{name}: SERVFAIL (the world's fault)")
+        return fault
 
 
 class _Edge:
@@ -210,9 +210,10 @@ class _Edge:
 
     async def txt(self, name: str) -> list[list[bytes]]:
         self.world.asked["dns"] += 1
-        handle = name.removeprefix("_atproto.").rstrip(".")
-        self.world._fault(handle)
-        if self.world.faults.get(handle) == "nxdomain":
+        fault = self.world._fault(name.removeprefix("_atproto.").rstrip("."))
+        if fault == "5xx":
+            raise UpstreamFailure(f"{name}: SERVFAIL (the world's fault)")
+        if fault == "nxdomain":
             return []
         return [[value.encode()] for value in self.world.txt.get(name.rstrip("."), [])]
 
@@ -231,19 +232,18 @@ class _Edge:
             self.world.asked["plc"] += 1
             return self._directory(url, parts.path.lstrip("/"))
         self.world.asked["https"] += 1
-        self.world._fault(host)
-        if self.world.faults.get(host) == "nxdomain":
-            raise UpstreamFailure(f"{host}: no such host (the world's fault)")
-        if self.world.faults.get(host) == "5xx":
+        fault = self.world._fault(host)
+        if fault == "nxdomain":  # as the fetcher says of a host with no address: absent
+            raise NotFound(f"{host}: NXDOMAIN (the world's fault)")
+        if fault == "5xx":
             return Response(url, 503, b"")
         if parts.path == "/.well-known/atproto-did" and host in self.world.well_known:
             return _capped(Response(url, 200, self.world.well_known[host].encode()), max_bytes)
         return Response(url, 404, b"")
 
     def _directory(self, url: str, did: str) -> Response:
-        if self.world.faults.get(did) == "5xx":
+        if self.world._fault(did) == "5xx":
             return Response(url, 503, b"")
-        self.world._fault(did)
         account = self.world.accounts.get(did)
         if account is None or account.served is None:
             return Response(url, 404, b'{"message": "DID not registered"}')

@@ -152,3 +152,20 @@ async def test_the_daemon_answers_from_the_world_in_process() -> None:
             "/xrpc/com.atproto.identity.resolveHandle", params={"handle": "frank.example.org"}
         )
         assert gone.status in (400, 404)  # the old handle no longer names the DID
+
+
+async def test_each_fault_is_the_outcome_the_real_edges_give() -> None:
+    """A host with no address is absent, as the fetcher says of one (not a failure); a
+    web host's 5xx and a DNS SERVFAIL are transient: a handle failing both ways is
+    `unavailable`, one whose records are gone everywhere is not found."""
+    world = World()
+    world.add("gina.example.org", method="both")
+    world.fail("gina.example.org", "nxdomain")
+    async with world.resolver() as resolver:
+        gone = await resolver.lookup("gina.example.org")
+        assert gone.status is atwhois.Status.HANDLE_NOT_FOUND
+        assert gone.dns.outcome == "not_found" and gone.https.outcome == "not_found"
+        world.fail("gina.example.org", "5xx")
+        failing = await resolver.lookup("gina.example.org")
+        assert failing.status is atwhois.Status.UNAVAILABLE
+        assert failing.dns.outcome == failing.https.outcome == "failed"

@@ -4,9 +4,9 @@ take nearly all of an audit's CPU, issue 18); judging the checks and writing the
 the one process that owns the audit store, as without workers.
 
 The run's concurrency and its politeness limit per upstream host are split between the
-workers, so that together they ask no more at once than one process would. Each worker
-watches its parent as the routed pool's do (`foundation.pool.watch_parent`): a killed run
-leaves none of them behind, blocked on a queue whose pipe it holds open itself.
+workers, so that together they ask no more at once than one process would. The workers are
+atwhois's child processes (`foundation.pool.child_process`): a killed run leaves none of
+them behind, blocked on a queue whose pipe it holds open itself.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import multiprocessing
-import os
 import queue
 import threading
 import time
@@ -26,7 +24,7 @@ import uvloop
 
 from atwhois.cache import CachedResolver
 from atwhois.cache.stores import Tier, open_store
-from atwhois.foundation.pool import watch_parent
+from atwhois.foundation.pool import SPAWN, child_process
 from atwhois.resolver import Config, Resolver
 from atwhois.resolver.errors import AtwhoisError
 from atwhois.resolver.identity import failed_inside, now_iso
@@ -76,26 +74,10 @@ class CheckerPool:
     """`check` runs in one of the worker processes; start with `async with`."""
 
     def __init__(self, workers: int, config: Config, cache: str | None, concurrency: int) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._requests: Queue[_Request] = context.Queue()
-        self._results: Queue[_Result] = context.Queue()
-        self._processes = [
-            context.Process(
-                target=_work,
-                args=(
-                    _Job(
-                        config,
-                        cache,
-                        split(concurrency, workers),
-                        self._requests,
-                        self._results,
-                        os.getpid(),
-                    ),
-                ),
-                daemon=True,
-            )
-            for _ in range(workers)
-        ]
+        self._requests: Queue[_Request] = SPAWN.Queue()
+        self._results: Queue[_Result] = SPAWN.Queue()
+        job = _Job(config, cache, split(concurrency, workers), self._requests, self._results)
+        self._processes = [child_process(_work, job) for _ in range(workers)]
         self._numbers = itertools.count()
         self._waiting: dict[int, asyncio.Future[Check]] = {}
         self._reader: threading.Thread | None = None
@@ -173,13 +155,11 @@ class _Job(NamedTuple):
     concurrency: int
     requests: Queue[_Request]
     results: Queue[_Result]
-    parent: int  # the run's process: gone, the worker exits
 
 
 def _work(job: _Job) -> None:
     """A worker process: `concurrency` lookups at once, until the parent says no more (or
     is gone)."""
-    watch_parent(job.parent)
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(_lookups(job))

@@ -1,11 +1,13 @@
-"""Work routed by key to worker processes: `plc verify-export --workers` and the mirror's
-replica send each DID's lines to one worker, in order, so that each replay sees what a
-single process would. One process per worker (spawned: no state inherited by a fork), each
-with its own queue of calls, started by `initializer(*initargs)`.
+"""atwhois's child processes, one way: spawned (no state inherited by a fork) and watching
+their parent. A child outlives a parent that was killed (SIGKILL, the OOM killer): the pipe
+of its queue is open in the child itself, so it never reads an end. Each child watches its
+parent and exits once it is gone, rather than hold its memory until the machine restarts.
+`child_process` makes one (the audit's workers, the stream's reader); `RoutedPool` is a pool
+of them.
 
-A worker outlives a parent that was killed (SIGKILL, the OOM killer): its queue's pipe is
-open in the worker itself, so it never reads an end. Each worker watches its parent and
-exits once it is gone, rather than hold its memory until the machine restarts.
+Work routed by key: `plc verify-export --workers` and the mirror's replica send each DID's
+lines to one worker, in order, so that each replay sees what a single process would. One
+process per worker, each with its own queue of calls, started by `initializer(*initargs)`.
 
 A worker's memory is a cache (the mirror's replays: a million objects and more), and an
 interpreter's exit tears its heap down object by object: 5 to 6 s a worker after a 300k-op
@@ -21,10 +23,24 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-ORPHAN_CHECK = 1.0  # seconds between a worker's looks at whether its parent is alive
+ORPHAN_CHECK = 1.0  # seconds between a child's looks at whether its parent is alive
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def child_process(target: Callable[..., None], *args: Any) -> BaseProcess:
+    """A child (not started) that runs `target(*args)` once it watches this process: it
+    dies with it (a daemon process) and exits when it was killed."""
+    return SPAWN.Process(target=_watching, args=(os.getpid(), target, *args), daemon=True)
+
+
+def _watching(parent: int, target: Callable[..., None], *args: Any) -> None:
+    """A child's start: its watch on `parent`, then its work."""
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
+    target(*args)
 
 
 def default_workers() -> int:
@@ -38,12 +54,11 @@ class RoutedPool:
     def __init__(
         self, workers: int, initializer: Callable[..., None], initargs: tuple[Any, ...]
     ) -> None:
-        context = multiprocessing.get_context("spawn")
         self._workers = [
             ProcessPoolExecutor(
                 1,
-                mp_context=context,
-                initializer=_watched,
+                mp_context=SPAWN,
+                initializer=_started,
                 initargs=(os.getpid(), initializer, *initargs),
             )
             for _ in range(workers)
@@ -69,21 +84,13 @@ class RoutedPool:
             each.result()
 
 
-def _watched(parent: int, initializer: Callable[..., None], *initargs: Any) -> None:
-    """A worker's start: its exit without teardown, its watch on `parent`, then its own
-    initializer (whose exit handlers run first: they are registered after)."""
+def _started(parent: int, initializer: Callable[..., None], *initargs: Any) -> None:
+    """A pool worker's start: its exit without teardown, then what every child does, with
+    its own initializer (whose exit handlers run first: they are registered after)."""
     # Its queues hold nothing once it is told to stop, and nothing it holds needs closing
     # (the mirror's workers read the store in WAL mode, which a reader may leave anywhere).
     atexit.register(os._exit, 0)
-    watch_parent(parent)
-    initializer(*initargs)
-
-
-def watch_parent(parent: int) -> None:
-    """This process exits once `parent` is gone (killed: it never said goodbye), from a
-    thread that looks every `ORPHAN_CHECK` seconds: any child process of atwhois's that
-    would otherwise hold its memory and sockets until the machine restarts."""
-    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
+    _watching(parent, initializer, *initargs)
 
 
 def _exit_when_orphaned(parent: int) -> None:

@@ -19,15 +19,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import multiprocessing
-import os
 import threading
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
 from atwhois.foundation import Backoff
-from atwhois.foundation.pool import watch_parent
+from atwhois.foundation.pool import SPAWN, child_process
 
 from .frames import AccountEvent, IdentityEvent
 from .subscriber import FIREHOSE, JETSTREAM, Cursor, Subscriber, Wire
@@ -83,19 +81,9 @@ class StreamProcess:
         """One child's life; True when it got as far as sending anything."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Message | None] = asyncio.Queue(QUEUE)
-        context = multiprocessing.get_context("spawn")
-        receiving, sending = context.Pipe(duplex=False)
-        child = context.Process(
-            target=_child,
-            args=(
-                sending,
-                os.getpid(),
-                self.url,
-                self.wire,
-                await self.cursor.load(),
-                self.quiet_after,
-            ),
-            daemon=True,
+        receiving, sending = SPAWN.Pipe(duplex=False)
+        child = child_process(
+            _child, sending, self.url, self.wire, await self.cursor.load(), self.quiet_after
         )
         child.start()
         sending.close()  # the child's end: EOF here once the child is gone
@@ -160,20 +148,22 @@ class _PipeCursor:
 
 def _child(
     sending: Connection,
-    parent: int,
     url: str,
     wire: str,
     cursor: int | None,
     quiet_after: float,
 ) -> None:
-    watch_parent(parent)
     import uvloop
 
     uvloop.run(_read(sending, url, WIRES[wire], cursor, quiet_after))
 
 
 async def _read(
-    sending: Connection, url: str, wire: Wire, cursor: int | None, quiet_after: float
+    sending: Connection,
+    url: str,
+    wire: Wire,
+    cursor: int | None,
+    quiet_after: float,
 ) -> None:
 
     async def on_event(event: IdentityEvent | AccountEvent) -> None:

@@ -1,5 +1,6 @@
-"""The worker processes of `foundation.pool`: a killed parent leaves none behind; a shutdown
-stops them side by side, and none tears its heap down object by object on the way out."""
+"""The child processes of `foundation.pool`: a killed parent leaves none behind (a lone child,
+a pool's workers, an audit's); a shutdown stops a pool's workers side by side, and none
+tears its heap down object by object on the way out."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from atwhois.foundation.pool import RoutedPool
 from devnet.process import children
@@ -36,15 +39,27 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_workers_exit_when_their_parent_is_killed() -> None:
+# A parent that starts one child of its own (the stream's reader is one) and waits.
+_LONE_PARENT = textwrap.dedent("""
+    import time
+    from atwhois.foundation.pool import child_process
+    child = child_process(time.sleep, 600)
+    child.start()
+    print(child.pid, flush=True)
+    time.sleep(600)
+""")
+
+
+@pytest.mark.parametrize("program", [_PARENT, _LONE_PARENT], ids=["pool", "child"])
+def test_children_exit_when_their_parent_is_killed(program: str) -> None:
     parent = subprocess.Popen(
-        [sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
     )
     workers: list[int] = []
     try:
         assert parent.stdout is not None
         workers += [int(pid) for pid in parent.stdout.readline().split()]
-        assert len(workers) == 2 and all(_alive(pid) for pid in workers)
+        assert workers and all(_alive(pid) for pid in workers)
         parent.send_signal(signal.SIGKILL)  # no shutdown: the workers are not told
         parent.wait()
         until(lambda: not any(_alive(pid) for pid in workers), timeout=10)

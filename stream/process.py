@@ -57,6 +57,7 @@ class StreamProcess:
         self.quiet_after = quiet_after
         self.state = Subscriber(self.url, on_event, cursor, wire=WIRES[wire]).state
         self.restarts = 0
+        self._followed = False  # a child was connected (as its snapshots said)
         self._applied: tuple[int | None] | None = None  # the cursor past what was applied
 
     async def run(self) -> None:
@@ -82,8 +83,15 @@ class StreamProcess:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Message | None] = asyncio.Queue(QUEUE)
         receiving, sending = SPAWN.Pipe(duplex=False)
+        # A child before this one followed the stream: without a cursor, a gap (F-CUR-2).
         child = child_process(
-            _child, sending, self.url, self.wire, await self.cursor.load(), self.quiet_after
+            _child,
+            sending,
+            self.url,
+            self.wire,
+            await self.cursor.load(),
+            self.quiet_after,
+            self._followed,
         )
         child.start()
         sending.close()  # the child's end: EOF here once the child is gone
@@ -111,6 +119,7 @@ class StreamProcess:
             self._applied = (value,)
         elif kind == "state":
             self.state = value
+            self._followed = self._followed or value.connected
         elif kind == "gap" and self.on_gap is not None:
             await self.on_gap()
 
@@ -152,10 +161,11 @@ def _child(
     wire: str,
     cursor: int | None,
     quiet_after: float,
+    followed_before: bool,
 ) -> None:
     import uvloop
 
-    uvloop.run(_read(sending, url, WIRES[wire], cursor, quiet_after))
+    uvloop.run(_read(sending, url, WIRES[wire], cursor, quiet_after, followed_before))
 
 
 async def _read(
@@ -164,6 +174,7 @@ async def _read(
     wire: Wire,
     cursor: int | None,
     quiet_after: float,
+    followed_before: bool,
 ) -> None:
 
     async def on_event(event: IdentityEvent | AccountEvent) -> None:
@@ -183,6 +194,7 @@ async def _read(
         quiet_after=quiet_after,
         wire=wire,
         on_gap=on_gap,
+        followed_before=followed_before,
     )
 
     def snapshot() -> None:

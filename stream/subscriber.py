@@ -23,6 +23,9 @@ What it does with a frame:
   is repaired when it is loaded: the stream is followed from its present, and the gap
   (what may have been missed) is counted and handed to `on_gap`, which re-verifies what
   the daemon holds.
+- a connection lost before any frame gave a cursor (a quiet PDS, a child process killed):
+  the next is opened from the present, which skips what happened in between. That is a
+  gap too (F-CUR-2), counted and handed to `on_gap`; with a cursor, the stream replays.
 
 Every connection must make progress: a complete message (an event, or the answer to our
 ping) within `quiet_after` seconds, twice over; a frame that never ends (announced, then a
@@ -212,9 +215,13 @@ class Subscriber:
         quiet_after: float = 30.0,
         wire: Wire = FIREHOSE,
         on_gap: Callable[[], Awaitable[None]] | None = None,
+        followed_before: bool = False,
     ) -> None:
         self.url = url.rstrip("/")
         self.wire = wire
+        # A connection was made before (by this subscriber, or by the process it replaces):
+        # opened again without a cursor, what came in between is skipped.
+        self._followed = followed_before
         self.on_event, self.cursor = on_event, cursor
         self.backoff = backoff or Backoff()
         self.save_every, self.max_frame = save_every, max_frame
@@ -232,12 +239,15 @@ class Subscriber:
         async with aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}) as session:
             while True:
                 try:
+                    if self._followed and self.state.cursor is None:
+                        await self._gap("followed before without a cursor: from the present")
                     if self.state.role is None:
                         await self._ask_role(session)
                     await self._follow(session)
                 except (TimeoutError, aiohttp.ClientError, ConnectionError) as err:
                     self.state.last_error = f"{type(err).__name__}: {err}"
                 finally:
+                    self._followed = self._followed or self.state.connected
                     self.state.connected = False
                     await self.cursor.save(self.state.cursor)
                 self.state.reconnects += 1
@@ -392,12 +402,17 @@ class Subscriber:
         return True
 
     async def _repair(self, stored: int) -> None:
-        """A stored cursor no source can have sent: followed from the present instead, the
-        gap counted, logged and handed to `on_gap`."""
+        """A stored cursor no source can have sent: followed from the present instead."""
+        log.warning(json.dumps({"event": "stream_cursor_repaired", "url": self.url, "was": stored}))
+        await self._gap(f"stored cursor {stored} is not plausible: from the present")
+
+    async def _gap(self, why: str) -> None:
+        """Events may have been missed (the stream is followed from its present): the gap
+        counted, logged and handed to `on_gap`."""
         self.state.gaps += 1
         self.state.cursor = None
-        self.state.last_error = f"stored cursor {stored} is not plausible: from the present"
-        log.warning(json.dumps({"event": "stream_cursor_repaired", "url": self.url, "was": stored}))
+        self.state.last_error = why
+        log.warning(json.dumps({"event": "stream_gap", "url": self.url, "why": why}))
         await self.cursor.save(None)
         if self.on_gap is not None:
             await self.on_gap()

@@ -118,6 +118,50 @@ async def test_a_seq_that_goes_back_is_a_fault_never_a_cursor(
     assert all(c is None or c < s for c, s in zip(cursors, seen, strict=True))
 
 
+async def test_a_stream_opened_again_without_a_cursor_is_a_gap(
+    serve_stream: Callable[[Stream], Awaitable[Stream]],
+) -> None:
+    """F-CUR-2: the first connection closes before any frame gave a cursor (a quiet PDS, a
+    reader process killed), so the second is from the present: what happened in between is
+    a gap, handed to `on_gap`. The second sends seq 7: later ones replay from 7, no gap.
+    A process that replaces one that followed the stream says so (`followed_before`)."""
+
+    async def script(ws: web.WebSocketResponse, _: web.Request, connection: int) -> None:
+        if connection == 2:
+            await ws.send_bytes(f.identity(7))
+
+    stream = await serve_stream(Stream(script))
+    gaps: list[str] = []
+
+    async def on_event(event: IdentityEvent | AccountEvent) -> None:
+        pass
+
+    async def gap() -> None:
+        gaps.append("gap")
+
+    subscriber = Subscriber(stream.url, on_event, MemoryCursor(), backoff=_quick(), on_gap=gap)
+    await _run(subscriber, lambda: len(stream.cursors) >= 4)
+    assert stream.cursors[:4] == [None, None, "7", "7"]
+    assert gaps == ["gap"] and subscriber.state.gaps == 1
+
+    async def replacing_one(stored: int | None) -> list[str]:
+        """The gaps a subscriber that replaces one which followed the stream reports, by its
+        first connection (asked from `stored`)."""
+        gaps.clear()
+        connections = len(stream.cursors)
+        cursor = MemoryCursor()
+        await cursor.save(stored)
+        replacing = Subscriber(
+            stream.url, on_event, cursor, backoff=_quick(), on_gap=gap, followed_before=True
+        )
+        await _run(replacing, lambda: len(stream.cursors) > connections)
+        assert stream.cursors[connections] == (None if stored is None else str(stored))
+        return list(gaps)
+
+    assert await replacing_one(None) == ["gap"]
+    assert await replacing_one(7) == []
+
+
 async def test_a_relay_that_only_goes_back_makes_no_progress(
     serve_stream: Callable[[Stream], Awaitable[Stream]],
 ) -> None:

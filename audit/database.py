@@ -1,11 +1,11 @@
 """The audit store's connection: a SQLite file (the default: one host, several processes at
 most), or PostgreSQL (`postgresql://…`: several hosts share one watch-list and its runs).
 
-One set of statements, written with `?` and SQLite's words; the two differ in the
-placeholder, a few words of DDL, how a writer is kept alone (SQLite's `BEGIN IMMEDIATE`
-takes the file's write lock; PostgreSQL takes an advisory lock where a transaction must not
-interleave with another process's) and in `FOR UPDATE SKIP LOCKED`, which SQLite needs
-not: its writers take turns.
+One set of statements, written with `?` and SQLite's words, spelled for the backend by its
+`foundation.sql.Dialect` (the placeholder, a few words of DDL, `FOR UPDATE SKIP LOCKED`,
+which SQLite needs not: its writers take turns). What the dialect does not say is how a
+writer is kept alone: SQLite's `BEGIN IMMEDIATE` takes the file's write lock; PostgreSQL
+takes an advisory lock where a transaction must not interleave with another process's.
 """
 
 from __future__ import annotations
@@ -16,13 +16,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from atwhois.foundation.sql import POSTGRES_SCHEMES, sqlite_connect
+from atwhois.foundation.sql import POSTGRES, dialect_of, sqlite_connect
 
 _TURN_LOCK = 0x61756474  # "audt": PostgreSQL's advisory lock for `Database.serialized`
-
-
-def is_database_url(where: str | Path) -> bool:
-    return str(where).startswith(POSTGRES_SCHEMES)
 
 
 class Database:
@@ -31,7 +27,8 @@ class Database:
 
     def __init__(self, where: str | Path) -> None:
         self.location = str(where)
-        self.postgres = is_database_url(where)
+        self.dialect = dialect_of(where)
+        self.postgres = self.dialect is POSTGRES
         self._depth = 0
         self._lock = threading.RLock()
         self._connection: Any
@@ -58,21 +55,8 @@ class Database:
             self._connection = self._connect_postgres()
         return self._connection
 
-    @property
-    def skip_locked(self) -> str:
-        """What a claiming subquery ends with: rows another transaction holds are left to it."""
-        return " FOR UPDATE SKIP LOCKED" if self.postgres else ""
-
-    def ddl(self, text: str) -> str:
-        """SQLite's DDL in PostgreSQL's words: 64-bit keys and times in double precision
-        (PostgreSQL's REAL is 32 bits: it would round Unix seconds to minutes)."""
-        if not self.postgres:
-            return text
-        text = text.replace("id INTEGER PRIMARY KEY", "id BIGSERIAL PRIMARY KEY")
-        return text.replace(" INTEGER", " BIGINT").replace(" REAL", " DOUBLE PRECISION")
-
     def _sql(self, text: str) -> str:
-        return text.replace("?", "%s") if self.postgres else text
+        return self.dialect.sql(text)
 
     def execute(self, text: str, params: Sequence[Any] = ()) -> Any:
         with self._lock:

@@ -119,7 +119,7 @@ class SharedRuns:
                 "UPDATE run_items SET owner=?, lease_until=? WHERE run_id=? AND identifier IN "
                 "(SELECT identifier FROM run_items WHERE run_id=? AND identifier > ? AND held IS "
                 "NULL AND (owner IS NULL OR lease_until < ?) ORDER BY identifier "
-                f"LIMIT ?{self.db.skip_locked}) RETURNING identifier",
+                f"LIMIT ?{self.db.dialect.skip_locked}) RETURNING identifier",
                 (self.owner, now + run.lease, run.id, run.id, after, now, count),
             )
         return sorted(row[0] for row in rows)

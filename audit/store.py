@@ -306,7 +306,7 @@ class AuditStore:
         now = time.time()
         rows = self.db.rows(
             "UPDATE outbox SET claimed_until=? WHERE id IN (SELECT id FROM outbox WHERE "
-            f"claimed_until IS NULL OR claimed_until < ? ORDER BY id{self.db.skip_locked}) "
+            f"claimed_until IS NULL OR claimed_until < ? ORDER BY id{self.db.dialect.skip_locked}) "
             "RETURNING id, payload",
             (now + seconds, now),
         )

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from atwhois.foundation import data_path
-from atwhois.foundation.sql import POSTGRES_SCHEMES, sqlite_connect
+from atwhois.foundation.sql import POSTGRES, dialect_of, sqlite_connect
 from atwhois.resolver.errors import AtwhoisError
 
-from .schema import POSTGRES
 from .store import SqlMirrorStore
 
 # Every connection keeps 64 MiB of pages (SQLite's default is 2 MiB): the rows of the DIDs
@@ -152,7 +151,7 @@ def open_mirror_store(where: str | Path, *, writable: bool = True) -> SqlMirrorS
     """`postgresql://…` (or `postgres://…`), else a SQLite file path (`sqlite:///PATH` too).
     Writable unless another process writes it already: then a reader of what it writes."""
     text = str(where)
-    postgres = text.startswith(POSTGRES_SCHEMES)
+    postgres = dialect_of(text) is POSTGRES
     if writable:
         try:
             if postgres:

@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from atwhois.foundation.sql import Dialect
 from atwhois.resolver.errors import SchemaMismatch
 
 SCHEMA_VERSION = 2  # 1: the export line kept whole, the state's JSON kept per DID
 # A DID's ops are found through its row (`seqs`: their seqs, in order), not through an
 # index of plc_ops by DID: at tens of millions of ops an index keyed by a random DID costs
 # a page written per op and ~50 bytes, and the DID's row is written anyway (its head).
-# The backends' words differ: SQLite's seq is the table's own key (no second index of it),
-# and a table keyed by its text keeps the key once (WITHOUT ROWID).
-SQLITE_WORDS = {"seq_key": "INTEGER PRIMARY KEY", "blob": "BLOB", "keyed": " WITHOUT ROWID"}
-POSTGRES_WORDS = {"seq_key": "BIGINT PRIMARY KEY", "blob": "BYTEA", "keyed": ""}
+# The backends' words differ (`foundation.sql.Dialect`): SQLite's seq is the table's own
+# key (no second index of it), and a table keyed by its text keeps the key once.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS plc_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS plc_ops (
@@ -83,29 +81,6 @@ _SCHEMA_1_ASIDE = [
 _COPIED_AT_ONCE = 10_000  # schema 1's ops moved a chunk at a time (memory, not time)
 
 
-@dataclass(frozen=True)
-class Dialect:
-    """What differs between the backends in the schema's statements."""
-
-    placeholder: str
-    words: dict[str, str]
-    table_exists: str  # a query of one parameter, a table's name: a row when it exists
-
-    def sql(self, text: str) -> str:
-        return text if self.placeholder == "?" else text.replace("?", self.placeholder)
-
-
-SQLITE = Dialect(
-    "?", SQLITE_WORDS, "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?"
-)
-POSTGRES = Dialect(
-    "%s",
-    POSTGRES_WORDS,
-    "SELECT 1 FROM information_schema.tables WHERE table_name = ? "
-    "AND table_schema = current_schema()",
-)
-
-
 def prepare(
     cursor: Any,
     dialect: Dialect,
@@ -124,7 +99,7 @@ def prepare(
     if version == 1:
         for statement in _SCHEMA_1_ASIDE:
             cursor.execute(statement)
-    for statement in _SCHEMA.format(**dialect.words).split(";"):
+    for statement in dialect.ddl(_SCHEMA).split(";"):
         if statement.strip():
             cursor.execute(statement)
     if version == 1:

@@ -17,12 +17,12 @@ from typing import Any, TextIO, TypeVar
 
 import zstandard
 
-from atwhois.foundation.sql import in_chunks, marks
+from atwhois.foundation.sql import SQLITE, in_chunks, marks
 from atwhois.resolver.errors import AtwhoisError
 
 from .packing import TRAIN_SAMPLE, Packer, train
 from .records import ENTRY_CAP, BadLine, Batch, InForce, Rejection, StoredOp
-from .schema import SQLITE, pack_seqs, prepare, unpack_seqs
+from .schema import pack_seqs, prepare, unpack_seqs
 
 TRAIN_FIRST = TRAIN_SAMPLE  # ops packed without a dictionary before the first is trained
 TRAIN_EVERY = 1_000_000  # ops between two dictionaries: the directory's ops change shape

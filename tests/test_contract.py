@@ -26,9 +26,11 @@ from devnet.network import DevnetState
 TOKEN = "contract-token"
 EXAMPLES = 50  # per operation and mode (an operation that takes no input has one to send)
 # A DID the mirror does not hold is answered 404 only once it has read its upstream since
-# the question came (P-API-2): about a second each, so fewer of those are asked.
+# the question came (P-API-2): a poll of the upstream each (every `POLL` s), so fewer of
+# those are asked.
 SLOW = {"/{did}", "/{did}/data", "/{did}/log", "/{did}/log/audit", "/{did}/log/last"}
 SLOW_EXAMPLES = 8
+POLL = 0.1
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +40,7 @@ def contract_daemon(
     folder = tmp_path_factory.mktemp("contract")
     args = ("--cache", "memory:", "--refresh-token", TOKEN, "--audit-db", str(folder / "a.db"))
     args += ("--plc-mirror", "--plc-db", str(folder / "mirror.db"))  # its routes are the API too
+    args += ("--plc-mirror-interval", str(POLL))
     with running_daemon(devnet.env(), folder / "serve.log", *args) as daemon:
         yield daemon
 

@@ -30,6 +30,11 @@ class Store(Protocol):
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
         """Store `value` until `expires_at` (seconds since the epoch)."""
 
+    async def add(self, key: str, value: bytes, expires_at: float) -> bool:
+        """Store `value` only where no unexpired entry holds `key`: True when this call
+        stored it. One caller wins, also among processes sharing the store (a nonce seen
+        once, SA-JTI-2)."""
+
     async def delete(self, keys: Iterable[str]) -> None: ...
 
     async def count(self) -> int:

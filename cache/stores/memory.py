@@ -101,6 +101,12 @@ class MemoryStore:
         self.keep(key, value, expires_at)
         self.announce([key])
 
+    async def add(self, key: str, value: bytes, expires_at: float) -> bool:
+        if self.slot(key) is not None:
+            return False
+        await self.put(key, value, expires_at)
+        return True
+
     def announce(self, keys: Sequence[str] | None) -> None:
         """Tell the listeners these keys changed (None: anything may have), also when what
         a key means changed rather than its bytes (an account's status)."""

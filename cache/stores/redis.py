@@ -52,6 +52,13 @@ class RedisStore:
             pipe.publish(self.channel, self._notice([key]))
             await pipe.execute()
 
+    async def add(self, key: str, value: bytes, expires_at: float) -> bool:
+        until = int(expires_at * 1000)
+        stored = await self._redis.set(self.prefix + key, value, pxat=until, nx=True)
+        if stored:
+            await self._redis.publish(self.channel, self._notice([key]))
+        return bool(stored)
+
     async def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)
         if keys:

@@ -123,6 +123,26 @@ class SqliteStore:
                 (_CHANGES_KEPT,),
             )
 
+    async def add(self, key: str, value: bytes, expires_at: float) -> bool:
+        # An expired entry of `key` is replaced; a live one stays and nothing is written.
+        added = (
+            "INSERT INTO entries (key, value, expires_at) VALUES (?, ?, ?) ON CONFLICT (key) "
+            "DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at "
+            "WHERE entries.expires_at <= ?"
+        )
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            stored = self._db.execute(added, (key, value, expires_at, self._clock())).rowcount
+            if stored:
+                self._db.execute(
+                    "INSERT INTO changes (key, writer) VALUES (?, ?)", (key, self._writer)
+                )
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+        return stored == 1
+
     async def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)
         self._write([("DELETE FROM entries WHERE key = ?", [(k,) for k in keys])], keys)

@@ -121,6 +121,17 @@ class TieredStore:
         if isinstance(written, _Failed):
             self._remember_unsynced([key])
 
+    async def add(self, key: str, value: bytes, expires_at: float) -> bool:
+        """Decided by the store below, which other processes share: when it cannot be
+        asked, no one can say whether the key was there (`StoreUnavailable`)."""
+        added = await self._below(lambda: self.below.add(key, value, expires_at))
+        if isinstance(added, _Failed):
+            raise StoreUnavailable(f"the {self.below.name} store did not answer: {self._error}")
+        if added:
+            self.memory.keep(key, value, expires_at).loaded_at = self._timer()
+            self.announce([key])
+        return added
+
     def spare(self, keys: Iterable[str]) -> None:
         """Drop these entries from memory, where the store below holds them as they are: the
         caller keeps what it needs of them (the daemon's rendered answers; a hot identity

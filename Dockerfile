@@ -13,6 +13,7 @@ COPY server ./server
 COPY cli ./cli
 COPY audit ./audit
 COPY stream ./stream
+COPY auth ./auth
 COPY mirror ./mirror
 RUN pip install --no-cache-dir --no-deps . && useradd --create-home atwhois && mkdir /data \
     && chown atwhois /data

@@ -30,8 +30,8 @@ test-offline: setup
 	$(PY) -m pytest -m "not network" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check atwhois foundation resolver cache server cli audit stream mirror devnet tests bench
-	$(VENV)/bin/ruff format --check atwhois foundation resolver cache server cli audit stream mirror devnet tests bench
+	$(VENV)/bin/ruff check atwhois foundation resolver cache server cli audit stream auth mirror devnet tests bench
+	$(VENV)/bin/ruff format --check atwhois foundation resolver cache server cli audit stream auth mirror devnet tests bench
 	$(VENV)/bin/mypy
 
 ## The test network in the foreground; prints how to point atwhois at it.

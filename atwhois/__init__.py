@@ -5,6 +5,10 @@
     identity = await atwhois.alookup("alice.example.com")  # in async code
     identity.status, identity.did, identity.handle, identity.to_json()
 
+    # a request proxied by a PDS: its inter-service auth token, checked against the issuer
+    verification = atwhois.verify_service_auth(token, "did:web:feed.example#bsky_fg")
+    verification.outcome, verification.issuer, verification.rule
+
 Without a `config`, the settings are read as the `atwhois` command reads them: the
 `ATWHOIS_*` variables (`ATWHOIS_PLC_URL`, `ATWHOIS_DNS_SERVER`, …). The parts compose through
 `Directory`: a `Resolver` resolves now, a `CachedResolver` answers from a cache of verified
@@ -21,7 +25,7 @@ that `import atwhois` costs little.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from atwhois.foundation.version import VERSION as __version__
 from atwhois.resolver.errors import (
@@ -36,12 +40,16 @@ from atwhois.resolver.errors import (
 from atwhois.resolver.outcome import Status
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine, Sequence
+
+    from atwhois.auth import ServiceAuthVerifier
     from atwhois.cache import CachedResolver
     from atwhois.resolver.config import Config
     from atwhois.resolver.directory import Directory
     from atwhois.resolver.identity import Identity
     from atwhois.resolver.remote import Client
     from atwhois.resolver.resolver import Resolver
+    from atwhois.resolver.service_auth import Verification
 
 __all__ = [
     "AtwhoisError",
@@ -56,11 +64,15 @@ __all__ = [
     "NotFound",
     "ResolutionError",
     "Resolver",
+    "ServiceAuthVerifier",
     "Status",
     "UpstreamFailure",
+    "Verification",
     "__version__",
     "alookup",
+    "averify_service_auth",
     "lookup",
+    "verify_service_auth",
 ]
 
 _ON_FIRST_USE = {
@@ -70,7 +82,12 @@ _ON_FIRST_USE = {
     "Directory": "atwhois.resolver.directory",
     "Identity": "atwhois.resolver.identity",
     "Resolver": "atwhois.resolver.resolver",
+    "ServiceAuthVerifier": "atwhois.auth",
+    "Verification": "atwhois.resolver.service_auth",
 }
+
+
+T = TypeVar("T")
 
 
 class SyncCallInEventLoop(AtwhoisError):
@@ -106,13 +123,71 @@ def lookup(
     identifier: str, *, config: Config | None = None, directory: Directory | None = None
 ) -> Identity:
     """`alookup`, for code without an event loop (scripts, notebooks, a shell)."""
+    return _run(alookup(identifier, config=config, directory=directory), "lookup")
+
+
+async def averify_service_auth(
+    token: str,
+    audience: str,
+    *,
+    method: str | None = None,
+    key_ids: Sequence[str] = ("atproto",),
+    bare_audience: bool = True,
+    replay: bool = False,
+    config: Config | None = None,
+    directory: Directory | None = None,
+) -> Verification:
+    """An inter-service auth token checked against its issuer's identity (docs/spec.md:
+    SA-*): `audience` is the receiver's DID#service, `method` the NSID the request is for
+    (the token's `lxm` must name it), `key_ids` the verification methods accepted.
+    `directory` resolves the issuer (a `CachedResolver`, `atwhois.testing.World`'s); a
+    `Client` has its daemon verify, where `replay` refuses a nonce seen before. A service
+    verifying many tokens keeps one `ServiceAuthVerifier` (its refresh rule, its nonces)."""
+    from atwhois.auth import verify_token
+    from atwhois.resolver.service_auth import Expected
+
+    expected = Expected(audience, method, tuple(key_ids), bare_audience=bare_audience)
+    if directory is not None:
+        return await verify_token(token, expected, directory, replay=replay)
+    from atwhois.resolver.resolver import Resolver
+
+    async with Resolver(config or _config_from_environment()) as resolver:
+        return await verify_token(token, expected, resolver, replay=replay)
+
+
+def verify_service_auth(
+    token: str,
+    audience: str,
+    *,
+    method: str | None = None,
+    key_ids: Sequence[str] = ("atproto",),
+    bare_audience: bool = True,
+    config: Config | None = None,
+    directory: Directory | None = None,
+) -> Verification:
+    """`averify_service_auth`, for code without an event loop."""
+    verifying = averify_service_auth(
+        token,
+        audience,
+        method=method,
+        key_ids=key_ids,
+        bare_audience=bare_audience,
+        config=config,
+        directory=directory,
+    )
+    return _run(verifying, "verify_service_auth")
+
+
+def _run(call: Coroutine[Any, Any, T], name: str) -> T:
+    """`call` run to its end, from code without an event loop."""
     import asyncio  # here: the command line's help and errors start without it
 
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(alookup(identifier, config=config, directory=directory))
-    raise SyncCallInEventLoop("lookup() inside a running event loop: await alookup() instead")
+        return asyncio.run(call)
+    call.close()
+    raise SyncCallInEventLoop(f"{name}() inside a running event loop: await a{name}() instead")
 
 
 def _config_from_environment() -> Config:

@@ -8,12 +8,16 @@
     async with world.resolver() as resolver:        # the real rules, no network
         assert (await resolver.lookup("alice.example.org")).did == did
 
+A service that receives inter-service auth tokens tests with `World.service_token` (what
+the account's PDS would mint) and `rotate_key`, against `atwhois.verify_service_auth`.
+
 `World.resolver()` is a real `Resolver` whose DNS and HTTP edges are the world's: every rule
 (syntax, both methods, the check both ways, the three outcomes) runs as it does against
 the network; only the answers come from here. `World.cached()` puts a `CachedResolver` over
 it, with a clock the test moves; `World.daemon()` is `atwhois serve`'s app over it, in
 process. The world changes between steps as the network does:
-`change_handle`, `remove_handle`, `tombstone`, `fail` and `heal`, `lag` and `catch_up`.
+`change_handle`, `remove_handle`, `rotate_key`, `tombstone`, `fail` and `heal`, `lag` and
+`catch_up`.
 DNSSEC and the PDS check need the network (or the project's test network)."""
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import tempfile
 import time
 from collections import Counter
@@ -56,7 +61,7 @@ class _Account:
     did: str
     handle: str | None
     pds: str
-    key: str  # the #atproto signing key, multikey
+    secret: bytes  # the #atproto signing key's private part (K-256)
     served: dict[str, Any] | None = None  # the document the directory serves (lag: older)
     tombstoned: bool = False
 
@@ -79,12 +84,39 @@ class World:
     def add(self, handle: str, *, method: Method = "dns", pds: str = PDS_URL) -> str:
         """A did:plc account whose handle is `handle`, published by `method`; its DID."""
         did = "did:plc:" + _base32(hashlib.sha256(handle.encode()).digest())[:24]
-        seed = hashlib.sha256(b"key " + did.encode()).digest()
-        key = PublicKey(Curve.K256, coincurve.PrivateKey(seed).public_key.format()).multikey
-        self.accounts[did] = _Account(did, handle, pds, key)
+        self.accounts[did] = _Account(
+            did, handle, pds, hashlib.sha256(b"key " + did.encode()).digest()
+        )
         self._publish(handle, did, method)
         self._serve(did)
         return did
+
+    def rotate_key(self, did: str) -> None:
+        """The account signs with a new key from now on; its document says so (a lagging
+        directory keeps serving the old key until `catch_up`)."""
+        account = self.accounts[did]
+        account.secret = hashlib.sha256(b"rotated " + account.secret).digest()
+        self._serve(did)
+
+    def service_token(
+        self,
+        did: str,
+        audience: str,
+        *,
+        method: str | None = None,
+        lifetime: int = 60,
+        now: float | None = None,
+    ) -> str:
+        """An inter-service auth token for `audience` signed with the account's current
+        key, as its PDS mints one (`com.atproto.server.getServiceAuth`)."""
+        from atwhois.resolver.service_auth import mint
+
+        issued = int(time.time() if now is None else now)
+        claims: dict[str, Any] = {"iss": did, "aud": audience, "iat": issued}
+        claims |= {"exp": issued + lifetime, "jti": os.urandom(16).hex()}
+        if method is not None:
+            claims["lxm"] = method
+        return mint(coincurve.PrivateKey(self.accounts[did].secret), claims)
 
     def change_handle(self, did: str, handle: str, *, method: Method = "dns") -> None:
         """The account's new handle: its document and its records change together (a
@@ -182,7 +214,7 @@ class World:
                     "id": f"{did}#atproto",
                     "type": "Multikey",
                     "controller": did,
-                    "publicKeyMultibase": account.key,
+                    "publicKeyMultibase": _multikey(account.secret),
                 }
             ],
             "service": [
@@ -261,6 +293,10 @@ def _capped(response: Response, max_bytes: int) -> Response:
 
         raise ResponseTooLarge(f"{response.url}: over {max_bytes} bytes")
     return response
+
+
+def _multikey(secret: bytes) -> str:
+    return PublicKey(Curve.K256, coincurve.PrivateKey(secret).public_key.format()).multikey
 
 
 def _base32(data: bytes) -> str:

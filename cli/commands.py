@@ -20,6 +20,7 @@ EXAMPLES = """examples:
   atwhois --file handles.txt --json > reports.jsonl     (or: ... | atwhois -)
   atwhois alice.example.com --server http://127.0.0.1:2584
   atwhois history alice.example.com
+  atwhois verify-token "$JWT" --aud did:web:feed.example#bsky_fg --lxm app.bsky.feed.getFeedSkeleton
   atwhois plc verify-export export.jsonl --known-bad known_bad_cids.json
   atwhois cache stats
   atwhois cache purge alice.example.com
@@ -90,6 +91,35 @@ def _lookup_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --cache: resolve every part afresh and update the cache (a failure "
         "leaves the cached answer in place)",
     )
+
+
+def _verify_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("token", help="the token (header.claims.signature); - reads it from stdin")
+    parser.add_argument(
+        "--aud",
+        required=True,
+        metavar="DID#SERVICE",
+        help="the audience it must name: the receiving service's DID and service",
+    )
+    parser.add_argument("--lxm", metavar="NSID", help="the method it must be bound to")
+    parser.add_argument(
+        "--key-id",
+        action="append",
+        metavar="KEY_ID",
+        help="a verification method it may be signed with (repeatable; default atproto)",
+    )
+    parser.add_argument(
+        "--refuse-bare-audience",
+        action="store_true",
+        help="refuse an aud that is the bare DID (the legacy form PDSes mint today)",
+    )
+    parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="with --server: refuse a jti the daemon saw before from the same issuer",
+    )
+    parser.add_argument("--server", metavar="URL", help="have a running `atwhois serve` verify it")
+    _json_flag(parser)
 
 
 def _identifier_and_json(what: str) -> Callable[[argparse.ArgumentParser], None]:
@@ -225,6 +255,14 @@ COMMANDS = [
         "who is behind a handle, DID, at:// URI or profile URL, verified both ways",
         [*RESOLUTION, "cache"],
         _lookup_arguments,
+    ),
+    Command(
+        ("verify-token",),
+        "atwhois.cli.verify:verify_token",
+        "check an inter-service auth token (a JWT a PDS minted for a service) against its "
+        "issuer's identity: exit 0 valid, 1 invalid, 2 not a token, 3 issuer unavailable",
+        [*RESOLUTION, "cache"],
+        _verify_arguments,
     ),
     Command(
         ("history",),

@@ -41,7 +41,7 @@ def lookup(args: argparse.Namespace) -> int:
             print(f"atwhois: cannot read identifiers from {where}: {err}", file=sys.stderr)
             return 2
         lines = identifier_lines(text)
-        batch = _batch(_directory(args, resolved), lines, args, config.check_pds)
+        batch = _batch(directory_for(args, resolved), lines, args, config.check_pds)
         return run(batch, many=len(lines) > 1)
     if not args.identifier:
         raise UsageError(args.prog, "give an identifier, - for standard input, or --file FILE")
@@ -54,10 +54,10 @@ def lookup(args: argparse.Namespace) -> int:
             parse_lookup(identifier, dev=config.dev)
         except InvalidInput as err:
             return _show(invalid_input(identifier, err, now_iso()), args)
-    return run(_single(_directory(args, resolved), identifier, args, config.check_pds))
+    return run(_single(directory_for(args, resolved), identifier, args, config.check_pds))
 
 
-def _directory(args: argparse.Namespace, resolved: Resolved) -> Directory:
+def directory_for(args: argparse.Namespace, resolved: Resolved) -> Directory:
     """Where the answers come from: a running daemon (`--server`), or a resolver here, in
     front of a cache when one is configured."""
     if args.server:

@@ -28,6 +28,7 @@ import uvloop
 from aiohttp import web
 
 from atwhois.audit import Auditor, AuditStore, default_audit_path
+from atwhois.auth import ServiceAuthVerifier
 from atwhois.cache import CachedResolver, Lifetime, Policy, open_store
 from atwhois.cache.revalidate import Revalidator
 from atwhois.cache.stores import Tier
@@ -41,8 +42,9 @@ from atwhois.server.audits_pages import AuditPages
 from atwhois.server.lifecycle import ConnectionLimit, runner_settings, serve_until_stopped
 from atwhois.server.memory import TLS_READ_BUFFER, trim_periodically
 from atwhois.server.request_log import MalformedRequestLog
-from atwhois.server.routes import MIRROR
+from atwhois.server.routes import MIRROR, SERVICE_AUTH
 from atwhois.server.service import Service, Settings
+from atwhois.server.service_auth import Receiver, ServiceAuthApi
 from atwhois.server.web import WebPages
 from atwhois.stream.follower import Follower
 
@@ -170,6 +172,14 @@ def build_daemon(
     if plc_mirror is not None:
         _serve_plc_mirror(app, service, *plc_mirror, revalidator)
     app.on_shutdown.append(lambda _: revalidator.stop())  # once no source tells it more
+    receiver = Receiver(
+        values.service_auth_audience,
+        tuple(values.service_auth_key_id),
+        bare_audience=values.service_auth_bare_audience == "allow",
+    )
+    verifier = ServiceAuthVerifier(cached, nonces=store)
+    service.add_routes(app, ServiceAuthApi(service, verifier, receiver), SERVICE_AUTH)
+    service.metric_sources.append(verifier.metrics)
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)
     return Daemon(app, service, store)

@@ -285,6 +285,27 @@ class Values:
         shown="none",
         metavar="URL",
     )
+    service_auth_audience: str | None = _setting(
+        SERVICE,
+        "the audience inter-service auth tokens must name for POST /v1/verify/service-auth "
+        "(the receiver's DID#service): fixed for every request",
+        shown="none: each request names it",
+        metavar="DID#SERVICE",
+    )
+    service_auth_key_id: list[str] = _setting(
+        SERVICE,
+        "a verification method such tokens may be signed with (repeatable)",
+        ["atproto"],
+        metavar="KEY_ID",
+    )
+    service_auth_bare_audience: str = _setting(
+        SERVICE,
+        "a token whose aud is the bare DID, for an audience with a #service: the legacy "
+        "form every PDS mints today",
+        "allow",
+        metavar="MODE",
+        choices=("allow", "refuse"),
+    )
     cors_origin: list[str] = _setting(
         SERVICE,
         "a browser origin that may read the XRPC and /v1 endpoints (repeatable; * for any)",

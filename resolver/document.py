@@ -114,12 +114,27 @@ def _fragment(ident: str, did: str) -> str | None:
     return None
 
 
-def _signing_key(did: str, methods: list[dict[str, Any]]) -> tuple[PublicKey | None, bool]:
-    """DOC-KEY-1..3: the first valid `#atproto` method controlled by the DID."""
+def verification_key(document: Any, did: str, key_id: str) -> PublicKey | None:
+    """The key of the document's `#key_id` verification method (DOC-KEY-1..3, for any
+    method: `atproto`, `atproto_label`, …), None when it holds no valid one."""
+    if not isinstance(document, dict) or document.get("id") != did:
+        return None
+    try:
+        methods = _object_list(document, "verificationMethod")
+    except InvalidData:
+        return None
+    return _signing_key(did, methods, key_id)[0]
+
+
+def _signing_key(
+    did: str, methods: list[dict[str, Any]], key_id: str = "atproto"
+) -> tuple[PublicKey | None, bool]:
+    """DOC-KEY-1..3: the first valid `#key_id` method controlled by the DID, and whether it
+    is written in a legacy form."""
     for method in methods:
         ident, kind = method.get("id"), method.get("type")
         multibase, controller = method.get("publicKeyMultibase"), method.get("controller")
-        if not (isinstance(ident, str) and _fragment(ident, did) == "atproto"):
+        if not (isinstance(ident, str) and _fragment(ident, did) == key_id):
             continue
         if controller != did or not isinstance(multibase, str):
             continue

@@ -234,6 +234,18 @@ class Identity:
         return self.status is Status.VERIFIED
 
     @property
+    def servable_document(self) -> bytes | None:
+        """The DID document as served, when the DID resolved and nothing contradicts it (a
+        log that does not prove it, an account its PDS's event stream says is not active):
+        what the daemon answers for the DID, and what a token's signature is checked by."""
+        if (
+            self.status not in (Status.PLC_LOG_INVALID, Status.DID_DEACTIVATED)
+            and self.did_doc.outcome is Outcome.OK
+        ):
+            return self.did_document_json
+        return None
+
+    @property
     def _log_replayed(self) -> bool:
         """Whether the did:plc log was read and replayed (`--verify-plc`): only then does the
         report know the rotation keys."""

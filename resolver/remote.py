@@ -24,10 +24,12 @@ from atwhois.foundation.version import USER_AGENT
 from .errors import AtwhoisError
 from .identity import Identity, now_iso
 from .outcome import Status
+from .service_auth import Expected, Verification
 from .tls import tls_context
 from .untrusted import parse_json
 
 _REFRESH = "/xrpc/com.atproto.identity.refreshIdentity"
+_VERIFY = "/v1/verify/service-auth"
 _MAX_BYTES = 4 * 1024 * 1024  # a report with its document is a few KiB
 _CHUNK = 64 * 1024
 
@@ -87,6 +89,30 @@ class Client:
         if status in (401, 403):
             return self._unanswered(identifier, f"refused the refresh ({status})")
         return await self.lookup(identifier)
+
+    async def verify_service_auth(
+        self, token: str, expected: Expected, *, replay: bool = False
+    ) -> Verification:
+        """The daemon checks `token` (`POST /v1/verify/service-auth`): its issuers' documents
+        and the nonces seen are the ones it keeps, shared with every daemon on its store."""
+        request = {
+            "token": token,
+            "audience": expected.audience,
+            "key_ids": list(expected.key_ids),
+            "replay": replay,
+        }
+        if expected.method is not None:
+            request["method"] = expected.method
+        headers = {"Content-Type": "application/json"}
+        try:
+            status, body = await self._ask("POST", _VERIFY, json.dumps(request).encode(), headers)
+            answer = parse_json(body)
+            if status in (200, 502) and isinstance(answer, dict) and "outcome" in answer:
+                return Verification.from_json(answer)
+            why = f"answered {status}: {str(answer.get('message', ''))[:200]}"
+        except (DaemonUnanswered, ValueError, KeyError, TypeError, AttributeError) as err:
+            why = f"did not answer: {err or type(err).__name__}"
+        return Verification("unavailable", None, f"atwhois serve at {self.url} {why}")
 
     async def purge(self, identifier: str) -> list[str]:
         raise PurgeNotOffered(

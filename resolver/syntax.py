@@ -51,6 +51,11 @@ def _ascii(text: str) -> bool:
     return text.isascii()
 
 
+def is_valid_nsid(text: str) -> bool:
+    """An NSID (a collection, a method's name: `com.atproto.server.getSession`)."""
+    return len(text) <= _NSID_MAX and text.isascii() and _NSID_RE.fullmatch(text) is not None
+
+
 def is_valid_handle(text: str) -> bool:
     """H-SYN-1..5: true if `text` is a syntactically valid handle (any case)."""
     return len(text) <= _HANDLE_MAX and _ascii(text) and _HANDLE_RE.fullmatch(text) is not None
@@ -182,9 +187,7 @@ def parse_at_uri(text: str) -> AtUri:
         raise InvalidIdentifier(f"{text!r}: authority is neither a handle nor a DID", rule)
     collection = rest[0] if rest else None
     rkey = rest[1] if len(rest) > 1 else None
-    if collection is not None and (
-        len(collection) > _NSID_MAX or _NSID_RE.fullmatch(collection) is None
-    ):
+    if collection is not None and not is_valid_nsid(collection):
         raise InvalidIdentifier(f"{text!r}: collection is not an NSID", "U-1")
     if rkey is not None and (_RKEY_RE.fullmatch(rkey) is None or rkey in {".", ".."}):
         raise InvalidIdentifier(f"{text!r}: record key is not valid", "U-1")

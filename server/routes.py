@@ -297,3 +297,57 @@ MIRROR = (
         },
     ),
 )
+
+# Inter-service auth tokens checked against the issuer's identity (`service_auth`, SA-*).
+_VERIFICATION = openapi.object_of(
+    {
+        "outcome": {"type": "string", "enum": ["valid", "invalid", "unavailable"]},
+        "valid": {"type": "boolean"},
+        "rule": openapi.nullable("string"),
+        "reason": openapi.nullable("string"),
+        "issuer": openapi.nullable("string"),
+        "handle": openapi.nullable("string"),
+        "key_id": openapi.nullable("string"),
+        "method": openapi.nullable("string"),
+        "expires_at": openapi.nullable("integer"),
+        "document": openapi.object_of(
+            {"checked_at": openapi.nullable("string"), "refreshed": {"type": "boolean"}}
+        ),
+    }
+)
+SERVICE_AUTH = (
+    Route(
+        "POST",
+        "/v1/verify/service-auth",
+        "verify_service_auth",
+        {
+            "summary": "An inter-service auth token checked against its issuer's identity",
+            "requestBody": openapi.body(
+                {
+                    "token": {"type": "string", "minLength": 1, "maxLength": 8192},
+                    # where the daemon's settings fix them, these may be left out
+                    "audience": {"type": "string", "minLength": 1, "maxLength": 2048},
+                    "method": {"type": "string", "minLength": 1, "maxLength": 317},
+                    "key_ids": {
+                        "type": "array",
+                        "items": {"type": "string", "minLength": 1, "maxLength": 64},
+                        "minItems": 1,
+                        "maxItems": 16,
+                    },
+                    "replay": {"type": "boolean"},
+                },
+                ["token"],
+            ),
+            "responses": {
+                "200": openapi.content(_VERIFICATION, "valid or invalid (the rule it broke)"),
+                "400": openapi.content(openapi.ERROR, "a request the daemon cannot read"),
+                "413": openapi.content(openapi.ERROR, openapi.REASONS[413]),
+                "502": openapi.content(
+                    _VERIFICATION,
+                    "unavailable: the issuer's identity could not be resolved now (Retry-After)",
+                ),
+                "503": openapi.content(openapi.ERROR, openapi.REASONS[503]),
+            },
+        },
+    ),
+)

@@ -26,7 +26,7 @@ from aiohttp import web
 from atwhois.cache import CachedResolver
 from atwhois.cache.run import Upstream
 from atwhois.foundation import defaults
-from atwhois.resolver import Identity, Outcome, Status
+from atwhois.resolver import Identity, Status
 from atwhois.resolver.syntax import is_valid_did
 from atwhois.resolver.untrusted import parse_json
 
@@ -80,18 +80,6 @@ def _in_format(name: str, value: str, kind: Format) -> str:
     if not FORMATS[kind](value):
         raise XrpcError(400, "InvalidRequest", f"{name} must be a {kind} (got {value[:80]!r})")
     return value
-
-
-def _servable_document(identity: Identity) -> bytes | None:
-    """The DID document as served, when the DID resolved and nothing contradicts it (a log
-    that does not prove it, an account its PDS's event stream says is not active)."""
-    document = identity.did_document_json
-    if (
-        identity.status not in (Status.PLC_LOG_INVALID, Status.DID_DEACTIVATED)
-        and identity.did_doc.outcome is Outcome.OK
-    ):
-        return document
-    return None
 
 
 _RESOLVE_HANDLE = BY_NSID["com.atproto.identity.resolveHandle"]
@@ -311,7 +299,7 @@ class Service:
         return XrpcError(status, name, message, cache=cache)
 
     def _document(self, identity: Identity, table: dict[Status, Failure]) -> bytes:
-        document = _servable_document(identity)
+        document = identity.servable_document
         if document is None:
             raise self._failure(identity, table)
         return document
@@ -322,7 +310,7 @@ class Service:
             raise self._failure(identity, _RESOLVE_HANDLE.errors)
         assert identity.did is not None  # verified
         body = did_body(identity.did)
-        return self._answer(request, identity, body, _servable_document(identity))
+        return self._answer(request, identity, body, identity.servable_document)
 
     def _answer(
         self, request: web.Request, identity: Identity, body: bytes, document: bytes | None

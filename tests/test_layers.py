@@ -87,6 +87,7 @@ def test_the_table_names_every_package_and_is_layered() -> None:
         "cli",
         "server",
         "audit",
+        "auth",
         "stream",
         "cache",
         "mirror",

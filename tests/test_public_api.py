@@ -19,7 +19,8 @@ from tests.test_layers import imported, part
 EXPORTED = {
     "AtwhoisError", "CachedResolver", "Client", "Config", "DidDeactivated", "Directory",
     "Identity", "InvalidData", "InvalidInput", "NotFound", "ResolutionError", "Resolver",
-    "Status", "UpstreamFailure", "__version__", "alookup", "lookup",
+    "ServiceAuthVerifier", "Status", "UpstreamFailure", "Verification", "__version__",
+    "alookup", "averify_service_auth", "lookup", "verify_service_auth",
 }  # fmt: skip
 
 
@@ -44,7 +45,7 @@ def test_the_public_face_rests_on_the_parts_not_on_the_daemon() -> None:
     the daemon."""
     root = imported("atwhois", Path(atwhois.__file__ or ""))
     parts = {part(module) for module in root if module.startswith("atwhois")}
-    assert parts <= {"resolver", "cache", "cli", "foundation"}, parts
+    assert parts <= {"resolver", "cache", "auth", "cli", "foundation"}, parts
     loaded = subprocess.run(
         [sys.executable, "-c", "import sys, atwhois; print(sorted(sys.modules))"],
         capture_output=True,

@@ -55,20 +55,28 @@ def decode_signature(text: str) -> bytes:
             return binascii.a2b_base64(standard + b"==", strict_mode=True)
         except (UnicodeEncodeError, binascii.Error):
             pass  # not base64url: the checks below say how
-    if "\r" in text or "\n" in text:
-        raise BadSignature("signature contains CR or LF", "P-SIG-4")
-    if "=" in text:
-        raise BadSignature("signature has '=' padding", "P-SIG-3")
-    if _B64URL.fullmatch(text) is None:
-        raise BadSignature("signature is not base64url", "P-SIG-4")
-    if len(text) % 4 == 1:
-        raise BadSignature("signature length is impossible for base64", "P-SIG-4")
-    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    if base64.urlsafe_b64encode(raw).decode().rstrip("=") != text:
-        raise BadSignature("signature has non-zero padding bits", "P-SIG-3")
+    raw = strict_b64url(text)
     if len(raw) != 64:
         kind = " (DER?)" if raw[:1] == b"\x30" else ""
         raise BadSignature(f"signature is {len(raw)} bytes{kind}, not r||s 64", "C-SIG-4")
+    return raw
+
+
+def strict_b64url(text: str, what: str = "signature") -> bytes:
+    """base64url in its one spelling (P-SIG-3/4): no `=` padding, zero padding bits, the
+    URL-safe alphabet and nothing else (a JWT's segments are written the same way); `what`
+    names the text in the error."""
+    if "\r" in text or "\n" in text:
+        raise BadSignature(f"{what} contains CR or LF", "P-SIG-4")
+    if "=" in text:
+        raise BadSignature(f"{what} has '=' padding", "P-SIG-3")
+    if _B64URL.fullmatch(text) is None:
+        raise BadSignature(f"{what} is not base64url", "P-SIG-4")
+    if len(text) % 4 == 1:
+        raise BadSignature(f"{what} length is impossible for base64", "P-SIG-4")
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if base64.urlsafe_b64encode(raw).decode().rstrip("=") != text:
+        raise BadSignature(f"{what} has non-zero padding bits", "P-SIG-3")
     return raw
 
 
@@ -99,6 +107,11 @@ def _verifier(did_key: str) -> _Verifier | None:
 _ORDER_BYTES = {curve: order.to_bytes(32, "big") for curve, order in _ORDER.items()}
 _HALF_ORDER = {curve: (order // 2).to_bytes(32, "big") for curve, order in _ORDER.items()}
 _ZERO = bytes(32)
+
+
+def high_s(curve: Curve, signature: bytes) -> bool:
+    """Whether r||s has the high S that C-SIG-2 refuses (s > n/2)."""
+    return signature[32:] > _HALF_ORDER[curve]
 
 
 def verify(did_key: str, message: bytes, signature: bytes) -> bool:

@@ -1,0 +1,203 @@
+"""A token checked against its issuer's identity (docs/spec.md: SA-*). The rules are
+`resolver.service_auth`'s (pure); here the issuer's document comes through a directory
+(kept, or resolved now), a signature refused under a kept document gets one refresh of it
+(SA-SIG-2: shared by concurrent ones, at most one per DID every `refresh_every` seconds),
+and a nonce may be remembered in the cache store (SA-JTI-2), which several daemons share.
+
+Three outcomes, never mixed: `valid`; `invalid` with the rule it broke; `unavailable` when
+the issuer's identity (or the nonce store) could not be asked now. A token is judged
+before its issuer is looked up, so malformed, expired or misaddressed tokens cost the
+directory nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from atwhois.cache.stores import Store, StoreUnavailable
+from atwhois.foundation.lru import Lru
+from atwhois.resolver.directory import Directory
+from atwhois.resolver.identity import Identity
+from atwhois.resolver.outcome import Status
+from atwhois.resolver.remote import Client
+from atwhois.resolver.service_auth import (
+    Expected,
+    Outcome,
+    Token,
+    TokenRefused,
+    Verification,
+    check_claims,
+    check_signature,
+    issuer_key,
+    parse_token,
+)
+
+__all__ = ["Expected", "ServiceAuthVerifier", "Verification", "verify_token"]
+
+REFRESH_EVERY = 5.0  # seconds: at most one forced re-resolution of a DID in this time
+REFRESHED_KEPT = 1 << 20  # bytes for the DIDs' last refreshes (~100 bytes each)
+NONCE_PREFIX = "jti:"  # the cache store's keys of the nonces seen (SA-JTI-2)
+# What a refresh may change in a refused verification: the key rotated, or a key id added.
+_FIXED_BY_A_REFRESH = frozenset({"SA-SIG-1", "SA-KID-2", "SA-ALG-2", "C-SIG-2"})
+# An issuer in these states refuses its tokens (SA-ISS-2); UNAVAILABLE is not a verdict.
+_REFUSING = {
+    Status.DID_NOT_FOUND: "the issuer's DID does not exist",
+    Status.DID_DEACTIVATED: "the issuer is not active",
+    Status.INVALID_DOCUMENT: "the issuer's DID document is invalid",
+    Status.PLC_LOG_INVALID: "the issuer's operation log does not prove its document",
+    Status.INVALID_INPUT: "the issuer is not a DID atwhois resolves",
+}
+
+
+class ServiceAuthVerifier:
+    """Verifies tokens against issuers looked up in `directory`; `nonces`: the store where
+    the nonces seen are kept (the daemon's cache store), needed for the replay check."""
+
+    def __init__(
+        self,
+        directory: Directory,
+        *,
+        nonces: Store | None = None,
+        clock: Callable[[], float] = time.time,
+        refresh_every: float = REFRESH_EVERY,
+    ) -> None:
+        self.directory, self.nonces = directory, nonces
+        self.clock, self.refresh_every = clock, refresh_every
+        self._refreshed: Lru[str, float] = Lru(REFRESHED_KEPT, lambda did, _: 60 + len(did))
+        self._refreshing: dict[str, asyncio.Task[Identity]] = {}
+        self.outcomes: Counter[tuple[str, str]] = Counter()  # (outcome, rule or "")
+        self.refreshes = 0  # forced re-resolutions of an issuer (SA-SIG-2)
+        self.replays = 0  # tokens refused as seen before (SA-JTI-2)
+
+    async def verify(self, text: str, expected: Expected, *, replay: bool = False) -> Verification:
+        """The outcome for `text` as `expected` receives it; `replay`: refuse a nonce seen
+        before from the same issuer within its token's lifetime (SA-JTI-2)."""
+        verification = await self._verify(text, expected, replay)
+        self.outcomes[verification.outcome, verification.rule or ""] += 1
+        return verification
+
+    async def _verify(self, text: str, expected: Expected, replay: bool) -> Verification:
+        try:
+            token = parse_token(text)
+            check_claims(token, expected, self.clock())
+        except TokenRefused as err:
+            return Verification("invalid", err.rule, err.reason)
+        identity = await self.directory.lookup(token.issuer)
+        verification = _judged(token, identity, refreshed=False)
+        if verification.outcome == "invalid" and verification.rule in _FIXED_BY_A_REFRESH:
+            fresh = await self._refresh(token.issuer)
+            if fresh is not None:
+                verification = _judged(token, fresh, refreshed=True)
+        if verification.valid and replay:
+            return await self._first_use(token, expected, verification)
+        return verification
+
+    async def _refresh(self, did: str) -> Identity | None:
+        """The issuer resolved afresh: once for every caller asking at the same time, and
+        not again within `refresh_every` seconds (None: refreshed lately, nothing new)."""
+        task = self._refreshing.get(did)
+        if task is None:
+            last = self._refreshed.get(did)
+            if last is not None and self.clock() - last < self.refresh_every:
+                return None
+            self._refreshed.put(did, self.clock())
+            self.refreshes += 1
+            task = self._refreshing[did] = asyncio.ensure_future(self.directory.refresh(did))
+            task.add_done_callback(lambda _: self._refreshing.pop(did, None))
+        # one caller giving up does not cancel the refresh the others wait for
+        return await asyncio.shield(task)
+
+    async def _first_use(
+        self, token: Token, expected: Expected, verification: Verification
+    ) -> Verification:
+        if self.nonces is None:
+            return _about(token, "unavailable", None, "the replay check needs a nonce store")
+        digest = hashlib.sha256(token.nonce.encode()).hexdigest()[:32]
+        key = f"{NONCE_PREFIX}{token.issuer}:{digest}"
+        try:
+            first = await self.nonces.add(key, b"", token.expires_at + expected.skew)
+        except (StoreUnavailable, OSError) as err:
+            return _about(token, "unavailable", None, f"the nonces seen could not be asked: {err}")
+        if first:
+            return verification
+        self.replays += 1
+        return _about(token, "invalid", "SA-JTI-2", "this jti was seen before from this issuer")
+
+    def metrics(self) -> Iterator[Metric]:
+        verified = CounterMetricFamily(
+            "atwhois_service_auth_verifications",
+            "Inter-service auth tokens verified, by outcome and the rule that refused them.",
+            labels=["outcome", "rule"],
+        )
+        for (outcome, rule), count in sorted(self.outcomes.items()):
+            verified.add_metric([outcome, rule], count)
+        yield verified
+        yield CounterMetricFamily(
+            "atwhois_service_auth_refreshes",
+            "Issuers resolved afresh because a signature failed under a kept document.",
+            value=self.refreshes,
+        )
+        yield CounterMetricFamily(
+            "atwhois_service_auth_replays",
+            "Tokens refused because their jti was seen before from the same issuer.",
+            value=self.replays,
+        )
+
+
+def _judged(token: Token, identity: Identity, *, refreshed: bool) -> Verification:
+    """The token under the document of `identity` (SA-ISS-2, SA-KID-2, SA-ALG-2, SA-SIG-1)."""
+    judged = replace(
+        _about(token, "valid"),
+        document_checked_at=identity.checked_at or None,
+        refreshed=refreshed,
+    )
+    if identity.status is Status.UNAVAILABLE:
+        reason = f"the issuer's identity could not be resolved: {identity.error}"
+        return replace(judged, outcome="unavailable", reason=reason)
+    refusing = _REFUSING.get(identity.status)
+    if refusing is not None:
+        reason = f"{refusing} ({identity.status}): {identity.error}"
+        return replace(judged, outcome="invalid", rule="SA-ISS-2", reason=reason)
+    document = identity.servable_document
+    if document is None:
+        reason = f"the issuer's DID document did not resolve ({identity.status})"
+        return replace(judged, outcome="invalid", rule="SA-ISS-2", reason=reason)
+    try:
+        check_signature(token, issuer_key(token, json.loads(document)))
+    except TokenRefused as err:
+        return replace(judged, outcome="invalid", rule=err.rule, reason=err.reason)
+    return replace(judged, handle=identity.handle)
+
+
+def _about(
+    token: Token, outcome: Outcome, rule: str | None = None, reason: str = ""
+) -> Verification:
+    """A verification of `token`, saying what it claims."""
+    return Verification(
+        outcome,
+        rule,
+        reason or None,
+        issuer=token.issuer,
+        key_id=token.key_id,
+        method=token.method,
+        expires_at=token.expires_at,
+    )
+
+
+async def verify_token(
+    token: str, expected: Expected, directory: Directory, *, replay: bool = False
+) -> Verification:
+    """One token checked through `directory`: a running daemon (`Client`) verifies it
+    there, with the nonces its store keeps; any other directory here, by a verifier made
+    for this token (a service checking many keeps one `ServiceAuthVerifier`)."""
+    if isinstance(directory, Client):
+        return await directory.verify_service_auth(token, expected, replay=replay)
+    return await ServiceAuthVerifier(directory).verify(token, expected, replay=replay)

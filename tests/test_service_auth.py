@@ -1,0 +1,129 @@
+"""Inter-service auth tokens checked against their issuer's identity (`atwhois.auth`,
+SA-*), in the in-memory world (`atwhois.testing`): the refresh-once rule after a key
+rotation, a flood of bad tokens for one DID, an issuer that cannot be resolved or is
+deactivated, the replay check, the library's front door. The same against the test
+network's real PDS and PLC directory is in test_service_auth_network.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import atwhois
+from atwhois.auth import ServiceAuthVerifier
+from atwhois.cache.stores import MemoryStore
+from atwhois.resolver.service_auth import Expected
+from atwhois.testing import World
+
+AUDIENCE = "did:web:feed.example#bsky_fg"
+EXPECTED = Expected(AUDIENCE)
+
+
+async def test_a_token_verifies_with_the_issuers_verified_handle() -> None:
+    world = World()
+    did = world.add("alice.example.org")
+    async with world.cached() as cached:
+        verification = await ServiceAuthVerifier(cached).verify(
+            world.service_token(did, AUDIENCE), EXPECTED
+        )
+    assert verification.valid and verification.issuer == did
+    assert verification.handle == "alice.example.org" and verification.key_id == "atproto"
+    assert verification.document_checked_at and not verification.refreshed
+
+
+async def test_after_a_rotation_one_refresh_verifies_the_new_key_and_refuses_the_old() -> None:
+    """SA-SIG-2: the old document is cached; a token signed with the new key fails under it,
+    the issuer is resolved once more, and the token verifies; one signed with the old key
+    is then refused. A failure under a fresh document is not refreshed again."""
+    world = World()
+    did = world.add("alice.example.org")
+    old_token = world.service_token(did, AUDIENCE)
+    async with world.cached() as cached:
+        verifier = ServiceAuthVerifier(cached)
+        assert (await verifier.verify(old_token, EXPECTED)).valid  # the document cached
+        world.rotate_key(did)
+        asked = world.asked["plc"]
+        new = await verifier.verify(world.service_token(did, AUDIENCE), EXPECTED)
+        assert new.valid and new.refreshed
+        assert world.asked["plc"] == asked + 1 and verifier.refreshes == 1
+        old = await verifier.verify(old_token, EXPECTED)
+        assert (old.outcome, old.rule) == ("invalid", "SA-SIG-1")
+        assert world.asked["plc"] == asked + 1  # refreshed a moment ago: not again
+
+
+async def test_a_thousand_bad_tokens_for_one_did_cost_one_directory_fetch() -> None:
+    world = World()
+    did = world.add("alice.example.org")
+    good = world.service_token(did, AUDIENCE)
+    head, _, signature = good.rpartition(".")
+    async with world.cached() as cached:
+        verifier = ServiceAuthVerifier(cached)
+        assert (await verifier.verify(good, EXPECTED)).valid
+        asked = world.asked["plc"]
+        bad = f"{head}.{'A' if signature[0] != 'A' else 'B'}{signature[1:]}"
+        results = await asyncio.gather(*(verifier.verify(bad, EXPECTED) for _ in range(1000)))
+    assert {(r.outcome, r.rule) for r in results} == {("invalid", "SA-SIG-1")}
+    assert world.asked["plc"] - asked == 1 and verifier.refreshes == 1
+
+
+async def test_an_issuer_that_cannot_be_resolved_is_unavailable_never_invalid() -> None:
+    world = World()
+    did = world.add("alice.example.org")
+    token = world.service_token(did, AUDIENCE)
+    world.fail(did, "5xx")
+    async with world.cached() as cached:
+        verification = await ServiceAuthVerifier(cached).verify(token, EXPECTED)
+    assert (verification.outcome, verification.rule) == ("unavailable", None)
+    assert "could not be resolved" in (verification.reason or "")
+
+
+async def test_a_deactivated_issuer_refuses_its_tokens_naming_the_status() -> None:
+    world = World()
+    did = world.add("alice.example.org")
+    token = world.service_token(did, AUDIENCE)
+    world.tombstone(did)
+    async with world.cached() as cached:
+        verification = await ServiceAuthVerifier(cached).verify(token, EXPECTED)
+    assert (verification.outcome, verification.rule) == ("invalid", "SA-ISS-2")
+    assert "did_deactivated" in (verification.reason or "")
+
+
+async def test_a_token_refused_by_its_claims_costs_the_directory_nothing() -> None:
+    world = World()
+    did = world.add("alice.example.org")
+    async with world.cached() as cached:
+        verification = await ServiceAuthVerifier(cached).verify(
+            world.service_token(did, "did:web:other.example#bsky_fg"), EXPECTED
+        )
+    assert verification.rule == "SA-AUD-1" and world.asked["plc"] == 0
+
+
+async def test_a_replay_is_refused_and_the_nonces_are_kept_in_the_store() -> None:
+    """SA-JTI-2: the second use of one token is refused; another token of the issuer is
+    not; the nonce expires with the token (the store keeps it until then)."""
+    world = World()
+    did = world.add("alice.example.org")
+    token, other = world.service_token(did, AUDIENCE), world.service_token(did, AUDIENCE)
+    store = MemoryStore()
+    async with world.cached() as cached:
+        verifier = ServiceAuthVerifier(cached, nonces=store)
+        assert (await verifier.verify(token, EXPECTED, replay=True)).valid
+        again = await verifier.verify(token, EXPECTED, replay=True)
+        assert (again.outcome, again.rule) == ("invalid", "SA-JTI-2") and verifier.replays == 1
+        assert (await verifier.verify(other, EXPECTED, replay=True)).valid
+        assert (await verifier.verify(token, EXPECTED)).valid  # the check asked for only
+        without = await ServiceAuthVerifier(cached).verify(token, EXPECTED, replay=True)
+    assert without.outcome == "unavailable"  # no store to remember nonces in: not a verdict
+    assert await store.count() == 2
+
+
+async def test_the_front_door_verifies_through_any_directory() -> None:
+    world = World()
+    did = world.add("alice.example.org")
+    token = world.service_token(did, AUDIENCE, method="app.bsky.feed.getFeedSkeleton")
+    async with world.cached() as cached:
+        verification = await atwhois.averify_service_auth(
+            token, AUDIENCE, method="app.bsky.feed.getFeedSkeleton", directory=cached
+        )
+        wrong = await atwhois.averify_service_auth(token, AUDIENCE, directory=cached)
+    assert verification.valid and verification.method == "app.bsky.feed.getFeedSkeleton"
+    assert wrong.rule == "SA-LXM-1"

@@ -1,0 +1,206 @@
+"""The rules of inter-service auth tokens (docs/spec.md: SA-*), as plain functions over a
+token's text, the time and the issuer's document: each refusal names its rule."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any
+
+import coincurve
+import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from atwhois.resolver.keys import Curve, PublicKey
+from atwhois.resolver.service_auth import (
+    Expected,
+    TokenRefused,
+    check_claims,
+    check_signature,
+    issuer_key,
+    mint,
+    parse_token,
+)
+
+ISSUER = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
+AUDIENCE = "did:web:feed.example#bsky_fg"
+K256 = coincurve.PrivateKey(b"\x01" * 32)
+OTHER = coincurve.PrivateKey(b"\x02" * 32)
+N_K256 = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def claims(**changes: Any) -> dict[str, Any]:
+    now = int(time.time())
+    base = {"iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 60, "jti": "n0nce"}
+    return {k: v for k, v in {**base, **changes}.items() if v is not None}
+
+
+def document(**keys: PublicKey) -> dict[str, Any]:
+    methods = [
+        {
+            "id": f"{ISSUER}#{key_id}",
+            "type": "Multikey",
+            "controller": ISSUER,
+            "publicKeyMultibase": key.multikey,
+        }
+        for key_id, key in keys.items()
+    ]
+    return {"id": ISSUER, "verificationMethod": methods}
+
+
+def public(key: coincurve.PrivateKey) -> PublicKey:
+    return PublicKey(Curve.K256, key.public_key.format())
+
+
+def refused(text: str, expected: Expected | None = None, doc: Any = None) -> str:
+    """The rule `text` is refused by, as a receiver of `expected` checks it all."""
+    try:
+        token = parse_token(text)
+        check_claims(token, expected or Expected(AUDIENCE), time.time())
+        check_signature(token, issuer_key(token, doc or document(atproto=public(K256))))
+    except TokenRefused as err:
+        return err.rule
+    return "valid"
+
+
+def test_a_token_as_a_pds_mints_one_is_valid() -> None:
+    assert refused(mint(K256, claims())) == "valid"
+    assert refused(mint(K256, claims(lxm="app.bsky.feed.getFeedSkeleton")), Expected(
+        AUDIENCE, "app.bsky.feed.getFeedSkeleton"
+    )) == "valid"  # fmt: skip
+
+
+def test_a_p256_token_is_valid_under_its_key() -> None:
+    private = ec.generate_private_key(ec.SECP256R1())
+    point = private.public_key().public_bytes(Encoding.X962, PublicFormat.CompressedPoint)
+    header = b64(json.dumps({"typ": "JWT", "alg": "ES256"}).encode())
+    signed = f"{header}.{b64(json.dumps(claims()).encode())}"
+    r, s = decode_dss_signature(private.sign(signed.encode(), ec.ECDSA(hashes.SHA256())))
+    n = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+    s = min(s, n - s)  # C-SIG-2: low-S
+    token = f"{signed}.{b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"
+    assert refused(token, doc=document(atproto=PublicKey(Curve.P256, point))) == "valid"
+    assert refused(token) == "SA-ALG-2"  # ES256 under the document's K-256 key
+
+
+def _with_signature(token: str, signature: bytes) -> str:
+    return token.rpartition(".")[0] + "." + b64(signature)
+
+
+def _signature(token: str) -> bytes:
+    text = token.rpartition(".")[2]
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@pytest.mark.parametrize(
+    ("token", "expected", "rule"),
+    [
+        pytest.param(
+            _with_signature(mint(K256, claims()), bytes([_signature(mint(K256, claims()))[0] ^ 1])
+                            + _signature(mint(K256, claims()))[1:]),
+            None, "SA-SIG-1", id="a flipped signature byte",
+        ),
+        pytest.param(mint(OTHER, claims()), None, "SA-SIG-1", id="another account's key"),
+        pytest.param(mint(K256, claims(exp=int(time.time()) - 120, iat=int(time.time()) - 180)),
+                     None, "SA-TIME-1", id="exp in the past"),
+        pytest.param(mint(K256, claims(iat=int(time.time()) + 120, exp=int(time.time()) + 180)),
+                     None, "SA-TIME-1", id="iat in the future beyond the skew"),
+        pytest.param(mint(K256, claims(exp=int(time.time()) + 7200)), None, "SA-TIME-2",
+                     id="a lifetime over an hour"),
+        pytest.param(mint(K256, claims(exp=int(time.time()) - 1, iat=int(time.time()))), None,
+                     "SA-TIME-2", id="exp before iat"),
+        pytest.param(mint(K256, claims(aud="did:web:other.example#bsky_fg")), None, "SA-AUD-1",
+                     id="another audience"),
+        pytest.param(mint(K256, claims(aud="did:web:feed.example#bsky_labeler")), None,
+                     "SA-AUD-1", id="another service of the receiver"),
+        pytest.param(mint(K256, claims(aud="did:web:feed.example")),
+                     Expected(AUDIENCE, bare_audience=False), "SA-AUD-1",
+                     id="a bare audience, the legacy form not allowed"),
+        pytest.param(mint(K256, claims(aud=AUDIENCE)), Expected("did:web:feed.example"),
+                     "SA-AUD-1", id="a service where the receiver expects none"),
+        pytest.param(mint(K256, claims(lxm="com.atproto.repo.createRecord")),
+                     Expected(AUDIENCE, "app.bsky.feed.getFeedSkeleton"), "SA-LXM-1",
+                     id="another method"),
+        pytest.param(mint(K256, claims()), Expected(AUDIENCE, "app.bsky.feed.getFeedSkeleton"),
+                     "SA-LXM-1", id="no method where one is required"),
+        pytest.param(mint(K256, claims(lxm="app.bsky.feed.getFeedSkeleton")), None, "SA-LXM-1",
+                     id="a method the receiver named none for"),
+        pytest.param(mint(K256, claims(), kid="#atproto_label"), None, "SA-KID-1",
+                     id="kid naming a key the receiver does not accept"),
+        pytest.param(mint(K256, claims(), kid="did:plc:aaaaaaaaaaaaaaaaaaaaaaaa#atproto"), None,
+                     "SA-KID-1", id="kid of another DID"),
+        pytest.param(mint(K256, claims(iss=ISSUER + "#atproto_labeler"), kid="#atproto"), None,
+                     "SA-KID-1", id="kid and iss service naming two keys"),
+        pytest.param(mint(K256, claims(iss=ISSUER + "#bsky_fg")), None, "SA-ISS-1",
+                     id="iss with a service that has no key"),
+        pytest.param(mint(K256, claims(iss="alice.example.com")), None, "SA-ISS-1",
+                     id="iss not a DID"),
+        pytest.param(mint(K256, claims(), alg="ES256"), None, "SA-ALG-2",
+                     id="alg not matching the key"),
+        pytest.param(mint(K256, claims(), alg="none"), None, "SA-ALG-1", id="alg none"),
+        pytest.param(mint(K256, claims(), alg="HS256"), None, "SA-ALG-1", id="alg HS256"),
+        pytest.param(mint(K256, claims(), typ="at+jwt"), None, "SA-TYP-1",
+                     id="an OAuth access token"),
+        pytest.param(mint(K256, claims(jti=None)), None, "SA-JTI-1", id="no jti"),
+        pytest.param(mint(K256, claims(exp="soon")), None, "SA-TIME-1", id="exp not a number"),
+        pytest.param(mint(K256, claims(lxm="not an nsid")), None, "SA-LXM-1",
+                     id="lxm not an NSID"),
+        pytest.param("not-a-jwt", None, "SA-JWT-1", id="not a JWT"),
+        pytest.param("a.b.c.d", None, "SA-JWT-1", id="four segments"),
+        pytest.param(b64(b"[1]") + "." + b64(b"{}") + "." + b64(bytes(64)), None, "SA-JWT-1",
+                     id="a header that is no object"),
+        pytest.param(b64(b'{"alg":"ES256K","alg":"none"}') + ".e30." + b64(bytes(64)), None,
+                     "SA-JWT-1", id="a header naming alg twice"),
+        pytest.param(mint(K256, claims()) + "==", None, "SA-JWT-2", id="padded signature"),
+        pytest.param(_with_signature(mint(K256, claims()), bytes(70)), None, "SA-JWT-2",
+                     id="a 70-byte signature"),
+        pytest.param("x" * 9000, None, "SA-JWT-1", id="a token over 8 KiB"),
+    ],
+)  # fmt: skip
+def test_each_refusal_names_its_rule(token: str, expected: Expected | None, rule: str) -> None:
+    assert refused(token, expected) == rule
+
+
+def test_a_high_s_twin_is_refused_naming_low_s() -> None:
+    """The reference verifier accepts it (allowMalleableSig); C-SIG-2 does not."""
+    token = mint(K256, claims())
+    signature = _signature(token)
+    s = int.from_bytes(signature[32:], "big")
+    twin = _with_signature(token, signature[:32] + (N_K256 - s).to_bytes(32, "big"))
+    assert refused(token) == "valid" and refused(twin) == "C-SIG-2"
+
+
+def test_a_bare_audience_is_the_legacy_form_allowed_by_default() -> None:
+    token = mint(K256, claims(aud="did:web:feed.example"))
+    assert refused(token) == "valid"
+    assert refused(token, Expected("did:web:feed.example")) == "valid"
+
+
+def test_the_key_is_the_one_the_token_names() -> None:
+    """SA-KID-1/2: `kid` (or the deprecated iss#atproto_labeler) picks the document's
+    `#atproto_label`; a document without it refuses the token."""
+    label = coincurve.PrivateKey(b"\x03" * 32)
+    doc = document(atproto=public(K256), atproto_label=public(label))
+    labels = Expected(AUDIENCE, key_ids=("atproto_label",))
+    assert refused(mint(label, claims(), kid="#atproto_label"), labels, doc) == "valid"
+    assert refused(mint(label, claims(), kid=f"{ISSUER}#atproto_label"), labels, doc) == "valid"
+    legacy = mint(label, claims(iss=ISSUER + "#atproto_labeler"))
+    assert refused(legacy, labels, doc) == "valid"
+    assert refused(mint(K256, claims(), kid="#atproto_label"), labels, doc) == "SA-SIG-1"
+    without = document(atproto=public(K256))
+    assert refused(mint(label, claims(), kid="#atproto_label"), labels, without) == "SA-KID-2"
+
+
+def test_the_clock_skew_is_allowed_and_bounded() -> None:
+    now = int(time.time())
+    just_expired = mint(K256, claims(iat=now - 70, exp=now - 10))
+    assert refused(just_expired) == "valid"  # 10 s past exp, within 30 s of skew
+    assert refused(just_expired, Expected(AUDIENCE, skew=5)) == "SA-TIME-1"

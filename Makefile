@@ -49,8 +49,8 @@ fuzz: setup
 	$(PY) -m tests.support.fuzz --examples $${FUZZ_EXAMPLES:-100000}
 
 ## Mutation testing of the rules' modules (resolver/plc, verdict, handle, document, syntax,
-## did, the cache's policy and worth, audit findings, DNSSEC, commits; configured in
-## pyproject.toml): prints the kill rate and the surviving mutants.
+## did, the cache's policy and worth, audit findings, DNSSEC, commits, service auth tokens;
+## configured in pyproject.toml): prints the kill rate and the surviving mutants.
 mutate: setup
 	rm -rf mutants
 	$(VENV)/bin/mutmut run --max-children 2 || true

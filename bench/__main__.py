@@ -22,6 +22,7 @@ from bench import (
     slow_readers,
     startup,
     stream_decode,
+    verify_tokens,
 )
 
 BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
@@ -40,6 +41,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "follow": follow_load.main,
     "idle": idle_connections.main,
     "slow": slow_readers.main,
+    "verify": verify_tokens.main,
 }
 
 

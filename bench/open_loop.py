@@ -5,6 +5,7 @@ waits, and its p99 is bounded by Little's law instead).
 
     python -m bench.open_loop URL_BASE PATHS_FILE RATE SECONDS [CONNECTIONS [OUT]]
 
+A line of PATHS_FILE is a path to GET, or `POST PATH JSON` (a body on one line).
 prints one JSON line: sent, answered, non_2xx, errors, p50_ms, p99_ms, p999_ms, max_ms; and
 with OUT, writes each answered request's due time (`time.monotonic`, which every process of
 the machine shares) and latency in seconds there, as pairs of doubles (for a bench to split
@@ -63,7 +64,7 @@ async def run(
 ) -> dict:
     parts = urlsplit(base)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    requests = [f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode() for path in paths]
+    requests = [_request(line, f"{host}:{port}") for line in paths]
     random.Random(1).shuffle(requests)
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
     results: dict[str, list[float]] = {"latency": [], "non_2xx": [], "errors": []}
@@ -97,6 +98,15 @@ async def run(
         "p999_ms": at(0.999),
         "max_ms": latency[-1] * 1000,
     }
+
+
+def _request(line: str, host: str) -> bytes:
+    """A line of the paths file as a request: a path (GET), or `POST PATH JSON`."""
+    if not line.startswith("POST "):
+        return f"GET {line} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    _, path, body = line.split(" ", 2)
+    head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    return f"{head}Content-Length: {len(body.encode())}\r\n\r\n{body}".encode()
 
 
 def main() -> None:

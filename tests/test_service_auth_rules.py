@@ -60,15 +60,23 @@ def public(key: coincurve.PrivateKey) -> PublicKey:
     return PublicKey(Curve.K256, key.public_key.format())
 
 
-def refused(text: str, expected: Expected | None = None, doc: Any = None) -> str:
-    """The rule `text` is refused by, as a receiver of `expected` checks it all."""
+def refusal(
+    text: str, expected: Expected | None = None, doc: Any = None, now: float | None = None
+) -> tuple[str, str]:
+    """The rule `text` is refused by and why, as a receiver of `expected` checks it all."""
     try:
         token = parse_token(text)
-        check_claims(token, expected or Expected(AUDIENCE), time.time())
+        check_claims(token, expected or Expected(AUDIENCE), time.time() if now is None else now)
         check_signature(token, issuer_key(token, doc or document(atproto=public(K256))))
     except TokenRefused as err:
-        return err.rule
-    return "valid"
+        assert str(err) == f"{err.reason} [{err.rule}]"
+        return err.rule, err.reason
+    return "valid", ""
+
+
+def refused(text: str, expected: Expected | None = None, doc: Any = None) -> str:
+    """The rule `text` is refused by."""
+    return refusal(text, expected, doc)[0]
 
 
 def test_a_token_as_a_pds_mints_one_is_valid() -> None:
@@ -101,72 +109,229 @@ def _signature(token: str) -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("token", "expected", "rule"),
+    ("token", "expected", "rule", "says"),
     [
         pytest.param(
-            _with_signature(mint(K256, claims()), bytes([_signature(mint(K256, claims()))[0] ^ 1])
-                            + _signature(mint(K256, claims()))[1:]),
-            None, "SA-SIG-1", id="a flipped signature byte",
+            _with_signature(
+                mint(K256, claims()),
+                bytes([_signature(mint(K256, claims()))[0] ^ 1])
+                + _signature(mint(K256, claims()))[1:],
+            ),
+            None,
+            "SA-SIG-1",
+            "does not verify under #atproto",
+            id="a flipped signature byte",
         ),
-        pytest.param(mint(OTHER, claims()), None, "SA-SIG-1", id="another account's key"),
-        pytest.param(mint(K256, claims(exp=int(time.time()) - 120, iat=int(time.time()) - 180)),
-                     None, "SA-TIME-1", id="exp in the past"),
-        pytest.param(mint(K256, claims(iat=int(time.time()) + 120, exp=int(time.time()) + 180)),
-                     None, "SA-TIME-1", id="iat in the future beyond the skew"),
-        pytest.param(mint(K256, claims(exp=int(time.time()) + 7200)), None, "SA-TIME-2",
-                     id="a lifetime over an hour"),
-        pytest.param(mint(K256, claims(exp=int(time.time()) - 1, iat=int(time.time()))), None,
-                     "SA-TIME-2", id="exp before iat"),
-        pytest.param(mint(K256, claims(aud="did:web:other.example#bsky_fg")), None, "SA-AUD-1",
-                     id="another audience"),
-        pytest.param(mint(K256, claims(aud="did:web:feed.example#bsky_labeler")), None,
-                     "SA-AUD-1", id="another service of the receiver"),
-        pytest.param(mint(K256, claims(aud="did:web:feed.example")),
-                     Expected(AUDIENCE, bare_audience=False), "SA-AUD-1",
-                     id="a bare audience, the legacy form not allowed"),
-        pytest.param(mint(K256, claims(aud=AUDIENCE)), Expected("did:web:feed.example"),
-                     "SA-AUD-1", id="a service where the receiver expects none"),
-        pytest.param(mint(K256, claims(lxm="com.atproto.repo.createRecord")),
-                     Expected(AUDIENCE, "app.bsky.feed.getFeedSkeleton"), "SA-LXM-1",
-                     id="another method"),
-        pytest.param(mint(K256, claims()), Expected(AUDIENCE, "app.bsky.feed.getFeedSkeleton"),
-                     "SA-LXM-1", id="no method where one is required"),
-        pytest.param(mint(K256, claims(lxm="app.bsky.feed.getFeedSkeleton")), None, "SA-LXM-1",
-                     id="a method the receiver named none for"),
-        pytest.param(mint(K256, claims(), kid="#atproto_label"), None, "SA-KID-1",
-                     id="kid naming a key the receiver does not accept"),
-        pytest.param(mint(K256, claims(), kid="did:plc:aaaaaaaaaaaaaaaaaaaaaaaa#atproto"), None,
-                     "SA-KID-1", id="kid of another DID"),
-        pytest.param(mint(K256, claims(iss=ISSUER + "#atproto_labeler"), kid="#atproto"), None,
-                     "SA-KID-1", id="kid and iss service naming two keys"),
-        pytest.param(mint(K256, claims(iss=ISSUER + "#bsky_fg")), None, "SA-ISS-1",
-                     id="iss with a service that has no key"),
-        pytest.param(mint(K256, claims(iss="alice.example.com")), None, "SA-ISS-1",
-                     id="iss not a DID"),
-        pytest.param(mint(K256, claims(), alg="ES256"), None, "SA-ALG-2",
-                     id="alg not matching the key"),
-        pytest.param(mint(K256, claims(), alg="none"), None, "SA-ALG-1", id="alg none"),
-        pytest.param(mint(K256, claims(), alg="HS256"), None, "SA-ALG-1", id="alg HS256"),
-        pytest.param(mint(K256, claims(), typ="at+jwt"), None, "SA-TYP-1",
-                     id="an OAuth access token"),
-        pytest.param(mint(K256, claims(jti=None)), None, "SA-JTI-1", id="no jti"),
-        pytest.param(mint(K256, claims(exp="soon")), None, "SA-TIME-1", id="exp not a number"),
-        pytest.param(mint(K256, claims(lxm="not an nsid")), None, "SA-LXM-1",
-                     id="lxm not an NSID"),
-        pytest.param("not-a-jwt", None, "SA-JWT-1", id="not a JWT"),
-        pytest.param("a.b.c.d", None, "SA-JWT-1", id="four segments"),
-        pytest.param(b64(b"[1]") + "." + b64(b"{}") + "." + b64(bytes(64)), None, "SA-JWT-1",
-                     id="a header that is no object"),
-        pytest.param(b64(b'{"alg":"ES256K","alg":"none"}') + ".e30." + b64(bytes(64)), None,
-                     "SA-JWT-1", id="a header naming alg twice"),
-        pytest.param(mint(K256, claims()) + "==", None, "SA-JWT-2", id="padded signature"),
-        pytest.param(_with_signature(mint(K256, claims()), bytes(70)), None, "SA-JWT-2",
-                     id="a 70-byte signature"),
-        pytest.param("x" * 9000, None, "SA-JWT-1", id="a token over 8 KiB"),
+        pytest.param(
+            mint(OTHER, claims()),
+            None,
+            "SA-SIG-1",
+            "does not verify under #atproto",
+            id="another account's key",
+        ),
+        pytest.param(
+            mint(K256, claims(exp=int(time.time()) - 120, iat=int(time.time()) - 180)),
+            None,
+            "SA-TIME-1",
+            "expired 1",
+            id="exp in the past",
+        ),
+        pytest.param(
+            mint(K256, claims(iat=int(time.time()) + 120, exp=int(time.time()) + 180)),
+            None,
+            "SA-TIME-1",
+            "issued 1",
+            id="iat in the future beyond the skew",
+        ),
+        pytest.param(
+            mint(K256, claims(exp=int(time.time()) + 7200)),
+            None,
+            "SA-TIME-2",
+            "a lifetime of 7200 s (at most 3600)",
+            id="a lifetime over an hour",
+        ),
+        pytest.param(
+            mint(K256, claims(exp=int(time.time()) - 1, iat=int(time.time()))),
+            None,
+            "SA-TIME-2",
+            "exp is not after iat",
+            id="exp before iat",
+        ),
+        pytest.param(
+            mint(K256, claims(aud="did:web:other.example#bsky_fg")),
+            None,
+            "SA-AUD-1",
+            "for did:web:other.example#bsky_fg, not did:web:feed.example#bsky_fg",
+            id="another audience",
+        ),
+        pytest.param(
+            mint(K256, claims(aud="did:web:feed.example#bsky_labeler")),
+            None,
+            "SA-AUD-1",
+            "for did:web:feed.example#bsky_labeler",
+            id="another service of the receiver",
+        ),
+        pytest.param(
+            mint(K256, claims(aud="did:web:feed.example")),
+            Expected(AUDIENCE, bare_audience=False),
+            "SA-AUD-1",
+            "a bare audience did:web:feed.example, not",
+            id="a bare audience, the legacy form not allowed",
+        ),
+        pytest.param(
+            mint(K256, claims(aud=AUDIENCE)),
+            Expected("did:web:feed.example"),
+            "SA-AUD-1",
+            "for did:web:feed.example#bsky_fg, not did:web:feed.example",
+            id="a service where the receiver expects none",
+        ),
+        pytest.param(
+            mint(K256, claims(lxm="com.atproto.repo.createRecord")),
+            Expected(AUDIENCE, "app.bsky.feed.getFeedSkeleton"),
+            "SA-LXM-1",
+            "for com.atproto.repo.createRecord, not app.bsky.feed.getFeedSkeleton",
+            id="another method",
+        ),
+        pytest.param(
+            mint(K256, claims()),
+            Expected(AUDIENCE, "app.bsky.feed.getFeedSkeleton"),
+            "SA-LXM-1",
+            "for no method, not app.bsky.feed.getFeedSkeleton",
+            id="no method where one is required",
+        ),
+        pytest.param(
+            mint(K256, claims(lxm="app.bsky.feed.getFeedSkeleton")),
+            None,
+            "SA-LXM-1",
+            "for app.bsky.feed.getFeedSkeleton; no method given",
+            id="a method the receiver named none for",
+        ),
+        pytest.param(
+            mint(K256, claims(), kid="#atproto_label"),
+            None,
+            "SA-KID-1",
+            "key #atproto_label is not one accepted (#atproto)",
+            id="kid naming a key the receiver does not accept",
+        ),
+        pytest.param(
+            mint(K256, claims(), kid="did:plc:aaaaaaaaaaaaaaaaaaaaaaaa#atproto"),
+            None,
+            "SA-KID-1",
+            "is not #key or did:plc:ewvi7nxzyoun6zhxrhs64oiz#key",
+            id="kid of another DID",
+        ),
+        pytest.param(
+            mint(K256, claims(iss=ISSUER + "#atproto_labeler"), kid="#atproto"),
+            None,
+            "SA-KID-1",
+            "kid #atproto and iss #atproto_labeler name two keys",
+            id="kid and iss service naming two keys",
+        ),
+        pytest.param(
+            mint(K256, claims(iss=ISSUER + "#bsky_fg")),
+            None,
+            "SA-ISS-1",
+            "iss names service 'bsky_fg', which has no key",
+            id="iss with a service that has no key",
+        ),
+        pytest.param(
+            mint(K256, claims(iss="alice.example.com")),
+            None,
+            "SA-ISS-1",
+            "iss 'alice.example.com' is not a DID",
+            id="iss not a DID",
+        ),
+        pytest.param(
+            mint(K256, claims(), alg="ES256"),
+            None,
+            "SA-ALG-2",
+            "ES256 for a k256 key",
+            id="alg not matching the key",
+        ),
+        pytest.param(
+            mint(K256, claims(), alg="none"),
+            None,
+            "SA-ALG-1",
+            "algorithm 'none' (ES256K or ES256)",
+            id="alg none",
+        ),
+        pytest.param(
+            mint(K256, claims(), alg="HS256"), None, "SA-ALG-1", "algorithm 'HS256'", id="alg HS256"
+        ),
+        pytest.param(
+            mint(K256, claims(), typ="at+jwt"),
+            None,
+            "SA-TYP-1",
+            "typ 'at+jwt' is not a service token's",
+            id="an OAuth access token",
+        ),
+        pytest.param(
+            mint(K256, claims(jti=None)),
+            None,
+            "SA-JTI-1",
+            "jti is not a string of 1 to 256 characters",
+            id="no jti",
+        ),
+        pytest.param(
+            mint(K256, claims(exp="soon")),
+            None,
+            "SA-TIME-1",
+            "exp is not a time in whole seconds",
+            id="exp not a number",
+        ),
+        pytest.param(
+            mint(K256, claims(lxm="not an nsid")),
+            None,
+            "SA-LXM-1",
+            "lxm 'not an nsid' is not an NSID",
+            id="lxm not an NSID",
+        ),
+        pytest.param(
+            "not-a-jwt", None, "SA-JWT-1", "1 segments, not header.claims.signature", id="not a JWT"
+        ),
+        pytest.param("a.b.c.d", None, "SA-JWT-1", "4 segments", id="four segments"),
+        pytest.param(
+            b64(b"[1]") + "." + b64(b"{}") + "." + b64(bytes(64)),
+            None,
+            "SA-JWT-1",
+            "the header is not a JSON object",
+            id="a header that is no object",
+        ),
+        pytest.param(
+            b64(b'{"alg":"ES256K","alg":"none"}') + ".e30." + b64(bytes(64)),
+            None,
+            "SA-JWT-1",
+            "the header is not JSON: duplicate key 'alg'",
+            id="a header naming alg twice",
+        ),
+        pytest.param(
+            mint(K256, claims()) + "==",
+            None,
+            "SA-JWT-2",
+            "signature has '=' padding",
+            id="padded signature",
+        ),
+        pytest.param(
+            _with_signature(mint(K256, claims()), bytes(70)),
+            None,
+            "SA-JWT-2",
+            "a signature of 70 bytes, not r||s 64",
+            id="a 70-byte signature",
+        ),
+        pytest.param(
+            "x" * 9000,
+            None,
+            "SA-JWT-1",
+            "a token of 9000 characters (at most 8192)",
+            id="a token over 8 KiB",
+        ),
     ],
-)  # fmt: skip
-def test_each_refusal_names_its_rule(token: str, expected: Expected | None, rule: str) -> None:
-    assert refused(token, expected) == rule
+)
+def test_each_refusal_names_its_rule(
+    token: str, expected: Expected | None, rule: str, says: str
+) -> None:
+    named, reason = refusal(token, expected)
+    assert named == rule and says in reason, reason
 
 
 def test_a_high_s_twin_is_refused_naming_low_s() -> None:
@@ -204,3 +369,84 @@ def test_the_clock_skew_is_allowed_and_bounded() -> None:
     just_expired = mint(K256, claims(iat=now - 70, exp=now - 10))
     assert refused(just_expired) == "valid"  # 10 s past exp, within 30 s of skew
     assert refused(just_expired, Expected(AUDIENCE, skew=5)) == "SA-TIME-1"
+
+
+def test_the_time_rules_hold_to_the_second() -> None:
+    """SA-TIME-1/2 at their edges, by a clock given (not waited for)."""
+    at = 1_800_000_000
+    one_hour = mint(K256, claims(iat=at, exp=at + 3600))
+    assert refusal(one_hour, now=at)[0] == "valid"  # a lifetime of an hour is allowed
+    assert refusal(mint(K256, claims(iat=at, exp=at + 3601)), now=at) == (
+        "SA-TIME-2",
+        "a lifetime of 3601 s (at most 3600)",
+    )
+    assert refusal(mint(K256, claims(iat=at, exp=at)), now=at)[0] == "SA-TIME-2"
+    assert refusal(one_hour, now=at + 3600 + 30)[0] == "valid"  # the skew's last second
+    assert refusal(one_hour, now=at + 3600 + 31) == ("SA-TIME-1", "expired 31 s ago")
+    assert refusal(one_hour, now=at - 30)[0] == "valid"
+    assert refusal(one_hour, now=at - 31) == ("SA-TIME-1", "issued 31 s in the future")
+
+
+def test_the_forms_of_the_claims_hold_at_their_edges() -> None:
+    assert parse_token(mint(K256, claims(iat=0, exp=2**53 - 1))).expires_at == 2**53 - 1
+    for bad in (2**53, -1, 1.5, True):
+        with pytest.raises(TokenRefused) as refusing:
+            parse_token(mint(K256, claims(exp=bad)))
+        assert refusing.value.rule == "SA-TIME-1"
+    assert parse_token(mint(K256, claims(jti="n"))).nonce == "n"
+    assert parse_token(mint(K256, claims(jti="n" * 256))).nonce == "n" * 256
+    for nonce in ("", "n" * 257, 7):
+        assert refused(mint(K256, claims(jti=nonce))) == "SA-JTI-1"
+    token = mint(K256, claims())
+    assert parse_token(token).signed == token.rpartition(".")[0].encode()
+    for missing, rule, says in (("iss", "SA-ISS-1", "no iss"), ("aud", "SA-AUD-1", "no aud")):
+        assert refusal(mint(K256, claims(**{missing: None}))) == (rule, says)
+    assert refusal(mint(K256, claims(), kid=7)) == ("SA-KID-1", "kid is not a string")
+    assert refusal(mint(K256, claims(), kid="##atproto"))[0] == "SA-KID-1"
+
+
+def test_a_token_up_to_the_size_cap_is_read_and_one_past_it_refused() -> None:
+    """SA-JWT-1's cap, 8 KiB, at its edge: tokens grown a character of padding at a time."""
+    sizes: dict[int, str] = {}
+    pad = 5800
+    while not sizes or max(sizes) <= 8192:
+        token = mint(K256, {**claims(), "pad": "x" * pad})
+        sizes[len(token)] = token
+        pad += 1
+    fitting = max(size for size in sizes if size <= 8192)
+    assert fitting > 8180 and refused(sizes[fitting]) == "valid"
+    over = min(size for size in sizes if size > 8192)
+    assert refusal(sizes[over]) == (
+        "SA-JWT-1",
+        f"a token of {over} characters (at most 8192)",
+    )
+
+
+def test_a_pds_style_token_says_jwt_and_es256k() -> None:
+    header = mint(K256, claims()).split(".")[0]
+    assert json.loads(base64.urlsafe_b64decode(header + "==")) == {"typ": "JWT", "alg": "ES256K"}
+
+
+def test_a_verification_reads_back_from_its_json() -> None:
+    from atwhois.resolver.service_auth import Verification
+
+    full = Verification(
+        "invalid",
+        "SA-SIG-1",
+        "why",
+        issuer=ISSUER,
+        handle="alice.example.com",
+        key_id="atproto",
+        method="app.bsky.feed.getFeedSkeleton",
+        expires_at=123,
+        document_checked_at="2026-12-05T00:00:00Z",
+        refreshed=True,
+    )
+    shown = full.to_json()
+    assert shown["valid"] is False and shown["document"] == {
+        "checked_at": "2026-12-05T00:00:00Z",
+        "refreshed": True,
+    }
+    assert Verification.from_json(json.loads(json.dumps(shown))) == full
+    assert Verification.from_json({"outcome": "valid"}) == Verification("valid")
+    assert Verification("valid").valid and not Verification("unavailable").valid

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import coincurve
 import httpx
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
@@ -271,6 +272,63 @@ def _commit(raw: bytes) -> None:
         assert isinstance(commit.signature, bytes) and len(commit.signature) == 64
 
 
+def _token_parts(value: tuple[Any, Any]) -> str:
+    """A token of a (mutated) header and claims, signed with the fuzz key."""
+    from atwhois.resolver.service_auth import mint
+
+    header, claims = value
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        return mint(TOKEN_KEY, {"iss": claims}, alg=header)  # values where objects go
+    return mint(TOKEN_KEY, claims, **header)
+
+
+def _service_auth(token: str) -> None:
+    """A token from anyone: valid, or `TokenRefused` naming the rule (never another error),
+    through every rule (its form, its claims, its issuer's key, its signature)."""
+    from atwhois.resolver.keys import Curve, PublicKey
+    from atwhois.resolver.service_auth import (
+        Expected,
+        TokenRefused,
+        check_claims,
+        check_signature,
+        issuer_key,
+        parse_token,
+    )
+
+    key = PublicKey(Curve.K256, TOKEN_KEY.public_key.format())
+    with contextlib.suppress(TokenRefused):
+        parsed = parse_token(token)
+        check_claims(parsed, Expected(TOKEN_AUDIENCE, key_ids=("atproto", "atproto_label")), 1e9)
+        method = {"id": f"{parsed.issuer}#{parsed.key_id}", "type": "Multikey"}
+        method |= {"controller": parsed.issuer, "publicKeyMultibase": key.multikey}
+        check_signature(
+            parsed, issuer_key(parsed, {"id": parsed.issuer, "verificationMethod": [method]})
+        )
+
+
+def _token_seeds() -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    from atwhois.resolver.service_auth import mint
+
+    headers: list[dict[str, Any]] = [{}, {"kid": "#atproto_label"}, {"typ": "at+jwt"}]
+    claims: list[dict[str, Any]] = [
+        {"iss": "did:plc:" + "a" * 24, "aud": TOKEN_AUDIENCE, "iat": 10**9 - 10,
+         "exp": 10**9 + 50, "jti": "n"},
+        {"iss": "did:web:example.com#atproto_labeler", "aud": "did:web:feed.example",
+         "iat": 10**9, "exp": 10**9 + 60, "jti": "x", "lxm": "app.bsky.feed.getFeedSkeleton"},
+    ]  # fmt: skip
+    return [mint(TOKEN_KEY, c, **h) for c in claims for h in headers], headers, claims
+
+
+TOKEN_KEY = coincurve.PrivateKey(b"\x07" * 32)
+TOKEN_AUDIENCE = "did:web:feed.example#bsky_fg"
+TOKENS, TOKEN_HEADERS, TOKEN_CLAIMS = _token_seeds()
+tokens = st.one_of(
+    mutated_text(TOKENS),
+    st.tuples(mutated_json(TOKEN_HEADERS), mutated_json(TOKEN_CLAIMS)).map(_token_parts),
+    st.text(max_size=300),
+)
+
+
 TOML_SEEDS = [
     'cache = "memory:"\nttl_verified = "1:3600"\n',
     'dev = true\nplc_url = "https://plc.directory"\nport = 2584\n',
@@ -325,6 +383,7 @@ TARGETS = [
     Target("cache entries", flipped_or_random(ENTRIES), _entry),
     Target("PDS commit blocks", flipped_or_random([COMMIT_CAR]), _commit),
     Target("DNSSEC records", flipped_or_random(fuzz_dnssec.SEEDS), fuzz_dnssec.rules_and_walk),
+    Target("service auth tokens", tokens, _service_auth),
     Target("DNSSEC walk, hostile", fuzz_dnssec.hostile_seeds, fuzz_dnssec.hostile_walk),
     Target(
         "TOML configuration",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import heapq
 import json
 import time
 from collections import Counter
@@ -22,7 +23,7 @@ from dataclasses import replace
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from atwhois.cache.stores import Store, StoreUnavailable
+from atwhois.cache.stores import MemoryStore, Store, StoreUnavailable
 from atwhois.foundation.lru import Lru
 from atwhois.resolver.directory import Directory
 from atwhois.resolver.identity import Identity
@@ -45,6 +46,8 @@ __all__ = ["Expected", "ServiceAuthVerifier", "Verification", "verify_token"]
 REFRESH_EVERY = 5.0  # seconds: at most one forced re-resolution of a DID in this time
 REFRESHED_KEPT = 1 << 20  # bytes for the DIDs' last refreshes (~100 bytes each)
 NONCE_PREFIX = "jti:"  # the cache store's keys of the nonces seen (SA-JTI-2)
+MAX_NONCES = 100_000  # nonces one verifier holds at once (each until its token expires)
+NONCE_BYTES = 200  # a nonce's entry in a memory store, about (its key and slot)
 # What a refresh may change in a refused verification: the key rotated, or a key id added.
 _FIXED_BY_A_REFRESH = frozenset({"SA-SIG-1", "SA-KID-2", "SA-ALG-2", "C-SIG-2"})
 # An issuer in these states refuses its tokens (SA-ISS-2); UNAVAILABLE is not a verdict.
@@ -58,18 +61,26 @@ _REFUSING = {
 
 
 class ServiceAuthVerifier:
-    """Verifies tokens against issuers looked up in `directory`; `nonces`: the store where
-    the nonces seen are kept (the daemon's cache store), needed for the replay check."""
+    """Verifies tokens against issuers looked up in `directory`. The nonces seen (the replay
+    check) are kept in `nonces`, a store other daemons share (Redis, a SQLite file), or
+    else in memory here; at most `max_nonces` at once from this verifier: past that, a
+    replay cannot be ruled out and the check says so (`unavailable`), rather than forget
+    one early or grow without bound."""
 
     def __init__(
         self,
         directory: Directory,
         *,
         nonces: Store | None = None,
+        max_nonces: int = MAX_NONCES,
         clock: Callable[[], float] = time.time,
         refresh_every: float = REFRESH_EVERY,
     ) -> None:
-        self.directory, self.nonces = directory, nonces
+        self.directory = directory
+        # Its own store is sized to hold every nonce the bound allows: none is evicted early.
+        self.nonces = nonces or MemoryStore(max_nonces * NONCE_BYTES, clock=clock)
+        self.max_nonces = max_nonces
+        self._held: list[float] = []  # when the nonces this verifier added expire (a heap)
         self.clock, self.refresh_every = clock, refresh_every
         self._refreshed: Lru[str, float] = Lru(REFRESHED_KEPT, lambda did, _: 60 + len(did))
         self._refreshing: dict[str, asyncio.Task[Identity]] = {}
@@ -118,15 +129,23 @@ class ServiceAuthVerifier:
     async def _first_use(
         self, token: Token, expected: Expected, verification: Verification
     ) -> Verification:
-        if self.nonces is None:
-            return _about(token, "unavailable", None, "the replay check needs a nonce store")
+        now = self.clock()
+        while self._held and self._held[0] <= now:
+            heapq.heappop(self._held)
+        if len(self._held) >= self.max_nonces:
+            full = (
+                f"{self.max_nonces} nonces held (service_auth_nonces): a replay cannot be ruled out"
+            )
+            return _about(token, "unavailable", None, full)
         digest = hashlib.sha256(token.nonce.encode()).hexdigest()[:32]
         key = f"{NONCE_PREFIX}{token.issuer}:{digest}"
         try:
-            first = await self.nonces.add(key, b"", token.expires_at + expected.skew)
+            until = token.expires_at + expected.skew
+            first = await self.nonces.add(key, b"", until)
         except (StoreUnavailable, OSError) as err:
             return _about(token, "unavailable", None, f"the nonces seen could not be asked: {err}")
         if first:
+            heapq.heappush(self._held, until)
             return verification
         self.replays += 1
         return _about(token, "invalid", "SA-JTI-2", "this jti was seen before from this issuer")
@@ -200,4 +219,8 @@ async def verify_token(
     for this token (a service checking many keeps one `ServiceAuthVerifier`)."""
     if isinstance(directory, Client):
         return await directory.verify_service_auth(token, expected, replay=replay)
-    return await ServiceAuthVerifier(directory).verify(token, expected, replay=replay)
+    verification = await ServiceAuthVerifier(directory).verify(token, expected)
+    if replay and verification.valid:  # a verifier of one token has seen no other
+        why = "a replay check needs a verifier that outlives one token, or a daemon"
+        return replace(verification, outcome="unavailable", reason=why, handle=None)
+    return verification

@@ -31,7 +31,7 @@ from atwhois.audit import Auditor, AuditStore, default_audit_path
 from atwhois.auth import ServiceAuthVerifier
 from atwhois.cache import CachedResolver, Lifetime, Policy, open_store
 from atwhois.cache.revalidate import Revalidator
-from atwhois.cache.stores import Tier
+from atwhois.cache.stores import Tier, TieredStore
 from atwhois.foundation.defaults import MIB
 from atwhois.mirror import Follower as MirrorFollower
 from atwhois.mirror import MirrorApi, MirrorFetcher
@@ -177,7 +177,10 @@ def build_daemon(
         tuple(values.service_auth_key_id),
         bare_audience=values.service_auth_bare_audience == "allow",
     )
-    verifier = ServiceAuthVerifier(cached, nonces=store)
+    # The nonces seen go where other daemons see them (the store below the memory tier);
+    # with a cache in memory only, the verifier keeps its own.
+    shared = store if isinstance(store, TieredStore) else None
+    verifier = ServiceAuthVerifier(cached, nonces=shared, max_nonces=values.service_auth_nonces)
     service.add_routes(app, ServiceAuthApi(service, verifier, receiver), SERVICE_AUTH)
     service.metric_sources.append(verifier.metrics)
     WebPages(service).attach(app)

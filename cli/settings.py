@@ -306,6 +306,15 @@ class Values:
         metavar="MODE",
         choices=("allow", "refuse"),
     )
+    service_auth_nonces: int = _setting(
+        SERVICE,
+        "nonces (jti) the replay check holds at once, each until its token expires; past "
+        "that a replay cannot be ruled out and the check answers unavailable",
+        100_000,
+        metavar="N",
+        low=1,
+        high=100_000_000,
+    )
     cors_origin: list[str] = _setting(
         SERVICE,
         "a browser origin that may read the XRPC and /v1 endpoints (repeatable; * for any)",

@@ -111,9 +111,42 @@ async def test_a_replay_is_refused_and_the_nonces_are_kept_in_the_store() -> Non
         assert (again.outcome, again.rule) == ("invalid", "SA-JTI-2") and verifier.replays == 1
         assert (await verifier.verify(other, EXPECTED, replay=True)).valid
         assert (await verifier.verify(token, EXPECTED)).valid  # the check asked for only
-        without = await ServiceAuthVerifier(cached).verify(token, EXPECTED, replay=True)
-    assert without.outcome == "unavailable"  # no store to remember nonces in: not a verdict
     assert await store.count() == 2
+
+
+async def test_the_nonces_held_are_bounded_and_past_the_bound_a_replay_is_not_ruled_out() -> None:
+    """SA-JTI-2's bound: a verifier holds at most `max_nonces` at once; past it the replay
+    check answers unavailable (never valid), and a nonce's place is free once its token
+    has expired."""
+    world = World()
+    did = world.add("alice.example.org")
+    now = [1_800_000_000.0]
+    first, second, third = (
+        world.service_token(did, AUDIENCE, lifetime=60, now=now[0]) for _ in range(3)
+    )
+    async with world.cached(clock=lambda: now[0]) as cached:
+        verifier = ServiceAuthVerifier(cached, max_nonces=2, clock=lambda: now[0])
+        assert (await verifier.verify(first, EXPECTED, replay=True)).valid
+        assert (await verifier.verify(second, EXPECTED, replay=True)).valid
+        full = await verifier.verify(third, EXPECTED, replay=True)
+        assert full.outcome == "unavailable" and "2 nonces held" in (full.reason or "")
+        assert (await verifier.verify(third, EXPECTED)).valid  # the check asked for only
+        now[0] += 91  # the first two tokens expired (60 s and 30 s of skew): places free
+        later = world.service_token(did, AUDIENCE, now=now[0])
+        assert (await verifier.verify(later, EXPECTED, replay=True)).valid
+
+
+async def test_a_one_shot_check_cannot_rule_out_a_replay_and_says_so() -> None:
+    world = World()
+    did = world.add("alice.example.org")
+    token = world.service_token(did, AUDIENCE)
+    async with world.cached() as cached:
+        once = await atwhois.averify_service_auth(token, AUDIENCE, replay=True, directory=cached)
+        bad = await atwhois.averify_service_auth(
+            token, "did:web:other.example#x", replay=True, directory=cached
+        )
+    assert once.outcome == "unavailable" and "outlives one token" in (once.reason or "")
+    assert bad.rule == "SA-AUD-1"  # a refusal stays a refusal
 
 
 async def test_the_front_door_verifies_through_any_directory() -> None:

@@ -28,6 +28,9 @@ from atwhois.resolver.service_auth import (
 
 ISSUER = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
 OTHER_DID = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+# The cases below are made when the module is read: times this far off stay off however
+# long the suite takes to reach them.
+DAYS = 10 * 86400
 AUDIENCE = "did:web:feed.example#bsky_fg"
 K256 = coincurve.PrivateKey(b"\x01" * 32)
 OTHER = coincurve.PrivateKey(b"\x02" * 32)
@@ -39,8 +42,10 @@ def b64(data: bytes) -> str:
 
 
 def claims(**changes: Any) -> dict[str, Any]:
+    """A token's claims, valid for the longest lifetime allowed (an hour): the cases below
+    are made when the module is read, and checked minutes later in a whole run."""
     now = int(time.time())
-    base = {"iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 60, "jti": "n0nce"}
+    base = {"iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 3600, "jti": "n0nce"}
     return {k: v for k, v in {**base, **changes}.items() if v is not None}
 
 
@@ -131,17 +136,17 @@ def _signature(token: str) -> bytes:
             id="another account's key",
         ),
         pytest.param(
-            mint(K256, claims(exp=int(time.time()) - 120, iat=int(time.time()) - 180)),
+            mint(K256, claims(exp=int(time.time()) - DAYS, iat=int(time.time()) - DAYS - 60)),
             None,
             "SA-TIME-1",
-            "expired 1",
+            "expired 86",  # ten days and the seconds since the token was made
             id="exp in the past",
         ),
         pytest.param(
-            mint(K256, claims(iat=int(time.time()) + 120, exp=int(time.time()) + 180)),
+            mint(K256, claims(iat=int(time.time()) + DAYS, exp=int(time.time()) + DAYS + 60)),
             None,
             "SA-TIME-1",
-            "issued 1",
+            "issued 86",  # ten days less the seconds since the token was made
             id="iat in the future beyond the skew",
         ),
         pytest.param(

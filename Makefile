@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test test-offline lint devnet bench soak fuzz mutate lock setup clean
+.PHONY: run test test-offline lint docs devnet bench soak fuzz mutate lock setup clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,9 +30,14 @@ test-offline: setup
 	$(PY) -m pytest -m "not network" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check atwhois foundation resolver cache server cli audit stream auth mirror devnet tests bench
-	$(VENV)/bin/ruff format --check atwhois foundation resolver cache server cli audit stream auth mirror devnet tests bench
+	$(VENV)/bin/ruff check atwhois foundation resolver cache server cli audit stream auth mirror devnet tests bench docs
+	$(VENV)/bin/ruff format --check atwhois foundation resolver cache server cli audit stream auth mirror devnet tests bench docs
 	$(VENV)/bin/mypy
+
+## The manual: the site from docs/ into site/ (strict: a broken link or a page left out
+## fails it), its references made from the code (docs/generate.py). Open site/index.html.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 ## The test network in the foreground; prints how to point atwhois at it.
 devnet: setup

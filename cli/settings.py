@@ -5,7 +5,7 @@ has one name, spelt the same way everywhere: `--plc-url` on the command line,
 `ATWHOIS_PLC_URL` in the environment, `plc_url` in the TOML file. Flags win over variables,
 variables over the file, the file over the default (`configuration` reads them).
 
-A default shows as its value (`--help`, `config show`, the README's table), or as what it
+A default shows as its value (`--help`, `config show`, the documentation's table), or as what it
 means where there is no value to show (`shown`: no cache for a lookup, the system's
 resolvers, a path under the user's data folder)."""
 
@@ -16,7 +16,6 @@ import functools
 import types
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from atwhois.foundation import defaults
@@ -492,24 +491,3 @@ SETTINGS: dict[str, Setting] = _table()
 
 def names_in(*groups: str) -> list[str]:
     return [s.name for s in SETTINGS.values() if s.group in groups]
-
-
-def reference() -> str:
-    """The README's settings table, made from this one (`python -m atwhois.cli.settings`)."""
-    kinds = {bool: "bool", int: "int", float: "number", str: "string", Path: "path", list: "list"}
-    lines = [
-        "| setting (TOML key) | flag | environment | type | default | what it does |",
-        "|---|---|---|---|---|---|",
-    ]
-    for group in GROUP_TITLES:
-        for s in (s for s in SETTINGS.values() if s.group == group):
-            flag = f"`{s.flag}`" + (f" / `--no-{s.flag[2:]}`" if s.kind is bool else "")
-            lines.append(
-                f"| `{s.name}` | {flag} | `{s.env}` | {kinds[s.kind]} | {s.default_text} | "
-                f"{s.help} |"
-            )
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    print(reference(), end="")

@@ -1,13 +1,12 @@
 """The audit's rules as data: every pair of statuses, every field change, the severity
-table (also the README's), and the store's promises (labels kept, interrupted runs closed,
-a version-1 database upgraded in place)."""
+table (the documentation's is made from it), and the store's promises (labels kept,
+interrupted runs closed, a version-1 database upgraded in place)."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import json
-import re
 import sqlite3
 import subprocess
 import sys
@@ -242,12 +241,6 @@ def test_conflict_cleared_only_when_both_agree_again() -> None:
     assert kinds == ["became_unverified"]  # not "DNS and HTTPS agree again"
     https_gone = later(conflict=False, method="dns")
     assert "conflict_cleared" not in [f.kind for f in compare(conflicted, https_gone, 0, 3)[0]]
-
-
-def test_the_readme_severity_table_is_the_code_table() -> None:
-    readme = (ROOT / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (critical|warning|info) \|", readme, re.M))
-    assert rows == {kind: str(severity) for kind, (severity, _) in KINDS.items()}
 
 
 def test_a_label_is_kept_unless_a_new_one_is_given(tmp_path: Path) -> None:

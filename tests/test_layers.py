@@ -1,4 +1,4 @@
-"""The house's shape, checked against the code: the README's Layout table says which
+"""The house's shape, checked against the code: the architecture page's table says which
 packages each package may import; every import in the code (at the top, under
 TYPE_CHECKING or inside a function alike) must be one of them, the table itself must be
 layered (each row imports only rows below it), no module imports itself round a circle,
@@ -25,10 +25,8 @@ MAX_LINES = 460
 
 
 def layer_table() -> dict[str, set[str]]:
-    """package -> the packages it may import, in the README's order (top to bottom)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Layout") :]
-    section = section[: section.index("\n## ", 1)]
+    """package -> the packages it may import, in the table's order (top to bottom)."""
+    section = (ROOT / "docs" / "architecture.md").read_text()
     table: dict[str, set[str]] = {}
     for row in re.findall(r"^\| `(\w+)/` \|.*\|\s*([\w, ]*?)\s*\|$", section, re.MULTILINE):
         package, allowed = row

@@ -14,7 +14,7 @@ from atwhois.resolver.syntax import parse_lookup
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = (".py", ".html")
-PRODUCT = ("foundation", "resolver", "cache", "server", "cli", "audit", "stream", "mirror")
+PRODUCT = ("foundation", "resolver", "cache", "server", "cli", "audit", "stream", "auth", "mirror")
 
 
 def _tags_in(paths: list[Path]) -> dict[str, set[str]]:

@@ -1,5 +1,6 @@
 """The settings reference cannot drift from the code: the example file names every setting
-the daemon knows and loads cleanly, and the README's table lists every one of them."""
+the daemon knows and loads cleanly (the documentation's table is made from the code:
+tests/test_docs.py)."""
 
 from __future__ import annotations
 
@@ -23,14 +24,6 @@ def test_the_example_file_names_every_setting_and_loads() -> None:
     # every commented line is valid too, once uncommented
     uncommented = re.sub(r"^# ([a-z_]+ = )", r"\1", text, flags=re.M)
     configuration.from_file(tomllib.loads(uncommented))
-
-
-def test_the_readme_table_is_the_settings_table() -> None:
-    """Made by `python -m atwhois.cli.settings` from the table the parsers are made from: a setting
-    added, renamed or given another default shows up as a difference here."""
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("| setting (TOML key) |")
-    assert readme[start : readme.index("\n\n", start) + 1] == settings.reference()
 
 
 def test_every_setting_has_one_name_in_flag_variable_and_file() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from atwhois.foundation.defaults import MIB
+from atwhois.foundation.version import user_agent
 from atwhois.resolver.config import Config, parse_bool, parse_nameservers, parse_networks
 from atwhois.resolver.errors import AtwhoisError, InvalidInput
 
@@ -187,6 +188,9 @@ _TO_CONFIG: dict[str, Callable[[Any], dict[str, Any]]] = {
     "dnssec_memory_mb": lambda v: {"dnssec_memory_bytes": int(v * MIB)},
     "ca_bundle": lambda v: {"ca_bundle": v},
     "https_port": lambda v: {"https_port": v},
+    "plc_rate": lambda v: {"plc_rate": v},
+    "host_rate": lambda v: {"host_rate": v},
+    "contact_url": lambda v: {"user_agent": user_agent(v)} if v else {},
     "dns_server": lambda v: {"dns_servers": parse_nameservers(v)},
     "dns_fallback": lambda v: {"dns_fallback_servers": parse_nameservers(v)},
     "allow_net": lambda v: {"allow_nets": parse_networks(v)},
@@ -204,6 +208,9 @@ FROM_CONFIG: dict[str, Callable[[Config], Any]] = {
     "dnssec_memory_mb": lambda c: c.dnssec_memory_bytes / MIB,
     "ca_bundle": lambda c: c.ca_bundle,
     "https_port": lambda c: c.https_port,
+    "plc_rate": lambda c: c.plc_rate,
+    "host_rate": lambda c: c.host_rate,
+    "contact_url": lambda c: c.user_agent,
     "dns_server": lambda c: [str(n) for n in c.dns_servers] or "the system's",
     "dns_fallback": lambda c: [str(n) for n in c.dns_fallback_servers],
     "allow_net": lambda c: [str(net) for net in c.allow_nets],

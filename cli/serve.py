@@ -36,11 +36,13 @@ from atwhois.foundation.defaults import MIB
 from atwhois.mirror import Follower as MirrorFollower
 from atwhois.mirror import MirrorApi, MirrorFetcher
 from atwhois.resolver import Config, Resolver
+from atwhois.resolver.fetch import shared_pace
 from atwhois.server import hooks
 from atwhois.server.audits_api import AuditApi
 from atwhois.server.audits_pages import AuditPages
 from atwhois.server.lifecycle import ConnectionLimit, runner_settings, serve_until_stopped
 from atwhois.server.memory import TLS_READ_BUFFER, trim_periodically
+from atwhois.server.metrics import pace_families
 from atwhois.server.request_log import MalformedRequestLog
 from atwhois.server.routes import MIRROR, SERVICE_AUTH
 from atwhois.server.service import Service, Settings
@@ -127,6 +129,7 @@ def build_daemon(
     cached = CachedResolver(resolver(config), store, policy, max_resolutions=values.max_resolutions)
     service = Service(cached, service_settings)
     service.metric_sources.append(cached.histories.metrics)
+    service.metric_sources.append(pace_families(shared_pace(config)))
     hooks.small_tls_buffers(TLS_READ_BUFFER)
     if moved := hooks.missing():  # an aiohttp newer than the bound: say what no longer holds
         logging.getLogger("atwhois.serve").warning(

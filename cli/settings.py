@@ -165,6 +165,30 @@ class Values:
         shown=_STEP_DEADLINES,
         metavar="SECONDS",
     )
+    plc_rate: float = _setting(
+        RESOLUTION,
+        "requests per second to the PLC directory, with a second's burst (a 429 or 503 with "
+        "Retry-After parks it until then: answers meanwhile are unavailable, never absent)",
+        _RESOLVER.plc_rate,
+        metavar="PER_SECOND",
+        low=0.1,
+        high=1_000_000,
+    )
+    host_rate: float = _setting(
+        RESOLUTION,
+        "requests per second to any other host (a handle's web host, a did:web), the same way",
+        _RESOLVER.host_rate,
+        metavar="PER_SECOND",
+        low=0.1,
+        high=1_000_000,
+    )
+    contact_url: str | None = _setting(
+        RESOLUTION,
+        "where the operators of the hosts atwhois asks can reach you: sent in the User-Agent "
+        "of lookups, atwhois/VERSION (+URL)",
+        shown="none: atwhois/VERSION (+identity resolver)",
+        metavar="URL",
+    )
     https_port: int | None = _setting(
         RESOLUTION,
         "the port that stands for 443 (test networks)",

@@ -12,3 +12,8 @@ except metadata.PackageNotFoundError:  # a source tree run without being install
     VERSION = "0+unknown"
 
 USER_AGENT = f"atwhois/{VERSION} (+identity resolver)"
+
+
+def user_agent(contact: str) -> str:
+    """The User-Agent that tells a host's operators where to reach whoever runs atwhois."""
+    return f"atwhois/{VERSION} (+{contact})"

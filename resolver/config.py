@@ -96,6 +96,11 @@ class Config:
     # Politeness: at most this many requests at once to one web host, to the PLC directory,
     # and to the DNS servers (None: no limit). Audits set it.
     per_host_limit: int | None = None
+    # Politeness in time: requests per second to the PLC directory (what the field allows
+    # it: 300/s) and to any other host (a stranger's web host), each with a second's burst;
+    # a host's Retry-After parks it (`foundation.pace`).
+    plc_rate: float = 300.0
+    host_rate: float = 20.0
     document_max_bytes: int = 64 * 1024
     audit_log_max_bytes: int = 4 * 1024 * 1024
     user_agent: str = USER_AGENT

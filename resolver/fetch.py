@@ -27,6 +27,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from atwhois.foundation.bounded import BoundedBody
+from atwhois.foundation.pace import HostPace, retry_after
 
 from .config import Config
 from .dns import DnsClient
@@ -154,6 +155,7 @@ class Fetcher:
             # nor undone (a compressed well-known file is then simply not a DID).
             self._headers["Accept-Encoding"] = "identity"
         self._gates = HostGates(config.per_host_limit) if config.per_host_limit else None
+        self.pace = shared_pace(config)
 
     def _client(self) -> aiohttp.ClientSession:
         """The session, made on first use (aiohttp binds it to the running loop)."""
@@ -195,9 +197,21 @@ class Fetcher:
         max_redirects: int = 0,
         accept: str = "*/*",
     ) -> Response:
-        """Fetch `url`; any status comes back, transport trouble raises a classified error."""
+        """Fetch `url`; any status comes back, transport trouble raises a classified error.
+        The host's pace comes first: a host that asked for a pause gets nothing meanwhile
+        (a transient failure, never an absence), and a turn past the rate is waited for
+        within the deadline."""
+        host = _host(url)
+        wait = self.pace.admit(host)
+        if wait is None:
+            left = self.pace.parked_for(host)
+            raise UpstreamFailure(
+                f"{_origin(url)}: asked atwhois to wait {left:.1f} s more (Retry-After)"
+            )
         try:
             async with asyncio.timeout(timeout), self._polite(url):
+                if wait:
+                    await asyncio.sleep(wait)
                 return await self._follow(url, max_bytes, max_redirects, accept)
         except TimeoutError:
             raise UpstreamTimeout(f"{_origin(url)}: no complete answer within {timeout}s") from None
@@ -212,6 +226,8 @@ class Fetcher:
         for hop in range(max_redirects + 1):
             self._check_url(url)
             status, headers, body = await self._get_once(url, max_bytes, accept)
+            if status in (429, 503) and (pause := retry_after(headers.get("Retry-After"))):
+                self.pace.park(_host(url), pause)
             location = headers.get("Location")
             if status not in _REDIRECTS or location is None:
                 return Response(url, status, body, headers.get(MIRROR_HEADER))
@@ -263,6 +279,29 @@ class Fetcher:
             raise InvalidData(f"{url[:80]}: not a valid URL") from None
         except aiohttp.ClientError as err:
             raise UpstreamFailure(f"{_origin(url)}: {_describe(err)}") from None
+
+
+_PACES: dict[tuple[str, float, float], HostPace] = {}
+
+
+def shared_pace(config: Config) -> HostPace:
+    """One pace per host for every fetcher of this process with these rates (a daemon's
+    lookups and its audits ask the same directory: together they keep to its rate). The
+    PLC directory's host is counted by its name; every other host as `web`."""
+    plc_host = _host(config.plc_url)
+    key = (plc_host, config.plc_rate, config.host_rate)
+    pace = _PACES.get(key)
+    if pace is None:
+        pace = _PACES[key] = HostPace(
+            lambda host: config.plc_rate if host == plc_host else config.host_rate,
+            kind_of=lambda host: host if host == plc_host else "web",
+        )
+    return pace
+
+
+def _host(url: str) -> str:
+    """What a pace is kept for: the host and its port, as the URL names them."""
+    return urlsplit(url).netloc.rpartition("@")[2].lower()
 
 
 def _origin(url: str) -> str:

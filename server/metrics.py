@@ -23,6 +23,8 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from atwhois.foundation.pace import HostPace
+
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 Families = Callable[[], Iterable[Metric]]
@@ -153,3 +155,24 @@ class Exposition:
             return generate_latest(self.registry)
         finally:
             self._snapshot.families = []
+
+
+def pace_families(pace: HostPace) -> Families:
+    """What the upstream hosts were asked, by host (the PLC directory by its name, every
+    other host as `web`): requests sent, those that waited for their turn (the rate), and
+    those refused while the host had asked for a pause (Retry-After)."""
+
+    def families() -> Iterator[Metric]:
+        asked = CounterMetricFamily(
+            "atwhois_upstream_host_requests",
+            "Requests to upstream hosts, by host and what their pace did: sent, throttled "
+            "(waited for a turn at the host's rate), parked (refused during a Retry-After).",
+            labels=["host", "pace"],
+        )
+        for host, counts in sorted(pace.counts.items()):
+            asked.add_metric([host, "sent"], counts["requests"])
+            asked.add_metric([host, "throttled"], counts["throttled"])
+            asked.add_metric([host, "parked"], counts["parked"])
+        yield asked
+
+    return families

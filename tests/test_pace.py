@@ -1,0 +1,69 @@
+"""The pace of requests per host (`foundation.pace`), over a clock the test moves: a burst,
+then one turn every 1/rate seconds; a host's Retry-After parks it; idle hosts are
+forgotten, so memory follows the hosts asked lately, not every host ever asked."""
+
+from __future__ import annotations
+
+import email.utils
+
+import pytest
+
+from atwhois.foundation import pace as pace_module
+from atwhois.foundation.pace import HostPace, retry_after
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_burst_then_one_turn_every_1_over_rate_seconds() -> None:
+    clock = Clock()
+    pace = HostPace(lambda _: 100.0, burst_seconds=0.1, clock=clock)
+    assert [pace.admit("plc.example") for _ in range(10)] == [0.0] * 10  # the burst
+    waits = [pace.admit("plc.example") for _ in range(3)]
+    assert waits == pytest.approx([0.01, 0.02, 0.03])  # each turn reserved in order
+    clock.now += 1.0  # a second later the bucket is full again, not fuller
+    assert [pace.admit("plc.example") for _ in range(10)] == [0.0] * 10
+    assert pace.admit("plc.example") == pytest.approx(0.01)
+    assert pace.admit("other.example") == 0.0  # every host has its own
+    assert pace.counts["plc.example"] == {"requests": 24, "throttled": 4, "parked": 0}
+
+
+def test_a_parked_host_gets_no_turn_until_its_pause_ends() -> None:
+    clock = Clock()
+    pace = HostPace(lambda _: 10.0, clock=clock, kind_of=lambda host: "web")
+    pace.park("a.example", 3)
+    assert pace.admit("a.example") is None and pace.parked_for("a.example") == 3
+    clock.now += 2.9
+    assert pace.admit("a.example") is None and pace.parked_for("a.example") == pytest.approx(0.1)
+    assert pace.admit("b.example") == 0.0  # other hosts are not parked
+    clock.now += 0.1
+    assert pace.admit("a.example") == 0.0 and pace.parked_for("a.example") == 0
+    pace.park("a.example", 10**9)  # a pause past the bound is the bound
+    assert pace.parked_for("a.example") == pace_module.MAX_PARK
+    assert pace.counts["web"] == {"requests": 2, "throttled": 0, "parked": 2}
+
+
+def test_idle_hosts_are_forgotten_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pace_module, "MAX_BUCKETS", 100)
+    clock = Clock()
+    pace = HostPace(lambda _: 1.0, burst_seconds=1.0, clock=clock)
+    for n in range(100):
+        pace.admit(f"h{n}.example")
+    pace.park("h0.example", 60)
+    clock.now += 5  # all refilled; h0 still parked
+    pace.admit("new.example")
+    assert len(pace._buckets) == 2 and pace.parked_for("h0.example") == pytest.approx(55)
+
+
+def test_retry_after_reads_seconds_and_dates() -> None:
+    assert retry_after("3") == 3.0 and retry_after(" 120 ") == 120.0
+    date = email.utils.formatdate(1_000_060, usegmt=True)
+    assert retry_after(date, now=1_000_000) == pytest.approx(60)
+    assert retry_after(date, now=1_000_100) == 0.0
+    assert retry_after(None) is None and retry_after("") is None
+    assert retry_after("soon") is None and retry_after("-1") is None

@@ -1,0 +1,115 @@
+"""Polite upstreams (issue 57) on the test network: a stand-in in front of the reference
+PLC directory records when each request reaches it and, on command, answers 429 with
+Retry-After. A directory that asks for a pause gets no request until it ends, and no
+answer meanwhile is an absence; a burst of 2,000 distinct lookups keeps to the configured
+rate at the directory, as measured there."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import os
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from aiohttp import web
+
+from atwhois.resolver import Resolver, Status
+from devnet.network import DevnetState
+
+
+class PlcStandIn:
+    """The reference directory's answers, passed on; `refuse` next requests get 429."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.times: list[float] = []  # when each request arrived (time.monotonic)
+        self.agents: set[str] = set()
+        self.refuse = 0
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.times.append(time.monotonic())
+        self.agents.add(request.headers.get("User-Agent", ""))
+        if self.refuse:
+            self.refuse -= 1
+            return web.json_response(
+                {"message": "slow down"}, status=429, headers={"Retry-After": "3"}
+            )
+        async with httpx.AsyncClient(timeout=10) as client:
+            answer = await client.get(self.upstream + request.path_qs)
+        return web.Response(
+            body=answer.content,
+            status=answer.status_code,
+            content_type=answer.headers.get("content-type", "application/json").split(";")[0],
+        )
+
+
+@pytest.fixture
+async def standin(devnet: DevnetState) -> AsyncIterator[PlcStandIn]:
+    plc = PlcStandIn(devnet.plc_url)
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", plc.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    plc.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    yield plc
+    await runner.cleanup()
+
+
+async def test_a_directory_that_says_retry_after_gets_nothing_until_then(
+    devnet: DevnetState, standin: PlcStandIn
+) -> None:
+    standin.refuse = 1
+    config = devnet.config(
+        plc_url=standin.url, plc_rate=300.0, user_agent="atwhois/test (+https://ops.example)"
+    )
+    did = devnet.did("alice")
+    async with Resolver(config) as resolver:
+        first = await resolver.lookup(did)
+        assert first.status is Status.UNAVAILABLE and len(standin.times) == 1
+        asked_at = standin.times[0]
+        meanwhile = []
+        while time.monotonic() - asked_at < 2.7:
+            meanwhile.append(await resolver.lookup(did))
+            await asyncio.sleep(0.1)
+        assert len(meanwhile) > 10 and len(standin.times) == 1  # nothing reached it
+        assert {identity.status for identity in meanwhile} == {Status.UNAVAILABLE}  # no absence
+        assert "Retry-After" in (meanwhile[-1].error or "")
+        await asyncio.sleep(max(0.0, asked_at + 3.05 - time.monotonic()))
+        after = await resolver.lookup(did)
+    assert after.status is Status.VERIFIED and len(standin.times) == 2
+    assert standin.times[1] - asked_at >= 3.0
+    assert standin.agents == {"atwhois/test (+https://ops.example)"}
+
+
+async def test_a_burst_of_distinct_lookups_keeps_to_the_rate_at_the_directory(
+    devnet: DevnetState, standin: PlcStandIn
+) -> None:
+    rate = 400.0
+    config = devnet.config(plc_url=standin.url, plc_rate=rate)
+    dids = [f"did:plc:{os.urandom(15).hex()[:24].translate(_BASE32)}" for _ in range(2000)]
+    gate = asyncio.Semaphore(100)
+
+    async def look(resolver: Resolver, did: str) -> Status:
+        async with gate:
+            return (await resolver.lookup(did)).status
+
+    started = time.monotonic()
+    async with Resolver(config) as resolver:
+        statuses = await asyncio.gather(*(look(resolver, did) for did in dids))
+    took = time.monotonic() - started
+    assert set(statuses) == {Status.DID_NOT_FOUND} and len(standin.times) == 2000
+    times = sorted(standin.times)
+    busiest = max(bisect.bisect_left(times, t + 1.0) - i for i, t in enumerate(times))
+    print(f"2,000 lookups in {took:.1f} s; busiest second at the directory: {busiest} requests")
+    # the rate and a tenth of a second's burst, as sent; arrivals jitter by a few requests
+    assert busiest <= rate * 1.1 * 1.02
+    assert took >= (2000 - rate * 0.1) / rate * 0.95
+
+
+_BASE32 = str.maketrans("0189", "abcd")  # hex digits as did:plc's base32 alphabet allows

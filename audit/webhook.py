@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from atwhois.foundation import defaults
-from atwhois.foundation.version import USER_AGENT
+from atwhois.foundation.version import agent
 from atwhois.resolver.errors import AtwhoisError
 
 from .findings import Finding
@@ -52,7 +52,7 @@ class Webhook:
             raise UnknownFormat(f"webhook format {format!r}: one of {', '.join(FORMATS)}")
         self.url, self.secret, self.format = url, secret, format
         self.attempts, self.backoff, self.timeout = attempts, backoff, timeout
-        self._client = httpx.AsyncClient(timeout=timeout, headers={"User-Agent": USER_AGENT})
+        self._client = httpx.AsyncClient(timeout=timeout, headers={"User-Agent": agent()})
         self.delivered = 0
         self.failed = 0
 

@@ -6,6 +6,7 @@ range is refused with its name, never applied as something else."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import math
 import os
@@ -226,6 +227,12 @@ def resolver_config(given: Mapping[str, Any]) -> Config:
         if name in given:
             fields.update(convert(given[name]))
     return Config(**fields)
+
+
+def config_of(values: Values) -> Config:
+    """The resolver's configuration from a command's settings (those left to their
+    defaults included)."""
+    return resolver_config({k: v for k, v in dataclasses.asdict(values).items() if v is not None})
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,10 +24,12 @@ from atwhois.mirror.backends import default_mirror_path, open_mirror_store
 from atwhois.mirror.store import SqlMirrorStore
 from atwhois.mirror.upstream_stream import UpstreamStream
 from atwhois.resolver.errors import InvalidInput, UpstreamFailure
+from atwhois.resolver.fetch import shared_pace
 from atwhois.server.lifecycle import runner_settings, serve_until_stopped
 from atwhois.server.metrics import CONTENT_TYPE, Exposition
 from atwhois.server.routes import MIRROR, add_routes
 
+from . import configuration
 from .running import configure, say, with_resolver
 from .settings import Values
 
@@ -163,7 +165,7 @@ def mirror_follower_from(
             workers=workers if store.writable else 0,
             max_replays=values.plc_mirror_replays,
         ),
-        Upstream(values.plc_url),
+        Upstream(values.plc_url, pace=shared_pace(configuration.config_of(values))),
         interval=values.plc_mirror_interval,
         progress=progress,
         stream=stream,

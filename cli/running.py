@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from atwhois.foundation.version import announce_contact
 from atwhois.resolver.config import Config
 from atwhois.resolver.errors import AtwhoisError
 
@@ -29,7 +30,9 @@ class UsageError(AtwhoisError):
 def configure(args: argparse.Namespace) -> Resolved:
     """The command's settings (flags, variables, file), read once, and the resolver
     configuration they make; a setting that cannot be used is a `SettingError`."""
-    return resolve(load(args, args.settings))
+    resolved = resolve(load(args, args.settings))
+    announce_contact(resolved.values.contact_url)
+    return resolved
 
 
 def run(work: Coroutine[Any, Any, T], *, many: bool = False) -> T:

@@ -33,6 +33,7 @@ from atwhois.cache import CachedResolver, Lifetime, Policy, open_store
 from atwhois.cache.revalidate import Revalidator
 from atwhois.cache.stores import Tier, TieredStore
 from atwhois.foundation.defaults import MIB
+from atwhois.foundation.version import announce_contact
 from atwhois.mirror import Follower as MirrorFollower
 from atwhois.mirror import MirrorApi, MirrorFetcher
 from atwhois.resolver import Config, Resolver
@@ -101,9 +102,9 @@ def build_daemon(
     lookups', the audits'), from its configuration: `atwhois.testing.World.resolver`, say;
     by default a `Resolver`."""
     if config is None:  # the settings given (None: a setting left to its default)
-        given = {k: v for k, v in dataclasses.asdict(values).items() if v is not None}
-        config = configuration.resolver_config(given)
+        config = configuration.config_of(values)
     policy = policy or _policy(values)
+    announce_contact(values.contact_url)
     # The memory budget: half for rendered answers (what a hit is served from), half for
     # the entries' tier (what a new answer is composed from).
     budget = int(values.memory_cache_mb * MIB)

@@ -17,9 +17,11 @@ from typing import Any, NamedTuple
 import httpx
 
 from atwhois.foundation.bounded import BoundedBody
-from atwhois.foundation.version import USER_AGENT
+from atwhois.foundation.pace import HostPace, retry_after
+from atwhois.foundation.version import agent
 from atwhois.resolver.did import view_age
 from atwhois.resolver.errors import ResponseTooLarge, UpstreamFailure, UpstreamTimeout
+from atwhois.resolver.fetch import host_of
 from atwhois.resolver.plc.audit import parse_time
 from atwhois.resolver.response import MIRROR_HEADER
 from atwhois.resolver.untrusted import parse_json
@@ -45,9 +47,13 @@ class Upstream:
         *,
         timeout: float = READ_IDLE,
         deadline: float = PAGE_DEADLINE,
-        user_agent: str = USER_AGENT,
+        user_agent: str | None = None,
+        pace: HostPace | None = None,
     ) -> None:
+        """`pace`: the directory's rate and pauses, shared with this process's lookups."""
         self.url = url.rstrip("/")
+        self.pace = pace
+        self._host = host_of(self.url)
         self.deadline = deadline
         # how long before its last export page the upstream's own view was complete: 0 for
         # a directory, what an atwhois mirror says, None when not known (`view_age`)
@@ -55,7 +61,7 @@ class Upstream:
         self.closing = threading.Event()  # set: give up the answer being read
         self._client = httpx.Client(
             timeout=min(timeout, deadline),
-            headers={"User-Agent": user_agent},
+            headers={"User-Agent": user_agent or agent()},
             follow_redirects=False,
         )
 
@@ -64,6 +70,7 @@ class Upstream:
     ) -> tuple[int, bytes, str | None]:
         """The status, the body and the `Atwhois-Plc-Mirror` header of an answer."""
         give_up = time.monotonic() + self.deadline
+        self._take_turn()
         try:
             with self._client.stream("GET", self.url + path, params=params) as response:
                 body = BoundedBody(
@@ -80,9 +87,25 @@ class Upstream:
                         body.deadline = 0.0
                     body.add(chunk)
                 provenance = response.headers.get(MIRROR_HEADER)
+                pause = retry_after(response.headers.get("Retry-After"))
+                if self.pace is not None and response.status_code in (429, 503) and pause:
+                    self.pace.park(self._host, pause)
                 return response.status_code, body.value(), provenance
         except httpx.HTTPError as err:
             raise UpstreamFailure(f"{self.url}: {type(err).__name__}: {err}") from None
+
+    def _take_turn(self) -> None:
+        """Waits for a turn at the directory's rate; refuses while it asked for a pause."""
+        if self.pace is None:
+            return
+        wait = self.pace.admit(self._host)
+        if wait is None:
+            left = self.pace.parked_for(self._host)
+            raise UpstreamFailure(
+                f"{self.url}: asked atwhois to wait {left:.1f} s more (Retry-After)"
+            )
+        if wait:
+            self.closing.wait(wait)
 
     def page(self, after: str, count: int = PAGE_SIZE) -> list[bytes]:
         status, body, provenance = self._answer("/export", {"count": str(count), "after": after})

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 import websockets
 from websockets.sync.client import ClientConnection, connect
 
-from atwhois.foundation.version import USER_AGENT
+from atwhois.foundation.version import agent
 from atwhois.resolver.errors import UpstreamFailure
 from atwhois.resolver.response import MIRROR_HEADER
 
@@ -39,11 +39,11 @@ class StreamClosed(UpstreamFailure):
 
 
 class UpstreamStream:
-    def __init__(self, url: str, *, user_agent: str = USER_AGENT) -> None:
+    def __init__(self, url: str, *, user_agent: str | None = None) -> None:
         parts = urlsplit(url.rstrip("/"))
         scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
         self.url = urlunsplit((scheme, parts.netloc, parts.path + "/export/stream", "", ""))
-        self.user_agent = user_agent
+        self.user_agent = user_agent or agent()
         self._socket: ClientConnection | None = None
         # the upstream said it is an atwhois mirror (`Atwhois-Plc-Mirror` on the handshake):
         # what it sends is its view, which may be behind the directory's (P-API-2)

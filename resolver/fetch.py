@@ -201,7 +201,7 @@ class Fetcher:
         The host's pace comes first: a host that asked for a pause gets nothing meanwhile
         (a transient failure, never an absence), and a turn past the rate is waited for
         within the deadline."""
-        host = _host(url)
+        host = host_of(url)
         wait = self.pace.admit(host)
         if wait is None:
             left = self.pace.parked_for(host)
@@ -227,7 +227,7 @@ class Fetcher:
             self._check_url(url)
             status, headers, body = await self._get_once(url, max_bytes, accept)
             if status in (429, 503) and (pause := retry_after(headers.get("Retry-After"))):
-                self.pace.park(_host(url), pause)
+                self.pace.park(host_of(url), pause)
             location = headers.get("Location")
             if status not in _REDIRECTS or location is None:
                 return Response(url, status, body, headers.get(MIRROR_HEADER))
@@ -288,7 +288,7 @@ def shared_pace(config: Config) -> HostPace:
     """One pace per host for every fetcher of this process with these rates (a daemon's
     lookups and its audits ask the same directory: together they keep to its rate). The
     PLC directory's host is counted by its name; every other host as `web`."""
-    plc_host = _host(config.plc_url)
+    plc_host = host_of(config.plc_url)
     key = (plc_host, config.plc_rate, config.host_rate)
     pace = _PACES.get(key)
     if pace is None:
@@ -299,8 +299,9 @@ def shared_pace(config: Config) -> HostPace:
     return pace
 
 
-def _host(url: str) -> str:
-    """What a pace is kept for: the host and its port, as the URL names them."""
+def host_of(url: str) -> str:
+    """What a pace is kept for: the host and its port, as the URL names them (the PLC
+    mirror's upstream is paced by the same name)."""
     return urlsplit(url).netloc.rpartition("@")[2].lower()
 
 

@@ -19,7 +19,7 @@ import time
 import urllib.parse
 
 from atwhois.foundation.bounded import BoundedBody
-from atwhois.foundation.version import USER_AGENT
+from atwhois.foundation.version import agent
 
 from .errors import AtwhoisError
 from .identity import Identity, now_iso
@@ -153,7 +153,7 @@ class Client:
                 parts.hostname or "", parts.port, timeout=self._timeout
             )
         try:
-            headers = {"User-Agent": USER_AGENT, **headers}
+            headers = {"User-Agent": agent(), **headers}
             connection.request(method, parts.path + path, body=body, headers=headers)
             response = connection.getresponse()
             answer = BoundedBody(

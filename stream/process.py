@@ -26,6 +26,7 @@ from typing import Any
 
 from atwhois.foundation import Backoff
 from atwhois.foundation.pool import SPAWN, child_process
+from atwhois.foundation.version import agent
 
 from .frames import AccountEvent, IdentityEvent
 from .subscriber import FIREHOSE, JETSTREAM, Cursor, Subscriber, Wire
@@ -92,6 +93,7 @@ class StreamProcess:
             await self.cursor.load(),
             self.quiet_after,
             self._followed,
+            agent(),  # the child is spawned: it knows nothing of this process's contact
         )
         child.start()
         sending.close()  # the child's end: EOF here once the child is gone
@@ -162,10 +164,11 @@ def _child(
     cursor: int | None,
     quiet_after: float,
     followed_before: bool,
+    user_agent: str,
 ) -> None:
     import uvloop
 
-    uvloop.run(_read(sending, url, WIRES[wire], cursor, quiet_after, followed_before))
+    uvloop.run(_read(sending, url, WIRES[wire], cursor, quiet_after, followed_before, user_agent))
 
 
 async def _read(
@@ -175,6 +178,7 @@ async def _read(
     cursor: int | None,
     quiet_after: float,
     followed_before: bool,
+    user_agent: str,
 ) -> None:
 
     async def on_event(event: IdentityEvent | AccountEvent) -> None:
@@ -195,6 +199,7 @@ async def _read(
         wire=wire,
         on_gap=on_gap,
         followed_before=followed_before,
+        user_agent=user_agent,
     )
 
     def snapshot() -> None:

@@ -55,7 +55,7 @@ import yarl
 
 from atwhois.cache.stores.base import Store
 from atwhois.foundation import Backoff
-from atwhois.foundation.version import USER_AGENT
+from atwhois.foundation.version import agent
 from atwhois.resolver.untrusted import BadNumber, parse_count, parse_json
 
 from .frames import (
@@ -216,12 +216,14 @@ class Subscriber:
         wire: Wire = FIREHOSE,
         on_gap: Callable[[], Awaitable[None]] | None = None,
         followed_before: bool = False,
+        user_agent: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.wire = wire
         # A connection was made before (by this subscriber, or by the process it replaces):
         # opened again without a cursor, what came in between is skipped.
         self._followed = followed_before
+        self.user_agent = user_agent or agent()  # given by a parent process: its own
         self.on_event, self.cursor = on_event, cursor
         self.backoff = backoff or Backoff()
         self.save_every, self.max_frame = save_every, max_frame
@@ -236,7 +238,7 @@ class Subscriber:
         self.state.cursor = await self.cursor.load()
         if self.state.cursor is not None and not self.wire.plausible(self.state.cursor):
             await self._repair(self.state.cursor)
-        async with aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}) as session:
+        async with aiohttp.ClientSession(headers={"User-Agent": self.user_agent}) as session:
             while True:
                 try:
                     if self._followed and self.state.cursor is None:

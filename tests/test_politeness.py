@@ -113,3 +113,30 @@ async def test_a_burst_of_distinct_lookups_keeps_to_the_rate_at_the_directory(
 
 
 _BASE32 = str.maketrans("0189", "abcd")  # hex digits as did:plc's base32 alphabet allows
+
+
+async def test_the_mirrors_backfill_keeps_the_same_pauses(
+    devnet: DevnetState, standin: PlcStandIn
+) -> None:
+    """The PLC mirror's upstream is paced by the same name as the lookups: a Retry-After
+    answered to its export page parks the directory for both."""
+    from atwhois.mirror import Upstream
+    from atwhois.resolver.errors import UpstreamFailure
+    from atwhois.resolver.fetch import shared_pace
+
+    standin.refuse = 1
+    config = devnet.config(plc_url=standin.url, plc_rate=299.0)
+    upstream = Upstream(standin.url, pace=shared_pace(config))
+    try:
+        with pytest.raises(UpstreamFailure, match="HTTP 429"):
+            await asyncio.to_thread(upstream.page, "0")
+        with pytest.raises(UpstreamFailure, match="Retry-After"):
+            await asyncio.to_thread(upstream.page, "0")
+        async with Resolver(config) as resolver:  # the lookups wait for the same pause
+            assert (await resolver.lookup(devnet.did("alice"))).status is Status.UNAVAILABLE
+        assert len(standin.times) == 1
+        await asyncio.sleep(max(0.0, standin.times[0] + 3.05 - time.monotonic()))
+        assert await asyncio.to_thread(upstream.page, "0")  # the directory's first page
+        assert len(standin.times) == 2
+    finally:
+        upstream.close()

@@ -26,8 +26,10 @@ from atproto_client.subscriptions import parse_com_atproto_sync_subscribe_repos_
 from atproto_subscription.frames import Frame
 
 from atwhois.stream import AccountEvent, IdentityEvent, Skipped, decode
+from atwhois.stream.cursors import MemoryCursor
 from atwhois.stream.frames import decode_jetstream
-from atwhois.stream.subscriber import JETSTREAM, MemoryCursor, Subscriber, Wire
+from atwhois.stream.subscriber import Subscriber
+from atwhois.stream.wires import JETSTREAM, Wire
 from devnet.jetstream import jetstream_message
 from devnet.relay_frames import stream
 

@@ -10,12 +10,22 @@ strictly increasing. `GET /subscribe?cursor=T` replays the kept messages from `T
 `wantedCollections` filters commits by collection; identity and account messages are sent
 whatever it asks, as Jetstream sends them.
 
+Jetstream v2 (`/xrpc/network.bsky.jetstream.subscribeEvents`, the `xrpc.v1.json`
+framing) is served from the same events: each gets the instance's own `seq` (from
+`first_seq`: two stand-ins number theirs apart, as two instances do), `kinds` filters them,
+and `cursor` is a seq replayed inclusive, or (1e15 and more) a time in microseconds. The
+stand-in keeps events from its retention floor on (`forget_before` raises it): a seq cursor
+below it is refused before the upgrade (HTTP 400 `CursorTooOld`); a time cursor below it is
+clamped to it with `#info OutdatedCursor`; a seq past the next one starts at the live tip
+with `#info FutureCursor`. `v2=False` serves v1 alone, as an instance not yet upgraded.
+
 It runs on its own thread and loop, so a test may use it from anywhere.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import threading
 import time
@@ -25,14 +35,25 @@ import aiohttp
 import libipld
 from aiohttp import web
 
+V2_PATH = "/xrpc/network.bsky.jetstream.subscribeEvents"
+V2_TYPE = "network.bsky.jetstream.subscribeEvents#"
+KINDS = ("commit", "identity", "account", "sync")
+
 
 class JetstreamStandIn:
-    def __init__(self, firehose: str) -> None:
+    def __init__(self, firehose: str, *, first_seq: int = 1, v2: bool = True) -> None:
         self.firehose = firehose.rstrip("/") + "/xrpc/com.atproto.sync.subscribeRepos"
         self.kept: list[tuple[int, str, dict[str, Any]]] = []  # time_us, kind, message
+        self.seqs: list[int] = []  # each kept message's v2 seq, in the same order
+        self.next_seq = self.floor = first_seq
+        self.v2 = v2
+        self.forgotten = False  # events below the floor were dropped
+        self.cursors: list[str | None] = []  # the v2 cursors asked for, in order
         self.connected = threading.Event()  # to the PDS
         # each subscriber's queue of live messages (None: the stand-in stops)
         self._clients: set[asyncio.Queue[tuple[int, str, dict[str, Any]] | None]] = set()
+        self._clients_v2: set[asyncio.Queue[tuple[int, tuple[int, str, dict[str, Any]]] | None]]
+        self._clients_v2 = set()
         self._last_us = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -61,6 +82,8 @@ class JetstreamStandIn:
     async def _start(self) -> int:
         app = web.Application()
         app.router.add_get("/subscribe", self._subscribe)
+        if self.v2:
+            app.router.add_get(V2_PATH, self._subscribe_v2)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -73,6 +96,8 @@ class JetstreamStandIn:
             self._reader.cancel()
         for client in self._clients:
             client.put_nowait(None)
+        for live in self._clients_v2:
+            live.put_nowait(None)
         await asyncio.sleep(0.05)  # the subscribers' handlers end, then the server
         if self._runner is not None:
             await self._runner.cleanup()
@@ -94,8 +119,12 @@ class JetstreamStandIn:
             return
         entry = (self._last_us, message["kind"], message)
         self.kept.append(entry)
+        self.seqs.append(self.next_seq)
+        self.next_seq += 1
         for client in self._clients:
             client.put_nowait(entry)
+        for live in self._clients_v2:
+            live.put_nowait((self.seqs[-1], entry))
 
     async def _subscribe(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
@@ -121,6 +150,78 @@ class JetstreamStandIn:
         finally:
             self._clients.discard(live)
         return ws
+
+    def forget_before(self, seq: int) -> None:
+        """The retention floor rises to `seq`: what came before is no longer kept."""
+        asyncio.run_coroutine_threadsafe(self._forget(seq), self._loop).result(10)
+
+    async def _forget(self, seq: int) -> None:
+        keep = [i for i, s in enumerate(self.seqs) if s >= seq]
+        self.forgotten = self.forgotten or len(keep) < len(self.seqs)
+        self.kept = [self.kept[i] for i in keep]
+        self.seqs = [self.seqs[i] for i in keep]
+        self.floor = max(self.floor, seq)
+
+    async def _subscribe_v2(self, request: web.Request) -> web.StreamResponse:
+        kinds = set(request.query.getall("kinds", [])) or set(KINDS)
+        if not kinds <= set(KINDS):
+            return web.json_response({"error": "InvalidRequest"}, status=400)
+        cursor = request.query.get("cursor")
+        self.cursors.append(cursor)
+        notice, start = None, self.next_seq  # the live tip
+        if cursor is not None:
+            asked = int(cursor)
+            if asked >= 10**15:  # a time: the first event witnessed then or after
+                pairs = zip(self.seqs, self.kept, strict=True)
+                first = next((s for s, e in pairs if e[0] >= asked), None)
+                start = self.next_seq if first is None else first
+                if self.forgotten and (not self.kept or asked < self.kept[0][0]):
+                    notice = "OutdatedCursor"
+            elif asked < self.floor:
+                message = f"cursor {asked} is below the retention floor {self.floor}"
+                return web.json_response({"error": "CursorTooOld", "message": message}, status=400)
+            elif asked > self.next_seq:
+                notice = "FutureCursor"
+            else:
+                start = asked
+        ws = web.WebSocketResponse(protocols=("xrpc.v1.json",))
+        await ws.prepare(request)
+        live: asyncio.Queue[tuple[int, tuple[int, str, dict[str, Any]]] | None] = asyncio.Queue()
+        self._clients_v2.add(live)
+        try:
+            if notice is not None:
+                info = {"$type": V2_TYPE + "info", "name": notice, "message": f"from {start}"}
+                await ws.send_str(json.dumps({"$type": "event", "payload": info}))
+            sent = start - 1
+            for seq, entry in zip(list(self.seqs), list(self.kept), strict=True):
+                if seq >= start:
+                    await self._send_v2(ws, seq, entry, kinds)
+                    sent = seq
+            while not ws.closed:
+                item = await live.get()
+                if item is None:
+                    await ws.close()
+                    break
+                if item[0] > sent:
+                    await self._send_v2(ws, item[0], item[1], kinds)
+                    sent = item[0]
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._clients_v2.discard(live)
+        return ws
+
+    @staticmethod
+    async def _send_v2(
+        ws: web.WebSocketResponse, seq: int, entry: tuple[int, str, dict[str, Any]], kinds: set[str]
+    ) -> None:
+        time_us, kind, message = entry
+        if kind not in kinds:
+            return
+        when = datetime.datetime.fromtimestamp(time_us / 1e6, datetime.UTC).isoformat()
+        payload = {"$type": V2_TYPE + kind, "seq": seq, "did": message["did"], "time": when}
+        payload[kind] = message[kind]
+        await ws.send_str(json.dumps({"$type": "event", "payload": payload}))
 
     @staticmethod
     async def _send(

@@ -28,9 +28,10 @@ from atwhois.cache.accounts import mark_of
 from atwhois.cache.keys import did_key, identifier_of
 from atwhois.cache.revalidate import Revalidator, Watcher
 
+from .cursors import StoreCursor
 from .frames import AccountEvent, IdentityEvent
 from .process import WIRES, StreamProcess
-from .subscriber import StoreCursor, StreamState, Subscriber
+from .subscriber import StreamState, Subscriber
 
 
 class Follower:
@@ -57,7 +58,8 @@ class Follower:
         self.watched = watched  # whether a DID is on the audits' watch-list
         self.subscribers: list[Subscriber | StreamProcess] = []
         wired = [(url, "firehose") for url in urls] + [
-            (url, "jetstream") for url in jetstreams or []
+            (url, "jetstream2")
+            for url in jetstreams or []  # v1 where an instance has no v2
         ]
         for url, wire in wired:
             cursor = StoreCursor(cached.store, url)

@@ -12,6 +12,12 @@ Jetstream (`decode_jetstream`) re-encodes the same stream as JSON, one object a 
 its `identity` and `account` messages become the same events, their cursor the message's
 `time_us` (Jetstream replays from a time, in microseconds), and every other kind is skipped.
 
+Jetstream v2 (`decode_jetstream_v2`, `network.bsky.jetstream.subscribeEvents` in the
+`xrpc.v1.json` framing) sends one JSON object a frame: an event, `{"$type": "event",
+"payload": {...}}`, whose payload is the lexicon's message (`#identity` and `#account` wrap
+the firehose's bodies; their cursor is the instance's own `seq`), or an error, `{"$type":
+"error", "error": ..., "message": ...}`.
+
 A relay is a stranger: a frame that is not what the lexicon says is a `MalformedFrame`
 (invalid data), never a crash and never a half-read event.
 """
@@ -146,6 +152,53 @@ def decode_jetstream(message: bytes) -> Event:
     if not isinstance(active, bool):
         raise MalformedFrame("account without a boolean `active`")
     return AccountEvent(cursor, did, _text(body, "time"), active, _optional_text(body, "status"))
+
+
+V2 = "network.bsky.jetstream.subscribeEvents#"
+
+
+def decode_jetstream_v2(message: bytes) -> Event:
+    """One Jetstream v2 frame (`xrpc.v1.json`). Raises `MalformedFrame`."""
+    if len(message) > MAX_FRAME_BYTES:
+        raise MalformedFrame(f"a message of {len(message)} bytes (at most {MAX_FRAME_BYTES})")
+    try:
+        frame = parse_json(message)
+    except ValueError as err:
+        raise MalformedFrame(f"not JSON: {err}") from None
+    if not isinstance(frame, dict):
+        raise MalformedFrame("an xrpc.v1.json frame is a JSON object")
+    kind = frame.get("$type")
+    if kind == "error":
+        error = frame.get("error")
+        if not isinstance(error, str):
+            raise MalformedFrame("an error frame without its `error`")
+        return ErrorFrame(error, _optional_text(frame, "message"))
+    payload = frame.get("payload")
+    if kind != "event" or not isinstance(payload, dict):
+        raise MalformedFrame(f"a frame of $type {str(kind)[:40]!r}, not an event or an error")
+    name = payload.get("$type")
+    if not isinstance(name, str) or not name.startswith(V2):
+        raise MalformedFrame(f"a payload of $type {str(name)[:80]!r}")
+    name = name.removeprefix(V2)
+    if name == "info":
+        return InfoEvent(_text(payload, "name"), _optional_text(payload, "message"))
+    seq = _seq(payload)
+    if name not in ("identity", "account"):
+        return Skipped(f"#{name}", seq)
+    body = payload.get(name)
+    if not isinstance(body, dict):
+        raise MalformedFrame(f"a v2 {name} event without its `{name}` object")
+    did = _did(body)
+    if payload.get("did") != did:
+        raise MalformedFrame(f"the event's `did` is not its {name}'s")
+    when = _text(payload, "time")
+    if name == "identity":
+        handle = _optional_text(body, "handle")
+        return IdentityEvent(seq, did, when, handle if handle and is_valid_handle(handle) else None)
+    active = body.get("active")
+    if not isinstance(active, bool):
+        raise MalformedFrame("account without a boolean `active`")
+    return AccountEvent(seq, did, when, active, _optional_text(body, "status"))
 
 
 def _is_seq(value: Any) -> bool:

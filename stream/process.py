@@ -28,11 +28,13 @@ from atwhois.foundation import Backoff
 from atwhois.foundation.pool import SPAWN, child_process
 from atwhois.foundation.version import agent
 
+from .cursors import Cursor
 from .frames import AccountEvent, IdentityEvent
-from .subscriber import FIREHOSE, JETSTREAM, Cursor, Subscriber, Wire
+from .subscriber import Subscriber
+from .wires import FIREHOSE, JETSTREAM, JETSTREAM2, Wire
 
 log = logging.getLogger("atwhois.stream")
-WIRES = {"firehose": FIREHOSE, "jetstream": JETSTREAM}
+WIRES = {"firehose": FIREHOSE, "jetstream": JETSTREAM, "jetstream2": JETSTREAM2}
 STATE_EVERY = 0.25  # seconds between two snapshots of the child's stream state
 QUEUE = 1024  # messages from the child waiting to be applied, at most
 Message = tuple[str, Any]  # ("event", event) | ("cursor", seq) | ("state", state) | ("gap", None)

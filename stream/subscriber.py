@@ -48,108 +48,22 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 import aiohttp
 import yarl
 
-from atwhois.cache.stores.base import Store
 from atwhois.foundation import Backoff
 from atwhois.foundation.version import agent
-from atwhois.resolver.untrusted import BadNumber, parse_count, parse_json
+from atwhois.resolver.untrusted import parse_json
 
-from .frames import (
-    AccountEvent,
-    ErrorFrame,
-    Event,
-    IdentityEvent,
-    InfoEvent,
-    MalformedFrame,
-    Skipped,
-    decode,
-    decode_jetstream,
-)
+from .cursors import Cursor
+from .frames import AccountEvent, ErrorFrame, IdentityEvent, InfoEvent, MalformedFrame, Skipped
+from .wires import FIREHOSE, V2_TIME, Wire
 
 log = logging.getLogger("atwhois.stream")
 OnEvent = Callable[[IdentityEvent | AccountEvent], Awaitable[None]]
-PATH = "/xrpc/com.atproto.sync.subscribeRepos"
 YIELD_EVERY = 16  # messages read before the event loop serves what else is waiting
-FUTURE_MARGIN = 600.0  # seconds a Jetstream event's time may be ahead of this clock
-RELAY_SEQ_BOUND = 2**53  # past any relay's numbering (and JSON's exact integers)
-
-
-class Wire(NamedTuple):
-    """How a kind of stream is asked for and read."""
-
-    path: str
-    decode: Callable[[bytes], Event]
-    params: dict[str, str]  # asked of every connection
-    resume: Callable[[int], str]  # the `cursor` parameter that resumes after the last applied
-    plausible: Callable[[int], bool]  # a seq (or time) the source can have sent
-
-
-def _relay_seq(seq: int) -> bool:
-    return 0 <= seq < RELAY_SEQ_BOUND
-
-
-def _jetstream_time(time_us: int) -> bool:
-    return 0 <= time_us <= (time.time() + FUTURE_MARGIN) * 1_000_000
-
-
-FIREHOSE = Wire(PATH, decode, {}, str, _relay_seq)  # a relay sends what comes after `cursor`
-# Jetstream replays from a time, inclusive: from the microsecond after the last applied. It
-# sends identity and account messages whatever collections are asked for: asking for one
-# nobody writes leaves out the commits (the bulk of the stream), which say nothing here.
-JETSTREAM = Wire(
-    "/subscribe",
-    decode_jetstream,
-    {"wantedCollections": "blue.atwhois.none"},
-    lambda cursor: str(cursor + 1),
-    _jetstream_time,
-)
-
-
-class Cursor(Protocol):
-    """Where the cursor lives between connections and restarts."""
-
-    async def load(self) -> int | None: ...
-
-    async def save(self, seq: int | None) -> None: ...
-
-
-@dataclass
-class MemoryCursor:
-    seq: int | None = None
-
-    async def load(self) -> int | None:
-        return self.seq
-
-    async def save(self, seq: int | None) -> None:
-        self.seq = seq
-
-
-class StoreCursor:
-    """The cursor as an entry of the cache store: it survives a restart, and with Redis the
-    daemons that follow one relay share it."""
-
-    KEEP = 30 * 24 * 3600.0  # a month: older than any relay's backfill window
-
-    def __init__(self, store: Store, url: str) -> None:
-        self.store, self.key = store, f"stream-cursor:{url.rstrip('/')}"
-
-    async def load(self) -> int | None:
-        stored = await self.store.get(self.key)
-        text = stored.value.decode("ascii", "replace") if stored else ""
-        try:  # a cursor as this process wrote it: ASCII digits within 64 bits
-            return parse_count(text, name="cursor")
-        except BadNumber:
-            return None
-
-    async def save(self, seq: int | None) -> None:
-        if seq is None:
-            await self.store.delete([self.key])
-        else:
-            await self.store.put(self.key, str(seq).encode(), time.time() + self.KEEP)
 
 
 @dataclass
@@ -267,12 +181,40 @@ class Subscriber:
                 await asyncio.sleep(wait)
 
     async def _follow(self, session: aiohttp.ClientSession) -> None:
-        params = dict(self.wire.params)
+        params = list(self.wire.params)
         if self.state.cursor is not None:
-            params["cursor"] = self.wire.resume(self.state.cursor)
+            params.append(("cursor", self.wire.resume(self.state.cursor)))
+        try:
+            await self._connected(session, params)
+        except aiohttp.WSServerHandshakeError as err:
+            await self._refused(err)
+
+    async def _refused(self, err: aiohttp.WSServerHandshakeError) -> None:
+        """The upgrade was refused. An instance without this path (404) is followed on the
+        wire's fallback (Jetstream v1); a cursor refused before the upgrade (400, v2's
+        CursorTooOld: below the instance's retention floor) is a gap (F-CUR-3), and the
+        stream goes on from the present. Anything else is a failure of the moment."""
+        fallback = self.wire.fallback
+        if err.status == 404 and fallback is not None:
+            log.warning(
+                json.dumps({"event": "stream_fallback", "url": self.url, "to": fallback.path})
+            )
+            self.wire = fallback
+            if self.state.cursor is not None and not fallback.plausible(self.state.cursor):
+                await self._gap("a cursor of another wire: from the present")
+            return
+        if err.status == 400 and self.state.cursor is not None:
+            await self._gap(f"cursor {self.state.cursor} refused (HTTP 400, CursorTooOld)")
+            return
+        raise ConnectionError(f"the upgrade was refused: HTTP {err.status} {err.message}")
+
+    async def _connected(
+        self, session: aiohttp.ClientSession, params: list[tuple[str, str]]
+    ) -> None:
         async with session.ws_connect(
             self.url + self.wire.path,
             params=params,
+            protocols=self.wire.protocols,
             max_msg_size=self.max_frame,
             autoping=False,  # our pings and their answers are how progress is seen
             timeout=aiohttp.ClientWSTimeout(ws_close=1.0),  # a stalled peer: no long goodbye
@@ -367,6 +309,12 @@ class Subscriber:
             if event.name == "OutdatedCursor":
                 self.state.outdated_cursor += 1
                 log.warning(json.dumps({"event": "stream_outdated_cursor", "url": self.url}))
+                # followed from the oldest event kept: what came before it was missed (F-CUR-3)
+                await self._gap(
+                    "OutdatedCursor: the stream no longer holds what followed the cursor"
+                )
+            elif event.name == "FutureCursor":  # v2: the cursor is not this instance's (F-CUR-3)
+                await self._gap("FutureCursor: from the present")
             return True
         seq = event.seq
         if seq is not None and not self.wire.plausible(seq):
@@ -376,7 +324,17 @@ class Subscriber:
                 json.dumps({"event": "stream_implausible_seq", "url": self.url, "seq": seq})
             )
             return True  # not applied; the cursor stays; the stream goes on
-        if seq is not None and self.state.cursor is not None and seq <= self.state.cursor:
+        if self.wire.inclusive and seq is not None and seq == self.state.cursor:
+            return True  # the event at the cursor, sent again: applied already
+        behind = self.state.cursor is not None and not (
+            self.wire.inclusive and self.state.cursor >= V2_TIME  # a time cursor: seqs follow
+        )
+        if (
+            seq is not None
+            and self.state.cursor is not None
+            and behind
+            and seq <= self.state.cursor
+        ):
             self.state.backwards += 1
             self.state.last_error = f"seq {seq} is not after the cursor {self.state.cursor}"
             log.warning(

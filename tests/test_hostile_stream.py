@@ -22,8 +22,10 @@ from atwhois.cache.stores.memory import MemoryStore
 from atwhois.foundation import Backoff
 from atwhois.resolver import Resolver, Status
 from atwhois.stream import AccountEvent, IdentityEvent
+from atwhois.stream.cursors import MemoryCursor, StoreCursor
 from atwhois.stream.follower import Follower
-from atwhois.stream.subscriber import PATH, MemoryCursor, StoreCursor, Subscriber
+from atwhois.stream.subscriber import Subscriber
+from atwhois.stream.wires import PATH
 from devnet import relay_frames as f
 from devnet.jetstream import jetstream_message
 from devnet.network import DevnetState
@@ -415,7 +417,7 @@ async def test_a_cursor_no_source_can_send_is_a_counted_fault_and_a_stored_one_i
     the gap counted and told, so that what the daemon holds is re-verified."""
     import json as json_module
 
-    from atwhois.stream.subscriber import JETSTREAM
+    from atwhois.stream.wires import JETSTREAM
 
     now_us = int(time.time() * 1_000_000)
     times = [now_us, 2**63 - 1, 10**30, now_us + 1, now_us + 2]

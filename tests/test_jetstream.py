@@ -6,7 +6,9 @@ restart resumed from the stored cursor with nothing lost and nothing applied twi
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,19 +16,27 @@ from typing import Any
 import httpx
 import pytest
 
+from atwhois.cache.stores import MemoryStore
+from atwhois.foundation import Backoff
+from atwhois.stream.cursors import StoreCursor
 from atwhois.stream.frames import (
     AccountEvent,
+    ErrorFrame,
     IdentityEvent,
+    InfoEvent,
     MalformedFrame,
     Skipped,
     decode_jetstream,
+    decode_jetstream_v2,
 )
+from atwhois.stream.subscriber import Subscriber
+from atwhois.stream.wires import JETSTREAM2
 from devnet import world
 from devnet.atwhois import Daemon, running_daemon
 from devnet.jetstream import JetstreamStandIn
 from devnet.network import DevnetState
 from devnet.pds import create_account
-from tests.support.waiting import until
+from tests.support.waiting import eventually, until
 
 DID = "did:plc:" + "a" * 24
 
@@ -98,9 +108,12 @@ def _stream(daemon: Daemon) -> dict[str, Any]:
     return streams[0]
 
 
+@pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
 def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
-    devnet: DevnetState, tmp_path: Path
+    devnet: DevnetState, tmp_path: Path, v2: bool
 ) -> None:
+    """On an instance with Jetstream v2 (issue 57) the daemon follows subscribeEvents, its
+    cursor the instance's seq, resumed inclusive; on one without, /subscribe (v1)."""
     name = f"jet{uuid.uuid4().hex[:8]}"
     did = create_account(devnet.pds_url, name)
     first, second, third, fourth = (
@@ -113,7 +126,7 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
     ).json()
     token = session["accessJwt"]
     cache = f"sqlite://{tmp_path}/cache.db"
-    with JetstreamStandIn(devnet.pds_url.replace("http://", "ws://")) as jetstream:
+    with JetstreamStandIn(devnet.pds_url.replace("http://", "ws://"), v2=v2) as jetstream:
         args = ("--jetstream", jetstream.url, "--cache", cache, "--ttl-verified", "3600:86400")
         with running_daemon(devnet.env(), tmp_path / "a.log", *args) as daemon:
             assert _did_of(daemon, first) == (200, did)  # held, for an hour
@@ -131,14 +144,14 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
             # the third handle resolves as a miss, maybe before its event is applied: the
             # daemon stops once its cursor is past that event, so that nothing comes again
             # after the restart
-            until(lambda: _sent(jetstream, third) is not None, 5)
-            until(lambda: (_stream(daemon)["cursor"] or 0) >= (_sent(jetstream, third) or 0), 5)
+            until(lambda: _sent(jetstream, third, v2) is not None, 5)
+            until(lambda: (_stream(daemon)["cursor"] or 0) >= (_sent(jetstream, third, v2) or 0), 5)
             before = _stream(daemon)
             assert before["role"] == "relay" and before["malformed"] == 0
             applied = before["events"]
         # while no daemon follows: a change it must not miss
         _pds(devnet, "com.atproto.identity.updateHandle", {"handle": fourth}, token)
-        until(lambda: _sent(jetstream, fourth) is not None, 5)
+        until(lambda: _sent(jetstream, fourth, v2) is not None, 5)
         with running_daemon(devnet.env(), tmp_path / "b.log", *args) as daemon:
             until(lambda: _did_of(daemon, fourth) == (200, did), 5)
             # the stream's state comes from its own process: read once it is past the event
@@ -148,13 +161,140 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
             assert after["events"]["#identity"] == 1
             assert after["cursor"] > before["cursor"] and after["backwards"] == 0
     assert applied.get("#identity", 0) >= 3 and applied.get("#account", 0) >= 2
+    if v2:  # the stored seq, asked again (inclusive); never a time, never v1's path
+        assert jetstream.cursors[0] is None and str(before["cursor"]) in jetstream.cursors[1:]
+        assert before["cursor"] < 10**15
 
 
-def _identities(jetstream: JetstreamStandIn) -> list[tuple[int, str, dict[str, Any]]]:
-    return [entry for entry in list(jetstream.kept) if entry[1] == "identity"]
-
-
-def _sent(jetstream: JetstreamStandIn, handle: str) -> int | None:
-    """The cursor of the identity event that named `handle` (None: not sent yet)."""
-    sent = [e[0] for e in _identities(jetstream) if e[2]["identity"].get("handle") == handle]
+def _sent(jetstream: JetstreamStandIn, handle: str, v2: bool = False) -> int | None:
+    """The cursor of the identity event that named `handle` (None: not sent yet): its time
+    in microseconds (v1), or its seq at this instance (v2)."""
+    kept = list(zip(list(jetstream.seqs), list(jetstream.kept), strict=False))
+    sent = [
+        seq if v2 else entry[0]
+        for seq, entry in kept
+        if entry[1] == "identity" and entry[2]["identity"].get("handle") == handle
+    ]
     return sent[0] if sent else None
+
+
+async def _following(subscriber: Subscriber, done: Any, timeout: float = 10) -> None:
+    task = asyncio.create_task(subscriber.run())
+    try:
+        await eventually(done, timeout)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_v2_gaps_a_cursor_too_old_an_outdated_time_and_another_instances_seq(
+    devnet: DevnetState,
+) -> None:
+    """Issue 57, F-CUR-3: a seq below the instance's retention floor is refused before the upgrade
+    (CursorTooOld), a time below it is clamped (#info OutdatedCursor), a seq past its next
+    one starts at its tip (#info FutureCursor): each is a gap, handed to `on_gap` (the
+    daemon re-verifies what it holds) and counted for /_health, never skipped silently.
+    A cursor is stored by the instance's URL: another instance starts at its tip."""
+    name = f"jg{uuid.uuid4().hex[:8]}"
+    did = create_account(devnet.pds_url, name)
+    session = httpx.post(
+        f"{devnet.pds_url}/xrpc/com.atproto.server.createSession",
+        json={"identifier": name + world.LIVE_HANDLE_SUFFIX, "password": world.live_password(name)},
+        timeout=30,
+    ).json()
+    firehose = devnet.pds_url.replace("http://", "ws://")
+    store = MemoryStore()
+    applied: list[int] = []
+    gaps: list[str] = []
+
+    async def on_event(event: IdentityEvent | AccountEvent) -> None:
+        applied.append(event.seq)
+
+    async def gap() -> None:
+        gaps.append("gap")
+
+    def follower(url: str) -> Subscriber:
+        cursor = StoreCursor(store, url)
+        quick = Backoff(base=0.01, cap=0.05)
+        return Subscriber(url, on_event, cursor, wire=JETSTREAM2, on_gap=gap, backoff=quick)
+
+    with (
+        JetstreamStandIn(firehose, first_seq=1) as one,
+        JetstreamStandIn(firehose, first_seq=50_000) as other,
+    ):
+        first = follower(one.url)
+        running = asyncio.create_task(first.run())
+        try:
+            await eventually(lambda: first.state.connected, 10)
+            handle = {"handle": f"{name}-b{world.LIVE_HANDLE_SUFFIX}"}
+            _pds(devnet, "com.atproto.identity.updateHandle", handle, session["accessJwt"])
+            await eventually(lambda: first.state.cursor is not None and applied, 10)
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        seen = first.state.cursor
+        assert seen is not None and seen < 50_000 and gaps == []
+        assert await StoreCursor(store, one.url).load() == seen
+        elsewhere = follower(other.url)  # the same store: this instance's seq is not there
+        await _following(elsewhere, lambda: elsewhere.state.connected)
+        assert other.cursors == [None] and gaps == []
+
+        one.forget_before(one.next_seq + 5)  # the floor passes the stored seq
+        again = follower(one.url)
+        await _following(again, lambda: again.state.gaps == 1 and again.state.connected)
+        assert one.cursors[-2:] == [str(seen), None]  # refused, then from the present
+        assert gaps == ["gap"]
+
+        time_us = one.kept[0][0] - 1 if one.kept else 10**15 + 1
+        await StoreCursor(store, one.url).save(time_us if time_us >= 10**15 else 10**15 + 1)
+        clamped = follower(one.url)
+        await _following(clamped, lambda: clamped.state.gaps == 1)
+        assert clamped.state.outdated_cursor == 1 and gaps == ["gap", "gap"]
+
+        await StoreCursor(store, one.url).save(one.next_seq + 1000)
+        ahead = follower(one.url)
+        await _following(ahead, lambda: ahead.state.gaps == 1)
+        assert gaps == ["gap", "gap", "gap"]
+    assert did
+
+
+def v2(payload: dict[str, Any]) -> bytes:
+    return json.dumps({"$type": "event", "payload": payload}).encode()
+
+
+V2 = "network.bsky.jetstream.subscribeEvents#"
+
+
+def test_v2_frames_are_the_firehoses_events() -> None:
+    at = {"seq": 7, "did": DID, "time": "2026-12-05T00:00:00Z"}
+    identity = v2({"$type": V2 + "identity", **at, "identity": {"did": DID, "handle": "a.test"}})
+    assert decode_jetstream_v2(identity) == IdentityEvent(7, DID, at["time"], "a.test")
+    account = v2({"$type": V2 + "account", **at, "account": {"did": DID, "active": False,
+                  "status": "deactivated"}})  # fmt: skip
+    assert decode_jetstream_v2(account) == AccountEvent(7, DID, at["time"], False, "deactivated")
+    assert decode_jetstream_v2(v2({"$type": V2 + "commit", **at})) == Skipped("#commit", 7)
+    info = v2({"$type": V2 + "info", "name": "OutdatedCursor", "message": "from 3"})
+    assert decode_jetstream_v2(info) == InfoEvent("OutdatedCursor", "from 3")
+    error = json.dumps({"$type": "error", "error": "ConsumerTooSlow"}).encode()
+    assert decode_jetstream_v2(error) == ErrorFrame("ConsumerTooSlow", None)
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (b"not json", "not JSON"),
+        (b"[]", "a JSON object"),
+        (json.dumps({"$type": "message", "payload": {}}).encode(), "not an event or an error"),
+        (json.dumps({"$type": "error"}).encode(), "without its `error`"),
+        (v2({"$type": "com.atproto.sync.subscribeRepos#identity", "seq": 1}), "a payload of"),
+        (v2({"$type": V2 + "identity", "seq": -1, "did": DID, "time": "t"}), "`seq`"),
+        (v2({"$type": V2 + "identity", "seq": 1, "did": DID, "time": "t"}), "`identity` object"),
+        (v2({"$type": V2 + "identity", "seq": 1, "did": "did:plc:" + "b" * 24, "time": "t",
+             "identity": {"did": DID}}), "not its identity"),
+        (v2({"$type": V2 + "account", "seq": 1, "did": DID, "time": "t",
+             "account": {"did": DID, "active": "yes"}}), "boolean `active`"),
+    ],
+)  # fmt: skip
+def test_a_malformed_v2_frame_is_refused_with_its_reason(raw: bytes, why: str) -> None:
+    with pytest.raises(MalformedFrame, match=re.escape(why)):
+        decode_jetstream_v2(raw)

@@ -19,7 +19,8 @@ import httpx
 from atwhois.foundation import Backoff
 from atwhois.resolver import Config, Resolver, Status
 from atwhois.stream import AccountEvent, IdentityEvent
-from atwhois.stream.subscriber import MemoryCursor, Subscriber
+from atwhois.stream.cursors import MemoryCursor
+from atwhois.stream.subscriber import Subscriber
 from devnet import world
 from devnet.atwhois import Daemon, running_daemon
 from devnet.network import DevnetState

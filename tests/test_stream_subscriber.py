@@ -16,7 +16,9 @@ from aiohttp import web
 from atwhois.cache.stores.sqlite import SqliteStore
 from atwhois.foundation import Backoff
 from atwhois.stream import AccountEvent, IdentityEvent
-from atwhois.stream.subscriber import PATH, MemoryCursor, StoreCursor, Subscriber
+from atwhois.stream.cursors import MemoryCursor, StoreCursor
+from atwhois.stream.subscriber import Subscriber
+from atwhois.stream.wires import PATH
 from devnet import relay_frames as f
 from tests.support.waiting import eventually
 

@@ -112,11 +112,17 @@ class RedisStore:
                 elif now - heard > _SILENCE:
                     await pubsub.ping()
         finally:
-            with contextlib.suppress(Exception):  # the connection may be gone already
-                await pubsub.aclose()
+            # The connection may be gone already, or held by the read a cancellation just
+            # interrupted: redis-py's close then waits on it for good, and so would a
+            # daemon's shutdown (a tier closed while another process's change was arriving).
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(pubsub.aclose(), _CLOSE_WITHIN)
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+_CLOSE_WITHIN = 2.0  # seconds a subscription's close may take
 
 
 def _glob_escaped(text: str) -> str:

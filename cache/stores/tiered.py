@@ -13,7 +13,6 @@ memory, and must not be older there than in the store.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -35,6 +34,9 @@ _MAX_UNSYNCED = 10_000  # keys remembered for deletion below once it answers aga
 
 class StoreUnavailable(AtwhoisError):
     """The store below did not take a change (a purge); the memory tier did."""
+
+
+_STOP_WITHIN = 2.0  # seconds the watch of a closing tier may take to stop
 
 
 class _Failed:
@@ -226,7 +228,7 @@ class TieredStore:
 
     async def _watch(self) -> None:
         backoff = 0.1
-        while True:
+        while not self._closed:
             try:
                 await self.below.watch(self._changed, self._following)  # type: ignore[attr-defined]
             except Exception as err:
@@ -273,12 +275,18 @@ class TieredStore:
 
     async def close(self) -> None:
         self._closed = True
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.sleep(0)  # its chance to stop as asked
         await self.memory.close()
+        # A read of redis-py's may swallow the cancellation and wait on: closing the store's
+        # connections ends it, and the watcher then sees the tier closed.
         await self.below.close()
+        if watcher is not None:
+            await asyncio.wait({watcher}, timeout=_STOP_WITHIN)
+            if watcher.done() and not watcher.cancelled():
+                watcher.exception()  # retrieved: a closed store's watch has nothing to say
 
 
 Tier = MemoryStore | TieredStore  # what a `CachedResolver` reads through

@@ -25,7 +25,8 @@ from atwhois.mirror.records import Batch
 from atwhois.mirror.upstream_stream import FUTURE, OUTDATED, TOO_SLOW, StreamClosed
 from atwhois.resolver.errors import UpstreamFailure
 from atwhois.resolver.untrusted import BadNumber, parse_count
-from atwhois.stream.subscriber import MemoryCursor, Subscriber
+from atwhois.stream.cursors import MemoryCursor
+from atwhois.stream.subscriber import Subscriber
 from devnet import relay_frames
 from devnet.synthetic_plc import export_lines
 

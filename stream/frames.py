@@ -120,8 +120,8 @@ def decode(frame: bytes) -> Event:
     return Skipped(kind, seq if _is_seq(seq) else None)
 
 
-def decode_jetstream(message: bytes) -> Event:
-    """One Jetstream message. Raises `MalformedFrame`."""
+def _json_object(message: bytes, what: str) -> dict[str, Any]:
+    """A JSON message of a stream, within the frame bound (`what` names it in the error)."""
     if len(message) > MAX_FRAME_BYTES:
         raise MalformedFrame(f"a message of {len(message)} bytes (at most {MAX_FRAME_BYTES})")
     try:
@@ -129,7 +129,13 @@ def decode_jetstream(message: bytes) -> Event:
     except ValueError as err:
         raise MalformedFrame(f"not JSON: {err}") from None
     if not isinstance(data, dict):
-        raise MalformedFrame("a Jetstream message is a JSON object")
+        raise MalformedFrame(f"{what} is a JSON object")
+    return data
+
+
+def decode_jetstream(message: bytes) -> Event:
+    """One Jetstream message. Raises `MalformedFrame`."""
+    data = _json_object(message, "a Jetstream message")
     cursor = data.get("time_us")
     if not isinstance(cursor, int) or not _is_seq(cursor):
         raise MalformedFrame(f"`time_us` is not a time in microseconds: {cursor!r:.40}")
@@ -159,14 +165,7 @@ V2 = "network.bsky.jetstream.subscribeEvents#"
 
 def decode_jetstream_v2(message: bytes) -> Event:
     """One Jetstream v2 frame (`xrpc.v1.json`). Raises `MalformedFrame`."""
-    if len(message) > MAX_FRAME_BYTES:
-        raise MalformedFrame(f"a message of {len(message)} bytes (at most {MAX_FRAME_BYTES})")
-    try:
-        frame = parse_json(message)
-    except ValueError as err:
-        raise MalformedFrame(f"not JSON: {err}") from None
-    if not isinstance(frame, dict):
-        raise MalformedFrame("an xrpc.v1.json frame is a JSON object")
+    frame = _json_object(message, "an xrpc.v1.json frame")
     kind = frame.get("$type")
     if kind == "error":
         error = frame.get("error")

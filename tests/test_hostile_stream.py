@@ -30,7 +30,7 @@ from devnet import relay_frames as f
 from devnet.jetstream import jetstream_message
 from devnet.network import DevnetState
 from tests.support.clock import Clock
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, while_running
 
 Script = Callable[[web.WebSocketResponse, web.Request, int], Awaitable[None]]
 
@@ -85,12 +85,7 @@ def _quick() -> Backoff:
 
 
 async def _run(subscriber: Subscriber, done: Callable[[], bool], timeout: float = 10) -> None:
-    task = asyncio.create_task(subscriber.run())
-    try:
-        await eventually(done, timeout)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    await while_running(subscriber.run(), done, timeout)
 
 
 async def test_a_seq_that_goes_back_is_a_fault_never_a_cursor(

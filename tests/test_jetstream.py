@@ -36,7 +36,7 @@ from devnet.atwhois import Daemon, running_daemon
 from devnet.jetstream import JetstreamStandIn
 from devnet.network import DevnetState
 from devnet.pds import create_account
-from tests.support.waiting import eventually, until
+from tests.support.waiting import eventually, until, while_running
 
 DID = "did:plc:" + "a" * 24
 
@@ -178,15 +178,6 @@ def _sent(jetstream: JetstreamStandIn, handle: str, v2: bool = False) -> int | N
     return sent[0] if sent else None
 
 
-async def _following(subscriber: Subscriber, done: Any, timeout: float = 10) -> None:
-    task = asyncio.create_task(subscriber.run())
-    try:
-        await eventually(done, timeout)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
 async def test_v2_gaps_a_cursor_too_old_an_outdated_time_and_another_instances_seq(
     devnet: DevnetState,
 ) -> None:
@@ -236,24 +227,24 @@ async def test_v2_gaps_a_cursor_too_old_an_outdated_time_and_another_instances_s
         assert seen is not None and seen < 50_000 and gaps == []
         assert await StoreCursor(store, one.url).load() == seen
         elsewhere = follower(other.url)  # the same store: this instance's seq is not there
-        await _following(elsewhere, lambda: elsewhere.state.connected)
+        await while_running(elsewhere.run(), lambda: elsewhere.state.connected)
         assert other.cursors == [None] and gaps == []
 
         one.forget_before(one.next_seq + 5)  # the floor passes the stored seq
         again = follower(one.url)
-        await _following(again, lambda: again.state.gaps == 1 and again.state.connected)
+        await while_running(again.run(), lambda: again.state.gaps == 1 and again.state.connected)
         assert one.cursors[-2:] == [str(seen), None]  # refused, then from the present
         assert gaps == ["gap"]
 
         time_us = one.kept[0][0] - 1 if one.kept else 10**15 + 1
         await StoreCursor(store, one.url).save(time_us if time_us >= 10**15 else 10**15 + 1)
         clamped = follower(one.url)
-        await _following(clamped, lambda: clamped.state.gaps == 1)
+        await while_running(clamped.run(), lambda: clamped.state.gaps == 1)
         assert clamped.state.outdated_cursor == 1 and gaps == ["gap", "gap"]
 
         await StoreCursor(store, one.url).save(one.next_seq + 1000)
         ahead = follower(one.url)
-        await _following(ahead, lambda: ahead.state.gaps == 1)
+        await while_running(ahead.run(), lambda: ahead.state.gaps == 1)
         assert gaps == ["gap", "gap", "gap"]
     assert did
 

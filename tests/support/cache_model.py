@@ -101,8 +101,11 @@ async def start_daemon(resolver: Resolver, store: TieredStore, clock: Clock) -> 
 
 
 async def wait_idle(daemons: list[Daemon]) -> None:
-    while any(d.cached.inflight for d in daemons):
-        await asyncio.sleep(0.01)
+    """Until no daemon has a resolution in flight: 30 s at most, past which a resolution
+    that never ends fails the step rather than hanging the run."""
+    await eventually(
+        lambda: not any(d.cached.inflight for d in daemons), 30, "resolutions still in flight"
+    )
 
 
 # --- the world, and what was true when -----------------------------------------------

@@ -31,3 +31,15 @@ async def eventually(
 async def _holds(check: Callable[[], bool | Awaitable[bool]]) -> bool:
     answer = check()
     return await answer if inspect.isawaitable(answer) else answer
+
+
+async def while_running(
+    work: Awaitable[object], done: Callable[[], bool], timeout: float = 10
+) -> None:
+    """`work` (a subscriber's `run()`, say) as a task, until `done()`; then cancelled."""
+    task = asyncio.ensure_future(work)
+    try:
+        await eventually(done, timeout)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MAX_PARK = 3600.0  # seconds a host may park us at most (a Retry-After of a week is a fault)
+_EPSILON = 1e-9
 MAX_BUCKETS = 65_536  # hosts held at once; past that, the full (idle) ones are dropped
 
 
@@ -36,10 +37,12 @@ class HostPace:
     kind_of: Callable[[str], str] = lambda host: host  # what a host is counted as
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
 
-    def admit(self, host: str) -> float | None:
-        """Takes a turn at `host`: the seconds to wait before sending (0: now), or None
-        while the host's pause lasts (nothing is sent, nothing taken: `parked_for` says how
-        long it still lasts)."""
+    def admit(self, host: str, *, again: bool = False) -> float | None:
+        """A turn at `host` now: 0 when it is taken (a request may go), else the seconds
+        until one is free (nothing taken: ask `again` then), or None while the host's
+        pause lasts (`parked_for` says how long). A turn is taken when the request goes,
+        never reserved ahead: a caller woken late (a busy machine) finds the bucket as
+        time left it, so what goes out in any second is a burst and the rate at most."""
         now = self.clock()
         rate = self.rate_of(host)
         bucket = self._bucket(host, rate, now)
@@ -47,14 +50,16 @@ class HostPace:
             self.kind_of(host), {"requests": 0, "throttled": 0, "parked": 0}
         )
         if bucket.parked_until > now:
-            counts["parked"] += 1
+            if not again:
+                counts["parked"] += 1
             return None
-        counts["requests"] += 1
-        bucket.tokens -= 1  # below zero: a turn reserved, the wait says when
-        if bucket.tokens >= 0:
+        if bucket.tokens >= 1 - _EPSILON:  # a token refilled to the float's last bit
+            bucket.tokens -= 1
+            counts["requests"] += 1
             return 0.0
-        counts["throttled"] += 1
-        return -bucket.tokens / rate
+        if not again:
+            counts["throttled"] += 1
+        return (1 - bucket.tokens) / rate
 
     def park(self, host: str, seconds: float) -> None:
         """The host said to come back in `seconds` (at most `MAX_PARK`)."""

@@ -99,13 +99,14 @@ class Upstream:
         if self.pace is None:
             return
         wait = self.pace.admit(self._host)
+        while wait:
+            self.closing.wait(wait)
+            wait = self.pace.admit(self._host, again=True)
         if wait is None:
             left = self.pace.parked_for(self._host)
             raise UpstreamFailure(
                 f"{self.url}: asked atwhois to wait {left:.1f} s more (Retry-After)"
             )
-        if wait:
-            self.closing.wait(wait)
 
     def page(self, after: str, count: int = PAGE_SIZE) -> list[bytes]:
         status, body, provenance = self._answer("/export", {"count": str(count), "after": after})

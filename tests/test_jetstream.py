@@ -36,6 +36,7 @@ from devnet.atwhois import Daemon, running_daemon
 from devnet.jetstream import JetstreamStandIn
 from devnet.network import DevnetState
 from devnet.pds import create_account
+from tests.support import metrics
 from tests.support.waiting import eventually, until, while_running
 
 DID = "did:plc:" + "a" * 24
@@ -160,10 +161,22 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
             # resumed after its cursor: only what came while it was away, nothing again
             assert after["events"]["#identity"] == 1
             assert after["cursor"] > before["cursor"] and after["backwards"] == 0
+        if v2:  # the instance no longer holds what follows the stored seq (CursorTooOld)
+            until(lambda: jetstream.seqs[-1] >= after["cursor"], 5)
+            jetstream.forget_before(jetstream.next_seq + 1)
+            with running_daemon(devnet.env(), tmp_path / "c.log", *args) as daemon:
+                until(lambda: _stream(daemon)["gaps"] == 1, 10)  # /_health says so
+                metrics_url = daemon.url + "/metrics"
+                # every identity the daemon holds is re-verified
+                until(lambda: _revalidated(httpx.get(metrics_url).text) >= 1, 10)
     assert applied.get("#identity", 0) >= 3 and applied.get("#account", 0) >= 2
     if v2:  # the stored seq, asked again (inclusive); never a time, never v1's path
         assert jetstream.cursors[0] is None and str(before["cursor"]) in jetstream.cursors[1:]
         assert before["cursor"] < 10**15
+
+
+def _revalidated(text: str) -> float:
+    return metrics.value(text, "atwhois_stream_revalidations_total", missing=0.0, result="done")
 
 
 def _sent(jetstream: JetstreamStandIn, handle: str, v2: bool = False) -> int | None:

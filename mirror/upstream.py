@@ -21,7 +21,7 @@ from atwhois.foundation.pace import HostPace, retry_after
 from atwhois.foundation.version import agent
 from atwhois.resolver.did import view_age
 from atwhois.resolver.errors import ResponseTooLarge, UpstreamFailure, UpstreamTimeout
-from atwhois.resolver.fetch import host_of
+from atwhois.resolver.fetch import host_of, parked
 from atwhois.resolver.plc.audit import parse_time
 from atwhois.resolver.response import MIRROR_HEADER
 from atwhois.resolver.untrusted import parse_json
@@ -103,10 +103,7 @@ class Upstream:
             self.closing.wait(wait)
             wait = self.pace.admit(self._host, again=True)
         if wait is None:
-            left = self.pace.parked_for(self._host)
-            raise UpstreamFailure(
-                f"{self.url}: asked atwhois to wait {left:.1f} s more (Retry-After)"
-            )
+            raise parked(self.pace, self._host, self.url)
 
     def page(self, after: str, count: int = PAGE_SIZE) -> list[bytes]:
         status, body, provenance = self._answer("/export", {"count": str(count), "after": after})

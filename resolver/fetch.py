@@ -216,7 +216,7 @@ class Fetcher:
         queue on its lock, each taking its turn when it goes)."""
         wait = self.pace.admit(host)
         if wait is None:
-            raise _parked(self.pace, host, url)
+            raise parked(self.pace, host, _origin(url))
         if not wait:
             return
         if len(self._waiting) > _WAITING_HOSTS:  # the hosts nobody waits at any more
@@ -226,7 +226,7 @@ class Fetcher:
                 await asyncio.sleep(wait)
                 wait = self.pace.admit(host, again=True)
                 if wait is None:
-                    raise _parked(self.pace, host, url)
+                    raise parked(self.pace, host, _origin(url))
 
     def _polite(self, url: str) -> contextlib.AbstractAsyncContextManager[object]:
         """Waits for a turn at the host (the first hop's: redirects stay in that turn)."""
@@ -314,9 +314,11 @@ def shared_pace(config: Config) -> HostPace:
 _WAITING_HOSTS = 1024  # hosts with a waiting room kept before the empty ones are dropped
 
 
-def _parked(pace: HostPace, host: str, url: str) -> UpstreamFailure:
+def parked(pace: HostPace, host: str, where: str) -> UpstreamFailure:
+    """The failure of a request not sent: `host` asked for a pause (Retry-After) that has
+    not ended (the PLC mirror's upstream says the same)."""
     left = pace.parked_for(host)
-    return UpstreamFailure(f"{_origin(url)}: asked atwhois to wait {left:.1f} s more (Retry-After)")
+    return UpstreamFailure(f"{where}: asked atwhois to wait {left:.1f} s more (Retry-After)")
 
 
 def host_of(url: str) -> str:

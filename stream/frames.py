@@ -144,20 +144,28 @@ def decode_jetstream(message: bytes) -> Event:
         raise MalformedFrame("a Jetstream message without its `kind`")
     if kind not in ("identity", "account"):
         return Skipped(kind, cursor)
-    body = data.get(kind)
+    return _carried(kind, cursor, data, timed=False)
+
+
+def _carried(kind: str, cursor: int, message: dict[str, Any], *, timed: bool) -> Event:
+    """The firehose's `#identity` or `#account` body a Jetstream message carries under
+    `kind`, the message's `did` its own; its time is the body's (v1), or the message's
+    (v2: `timed`, when the instance witnessed it)."""
+    body = message.get(kind)
     if not isinstance(body, dict):
         raise MalformedFrame(f"a Jetstream {kind} message without its `{kind}` object")
     did = _did(body)
-    if data.get("did") != did:
+    if message.get("did") != did:
         raise MalformedFrame(f"the message's `did` is not its {kind}'s")
+    when = _text(message if timed else body, "time")
     if kind == "identity":
         handle = _optional_text(body, "handle")
         valid = handle if handle is not None and is_valid_handle(handle) else None
-        return IdentityEvent(cursor, did, _text(body, "time"), valid)
+        return IdentityEvent(cursor, did, when, valid)
     active = body.get("active")
     if not isinstance(active, bool):
         raise MalformedFrame("account without a boolean `active`")
-    return AccountEvent(cursor, did, _text(body, "time"), active, _optional_text(body, "status"))
+    return AccountEvent(cursor, did, when, active, _optional_text(body, "status"))
 
 
 V2 = "network.bsky.jetstream.subscribeEvents#"
@@ -184,20 +192,7 @@ def decode_jetstream_v2(message: bytes) -> Event:
     seq = _seq(payload)
     if name not in ("identity", "account"):
         return Skipped(f"#{name}", seq)
-    body = payload.get(name)
-    if not isinstance(body, dict):
-        raise MalformedFrame(f"a v2 {name} event without its `{name}` object")
-    did = _did(body)
-    if payload.get("did") != did:
-        raise MalformedFrame(f"the event's `did` is not its {name}'s")
-    when = _text(payload, "time")
-    if name == "identity":
-        handle = _optional_text(body, "handle")
-        return IdentityEvent(seq, did, when, handle if handle and is_valid_handle(handle) else None)
-    active = body.get("active")
-    if not isinstance(active, bool):
-        raise MalformedFrame("account without a boolean `active`")
-    return AccountEvent(seq, did, when, active, _optional_text(body, "status"))
+    return _carried(name, seq, payload, timed=True)
 
 
 def _is_seq(value: Any) -> bool:

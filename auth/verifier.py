@@ -13,6 +13,7 @@ directory nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import heapq
 import json
@@ -20,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
@@ -45,6 +47,7 @@ __all__ = ["Expected", "ServiceAuthVerifier", "Verification", "verify_token"]
 
 REFRESH_EVERY = 5.0  # seconds: at most one forced re-resolution of a DID in this time
 REFRESHED_KEPT = 1 << 20  # bytes for the DIDs' last refreshes (~100 bytes each)
+PARSED_KEPT = 1024  # issuers' documents held decoded (a few KiB each)
 NONCE_PREFIX = "jti:"  # the cache store's keys of the nonces seen (SA-JTI-2)
 MAX_NONCES = 100_000  # nonces one verifier holds at once (each until its token expires)
 NONCE_BYTES = 200  # a nonce's entry in a memory store, about (its key and slot)
@@ -171,6 +174,13 @@ class ServiceAuthVerifier:
         )
 
 
+@functools.lru_cache(maxsize=PARSED_KEPT)
+def _parsed(document: bytes) -> Any:
+    """An issuer's document decoded once while it is the one kept: every token of the
+    issuer is checked against the same bytes (read only, never changed)."""
+    return json.loads(document)
+
+
 def _judged(token: Token, identity: Identity, *, refreshed: bool) -> Verification:
     """The token under the document of `identity` (SA-ISS-2, SA-KID-2, SA-ALG-2, SA-SIG-1)."""
     judged = replace(
@@ -190,7 +200,7 @@ def _judged(token: Token, identity: Identity, *, refreshed: bool) -> Verificatio
         reason = f"the issuer's DID document did not resolve ({identity.status})"
         return replace(judged, outcome="invalid", rule="SA-ISS-2", reason=reason)
     try:
-        check_signature(token, issuer_key(token, json.loads(document)))
+        check_signature(token, issuer_key(token, _parsed(document)))
     except TokenRefused as err:
         return replace(judged, outcome="invalid", rule=err.rule, reason=err.reason)
     return replace(judged, handle=identity.handle)

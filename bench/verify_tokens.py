@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,10 +58,14 @@ BARE = textwrap.dedent("""
     app.router.add_post("/v1/verify/service-auth", verify)
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 """)
-POST_ONE = """
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = '%s'
+# Each request a token drawn from the file at random (both servers run the same script).
+POST_ROTATING = """
+bodies = {}
+for line in io.lines("%s") do bodies[#bodies + 1] = line end
+local headers = {["Content-Type"] = "application/json"}
+request = function()
+  return wrk.format("POST", nil, headers, bodies[math.random(#bodies)])
+end
 """
 
 
@@ -105,6 +110,17 @@ def sdk_in_process(did_key: str, made: list[str], seconds: float) -> float:
     return done / (time.perf_counter() - started)
 
 
+def _all_valid(metrics: str) -> None:
+    """The daemon's verifications by outcome: any but `valid` makes the figures wrong."""
+    family = r"^atwhois_service_auth_verifications_total"
+    found = re.findall(family + r'\{outcome="(\w+)",rule="[^"]*"\} (\S+)', metrics, re.M)
+    wrong = {
+        outcome: float(count) for outcome, count in found if outcome != "valid" and float(count)
+    }
+    if wrong or not found:
+        raise RuntimeError(f"the daemon did not find every token valid: {wrong or 'no tally'}")
+
+
 def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(prog="python -m bench verify", description=__doc__)
     parser.add_argument("--seconds", type=int, default=5)
@@ -125,13 +141,13 @@ def main(argv: list[str] | None = None) -> list[Row]:
         print(f"in process, issuer cached, {args.tokens:,} distinct tokens, {args.seconds} s:")
         print(f"  atwhois {ours:9,.0f} tokens/s   SDK verify_jwt {sdk:9,.0f} tokens/s   "
               f"ratio {ours / sdk:.2f}")  # fmt: skip
-        body = json.dumps({"token": made[0], "audience": AUDIENCE})
+        bodies = [json.dumps({"token": token, "audience": AUDIENCE}) for token in made]
+        body = bodies[0]
+        (tmp / "bodies.txt").write_text("".join(b + "\n" for b in bodies))
         script = tmp / "post.lua"
-        script.write_text(POST_ONE % body)
+        script.write_text(POST_ROTATING % (tmp / "bodies.txt"))
         listing = tmp / "posts.txt"
-        listing.write_text(
-            "".join(f"POST {PATH} {json.dumps({'token': t, 'audience': AUDIENCE})}\n" for t in made)
-        )
+        listing.write_text("".join(f"POST {PATH} {b}\n" for b in bodies))
         with running_daemon(devnet.env(), tmp / "serve.log", "--cache", "memory:") as daemon:
             answer = httpx.post(daemon.url + PATH, content=body, timeout=30)
             assert answer.json()["outcome"] == "valid", answer.text
@@ -147,6 +163,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
                     open_loop(bare_url, listing, args.rate, s),
                     open_loop(daemon.url, listing, args.rate, s),
                 )
+                # every answer counted was a verdict of valid: the daemon's own tally
+                _all_valid(httpx.get(daemon.url + "/metrics", timeout=30).text)
             finally:
                 bare.terminate()
                 bare.wait()

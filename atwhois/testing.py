@@ -39,7 +39,7 @@ import coincurve
 from atwhois.resolver.config import Config
 from atwhois.resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
 from atwhois.resolver.keys import Curve, PublicKey
-from atwhois.resolver.response import Response
+from atwhois.resolver.response import AuthoritativeTxt, Response, TxtAuthority
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -77,6 +77,8 @@ class World:
     well_known: dict[str, str] = field(default_factory=dict)  # host -> body
     faults: dict[str, Fault] = field(default_factory=dict)  # handle or DID -> its fault
     lagging: bool = False  # the directory serves what it served before the latest changes
+    # what the recursive resolver keeps answering (None: it answers as the zones do)
+    resolver_holds: dict[str, list[str]] | None = None
     asked: Counter[str] = field(default_factory=Counter)
 
     # --- the world's identities --------------------------------------------------------
@@ -155,18 +157,31 @@ class World:
         for did in self.accounts:
             self._serve(did)
 
+    def hold_dns(self) -> None:
+        """From now on the recursive resolver answers the TXT records as they are now,
+        whatever changes, until `flush_dns` (a resolver keeping answers for their TTL); the
+        zones' own nameservers, which a refresh also asks (H-DNS-9), answer as they are."""
+        self.resolver_holds = {name: list(values) for name, values in self.txt.items()}
+
+    def flush_dns(self) -> None:
+        self.resolver_holds = None
+
     # --- what the world plugs into ------------------------------------------------------
 
     def config(self, **options: Any) -> Config:
         """A resolver configuration for this world (`options`: other `Config` fields)."""
         return Config(plc_url=self.plc_url, **options)
 
-    def resolver(self, config: Config | None = None) -> Resolver:
-        """A real `Resolver` whose network is this world."""
+    def resolver(
+        self, config: Config | None = None, *, authority: TxtAuthority | None = None
+    ) -> Resolver:
+        """A real `Resolver` whose network is this world; `authority` stands in for the
+        zones' own nameservers, which a refresh asks (by default the world's records)."""
         from atwhois.resolver.resolver import Resolver
 
         edge = _Edge(self)
-        return Resolver(config or self.config(), txt=edge, web=edge, plc=edge)
+        zones = authority or edge
+        return Resolver(config or self.config(), txt=edge, web=edge, plc=edge, authority=zones)
 
     def cached(
         self,
@@ -242,12 +257,22 @@ class _Edge:
 
     async def txt(self, name: str) -> list[list[bytes]]:
         self.world.asked["dns"] += 1
+        held = self.world.resolver_holds
+        return self._records(name, self.world.txt if held is None else held)
+
+    async def txt_answer(self, name: str) -> AuthoritativeTxt:
+        """The zone's own answer (`hold_dns` does not reach it)."""
+        self.world.asked["dns_authority"] += 1
+        records = self._records(name, self.world.txt)
+        return AuthoritativeTxt("ns.world.example (atwhois.testing)", records, None)
+
+    def _records(self, name: str, zone: dict[str, list[str]]) -> list[list[bytes]]:
         fault = self.world._fault(name.removeprefix("_atproto.").rstrip("."))
         if fault == "5xx":
             raise UpstreamFailure(f"{name}: SERVFAIL (the world's fault)")
         if fault == "nxdomain":
             return []
-        return [[value.encode()] for value in self.world.txt.get(name.rstrip("."), [])]
+        return [[value.encode()] for value in zone.get(name.rstrip("."), [])]
 
     async def get(
         self,

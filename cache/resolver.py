@@ -117,10 +117,10 @@ class CachedResolver:
         return self._with_account(await self._shared(query, timeout, reuse=True))
 
     async def refresh(self, identifier: str, *, timeout: float | None = None) -> Identity:
-        """Resolve every part afresh, whatever is cached (a refresh request, an audit), and
-        update the cache as `policy.replacement` allows. The report is the new resolution's:
-        a transient failure is returned as such, while the old entries keep serving
-        lookups, marked. Concurrent calls share one resolution."""
+        """Resolve every part afresh, whatever is cached (a refresh request, an audit; the
+        handle's zone asked too, H-DNS-9), and update the cache as `policy.replacement`
+        allows. The report is the new resolution's: a transient failure is returned as
+        such, while the old entries keep serving lookups, marked. Calls share one."""
         try:
             query = self.parse(identifier)
         except InvalidInput as err:
@@ -331,7 +331,8 @@ class CachedResolver:
         key = ("" if reuse else "fresh:") + self._key(query)
         task = self._inflight.get(key)
         if task is None:
-            task = self._start(self._inflight, key, self._resolve_and_store(query, reuse=reuse))
+            work = self._resolve_and_store(query, reuse=reuse, recheck=not reuse)
+            task = self._start(self._inflight, key, work)
         else:
             self._counters["coalesced"] += 1
         try:
@@ -354,7 +355,8 @@ class CachedResolver:
         key = self._key(query)
         if key not in self._refreshing:
             self._counters["refreshes"] += 1
-            self._start(self._refreshing, key, self._resolve_and_store(query, reuse=False))
+            work = self._resolve_and_store(query, reuse=False, recheck=False)  # nothing said
+            self._start(self._refreshing, key, work)
 
     def _start(
         self,
@@ -373,12 +375,11 @@ class CachedResolver:
         task.add_done_callback(done)
         return task
 
-    async def _resolve_and_store(self, query: Query, *, reuse: bool) -> Identity:
-        """Resolve the parts (with `reuse`, only those missing or stale), compose, store
-        what the replacement table allows. Runs as its own task: a caller's cancellation
-        never reaches it, so it can never be cached."""
+    async def _resolve_and_store(self, query: Query, *, reuse: bool, recheck: bool) -> Identity:
+        """Resolve the parts (`reuse`: those missing or stale; `recheck`: the zone asked too,
+        H-DNS-9), compose, store what the table allows; as its own task: never cancelled."""
         async with self._slots:
-            run = Run(self.resolver, self._cached, self._counters, self.clock, reuse)
+            run = Run(self.resolver, self._cached, self._counters, self.clock, reuse, recheck)
             if query.kind == "handle":
                 handle = await run.handle(query.value, with_document=True)
                 did = handle.answer.did

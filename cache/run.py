@@ -40,6 +40,7 @@ class Run:
     counters: Counter[str]
     clock: Callable[[], float]
     reuse: bool
+    recheck: bool = False  # something says it changed: the zone's own answer too (H-DNS-9)
     started: float = 0.0
     basis: dict[str, Entry | None] = field(default_factory=dict)
     resolved: dict[str, tuple[Part, Answer, Cached | None]] = field(default_factory=dict)
@@ -57,9 +58,11 @@ class Run:
         async def resolve() -> HandleResolution:
             self.counters["upstream_handles"] += 1
             if with_document:
-                found, _ = await resolver.resolve_handle_with_document(handle, self.document)
+                found, _ = await resolver.resolve_handle_with_document(
+                    handle, self.document, recheck=self.recheck
+                )
                 return found
-            return await resolver.resolve_handle(handle)
+            return await resolver.resolve_handle(handle, recheck=self.recheck)
 
         key = handle_key(handle)
         self.handles[handle] = await self._part(key, HandleResolution, resolve, handle_answer)

@@ -153,6 +153,25 @@ def _mirror_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="--once and --report as JSON")
 
 
+def _compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("did", nargs="*", help="the did:plc identifiers to compare")
+    parser.add_argument(
+        "--sample", type=int, metavar="N", help="compare N DIDs of the mirror picked at random"
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="compare every DID of the mirror (paced by --plc-rate: two requests a DID)",
+    )
+    parser.add_argument(
+        "--apply-removals",
+        action="store_true",
+        help="take out of the mirror the ops its upstream no longer serves, replaying the DID "
+        "without them; each is kept among the refused ops as evidence (the mirror stopped)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+
 def _export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the export file, or - for standard input")
     parser.add_argument(
@@ -302,6 +321,15 @@ COMMANDS = [
             "idle_timeout",
         ],
         _mirror_arguments,
+    ),
+    Command(
+        ("plc", "compare"),
+        "atwhois.cli.plc:compare",
+        "compare the local PLC mirror with its upstream, DID by DID (/log/audit and the "
+        "document): ops removed upstream, refused here, missing, nullified or ordered "
+        "otherwise; exit 0 the same, 1 different, 3 some not compared",
+        ["plc_url", "plc_db", "plc_rate", "contact_url"],
+        _compare_arguments,
     ),
     Command(
         ("cache", "stats"), "atwhois.cli.cache:stats", "what the cache holds", ["cache"], _json_flag

@@ -21,10 +21,12 @@ from atwhois.foundation.pool import default_workers
 from atwhois.mirror import Follower, MirrorApi, MirrorState, Replica, Upstream, report
 from atwhois.mirror.api import json_errors
 from atwhois.mirror.backends import default_mirror_path, open_mirror_store
+from atwhois.mirror.compare import CompareOutcome, Comparer, DidComparison
 from atwhois.mirror.store import SqlMirrorStore
 from atwhois.mirror.upstream_stream import UpstreamStream
 from atwhois.resolver.errors import InvalidInput, UpstreamFailure
 from atwhois.resolver.fetch import shared_pace
+from atwhois.resolver.syntax import check_plc_did
 from atwhois.server.lifecycle import runner_settings, serve_until_stopped
 from atwhois.server.metrics import CONTENT_TYPE, Exposition
 from atwhois.server.routes import MIRROR, add_routes
@@ -252,6 +254,68 @@ def mirror(args: argparse.Namespace) -> int:
     finally:
         follower.stop()
         store.close()
+
+
+def compare(args: argparse.Namespace) -> int:
+    """P-CMP-1: the mirror against its upstream for the DIDs asked, a sample or all; exit 0
+    when every DID compared is the same, 1 when one differs (after --apply-removals: still
+    differs), 3 when none differs but some could not be compared, 2 on a usage error."""
+    values = configure(args).values
+    if bool(args.did) + (args.sample is not None) + args.all != 1:
+        print(f"{args.prog}: name DIDs, or --sample N, or --all (one of them)", file=sys.stderr)
+        return 2
+    for did in args.did:
+        try:
+            check_plc_did(did)
+        except InvalidInput as err:
+            print(f"{args.prog}: {err}", file=sys.stderr)
+            return 2
+    try:
+        store = mirror_store_from(values)
+    except (OSError, ValueError) as err:
+        print(f"{args.prog}: cannot open the mirror's database: {err}", file=sys.stderr)
+        return 2
+    upstream = Upstream(values.plc_url, pace=shared_pace(configuration.config_of(values)))
+    try:
+        if args.apply_removals and not store.writable:
+            print(
+                f"{args.prog}: another process writes {store.location}: stop the mirror "
+                "before --apply-removals (its verifiers hold the DIDs' replays)",
+                file=sys.stderr,
+            )
+            return 2
+        comparer = Comparer(store, upstream)
+        dids = args.did or (
+            comparer.sample(args.sample) if args.sample is not None else comparer.every_did()
+        )
+        outcome = CompareOutcome()
+        for did in dids:
+            comparison = comparer.compare(did)
+            if args.apply_removals and comparison.removed:
+                comparer.apply_removals(comparison)
+                outcome.applied.append((did, comparison.removed))
+                comparison = comparer.compare(did)
+            outcome.add(comparison)
+            if not args.json and not comparison.same:
+                print(_compared_rows(comparison), flush=True)
+        if args.json:
+            print(json.dumps(outcome.to_json(), indent=2))
+        else:
+            say(outcome.summary())
+        return outcome.exit_code()
+    finally:
+        upstream.close()
+        store.close()
+
+
+def _compared_rows(comparison: DidComparison) -> str:
+    if comparison.unavailable is not None:
+        return f"{comparison.did}  not compared  {comparison.unavailable}"
+    return "\n".join(
+        f"{comparison.did}  {d.kind:<9}  {d.cid or '-'}  {d.detail}"
+        + (f" [{d.rule}]" if d.rule else "")
+        for d in comparison.differences
+    )
 
 
 def _print_report(data: dict[str, Any], as_json: bool) -> None:

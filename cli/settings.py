@@ -189,6 +189,21 @@ class Values:
         shown="none: atwhois/VERSION (+identity resolver)",
         metavar="URL",
     )
+    dns_authoritative: bool = _setting(
+        RESOLUTION,
+        "when a handle is re-checked because something says it changed (refresh, "
+        "refreshIdentity, a claim after an event, an audit's re-check), also ask its TXT of "
+        "the zone's own nameservers, past the recursive resolver's cache (H-DNS-9)",
+        _RESOLVER.dns_authoritative,
+    )
+    dns_authoritative_port: int = _setting(
+        RESOLUTION,
+        "the port the zones' nameservers are asked on (test networks)",
+        _RESOLVER.dns_authoritative_port,
+        metavar="PORT",
+        low=1,
+        high=65535,
+    )
     https_port: int | None = _setting(
         RESOLUTION,
         "the port that stands for 443 (test networks)",

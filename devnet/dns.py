@@ -124,23 +124,27 @@ class Knot:
         self._wait_until_answering()
         return self.child
 
-    def _wait_until_answering(self, timeout: float = 20) -> None:
-        query = dns.message.make_query("ns.test.", "A").to_wire()
-        deadline = time.monotonic() + timeout
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.settimeout(0.2)
-            while time.monotonic() < deadline:
-                assert self.child is not None
-                if self.child.process.poll() is not None:
-                    log = (self.workdir / "knotd.log").read_text(errors="replace")
-                    raise RuntimeError(f"knotd exited:\n{log}")
-                sock.sendto(query, (LOOPBACK, self.port))
-                with contextlib.suppress(TimeoutError):
-                    answer = dns.message.from_wire(sock.recv(4096))
-                    if answer.rcode() == dns.rcode.NOERROR and answer.answer:
-                        return
-                time.sleep(0.05)
-        raise TimeoutError("knotd did not answer")
+    def _wait_until_answering(self) -> None:
+        assert self.child is not None
+        wait_for_dns(self.child, self.port, self.workdir / "knotd.log")
+
+
+def wait_for_dns(child: Child, port: int, log: Path, timeout: float = 20) -> None:
+    """Until the DNS server `child` answers `ns.test.` on `port`; fails if it dies first."""
+    query = dns.message.make_query("ns.test.", "A").to_wire()
+    deadline = time.monotonic() + timeout
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(0.2)
+        while time.monotonic() < deadline:
+            if child.process.poll() is not None:
+                raise RuntimeError(f"{child.argv[0]} exited:\n{log.read_text(errors='replace')}")
+            sock.sendto(query, (LOOPBACK, port))
+            with contextlib.suppress(TimeoutError):
+                answer = dns.message.from_wire(sock.recv(4096))
+                if answer.rcode() == dns.rcode.NOERROR and answer.answer:
+                    return
+            time.sleep(0.05)
+    raise TimeoutError(f"{child.argv[0]} did not answer on port {port}")
 
 
 def reload_zone(knot_dir: Path, zone: str) -> None:

@@ -31,8 +31,9 @@ from .doh import start_doh
 from .faults import write_faults
 from .https import Certificates, HttpsHosts
 from .pds import create_account, free_port, launch_pds, wait_for_pds
-from .plc import seed_world, start_plc
+from .plc import plc_schema, seed_world, start_plc
 from .process import Child
+from .unbound import start_caching_resolver
 
 AGENTS_LOG = "https-agents.log"  # the HTTPS hosts' log of who asked (`HttpsHosts.agents`)
 
@@ -45,6 +46,7 @@ class DevnetState:
     dns_server: str  # host:port of the proxy in front of Knot
     dns_server_stripping: str  # another proxy, which strips DNSSEC records (`devnet.dnssec`)
     dns_server_forging: str  # the forging resolver (`devnet.forger`), set by `set_forgeries`
+    dns_server_caching: str  # a caching recursive resolver in front of the proxy (`devnet.unbound`)
     dnssec_anchor: str  # the DS record of dnssec.test., the test network's trust anchor
     dnssec_hostile_anchors: list[str]  # the DS records of the KeyTrap zones (`devnet.dnssec`)
     doh_url: str  # DNS over HTTPS (dnsdist) in front of the same proxy (`devnet.doh`)
@@ -131,6 +133,14 @@ class DevnetState:
 
         plc.update(self.plc_url, self.did(name), name, op, fields)
 
+    def remove_plc_op(self, did: str, cid: str) -> None:
+        """Delete one operation from the reference directory's own database, as
+        plc.directory's admin endpoint removes invalid ones: the directory serves the DID
+        without it from then on."""
+        from . import plc
+
+        plc.remove_operation(plc_schema(self.pids["devnet"]), did, cid)
+
     def config(self, **changes: Any) -> Config:
         """A resolver configuration pointed at this network (never at /etc/hosts)."""
         quick = {"dns_timeout": 1.0, "https_timeout": 2.0, "document_timeout": 2.0}
@@ -158,6 +168,8 @@ class DevnetState:
             "ATWHOIS_CA_BUNDLE": self.ca_file,
             "ATWHOIS_ALLOW_NET": "127.0.0.0/8",
             "ATWHOIS_HTTPS_PORT": str(self.https_port),
+            # the zones' nameservers (ns.test. is 127.0.0.1) answer at the proxy's port
+            "ATWHOIS_DNS_AUTHORITATIVE_PORT": self.dns_server.rsplit(":", 1)[1],
             "ATWHOIS_DNSSEC_ANCHOR": self.dnssec_anchor,
             # The network is ours, on loopback: the tests and benchmarks load it past what
             # a stranger's host may be asked (the politeness tests set their own rates).
@@ -265,11 +277,7 @@ async def run(
     stripping: DnsProxy | None = None
     hosts: HttpsHosts | None = None
     try:
-        # The server allows only [A-Za-z_] in a schema name: spell the PID in letters.
-        schema = "atwhois_devnet_" + str(os.getpid()).translate(
-            str.maketrans("0123456789", "abcdefghij")
-        )
-        plc, plc_port = start_plc(0, schema, workdir / "plc.log")
+        plc, plc_port = start_plc(0, plc_schema(os.getpid()), workdir / "plc.log")
         children.append(plc)
         plc_url = f"http://127.0.0.1:{plc_port}"
         pds_port = free_port()
@@ -298,6 +306,12 @@ async def run(
             knot.port, workdir / "dns-forgeries.json", workdir / "forger.log"
         )
         children.append(forging)
+        caching_port = _free_udp_and_tcp_port()
+        # in a thread: it is ready once it answers through the proxy, which runs on this loop
+        caching = await asyncio.to_thread(
+            start_caching_resolver, workdir / "unbound", caching_port, dns_port
+        )
+        children.append(caching)
 
         write_files(workdir / "www", dids)
         certificates = Certificates(workdir / "tls")
@@ -329,6 +343,7 @@ async def run(
             dns_server=f"127.0.0.1:{dns_port}",
             dns_server_stripping=f"127.0.0.1:{stripping_port}",
             dns_server_forging=f"127.0.0.1:{forging_port}",
+            dns_server_caching=f"127.0.0.1:{caching_port}",
             dnssec_anchor=anchor,
             dnssec_hostile_anchors=hostile_anchors,
             doh_url=doh_url,
@@ -346,6 +361,7 @@ async def run(
                 "pds": pds.pid,
                 "knotd": knotd.pid,
                 "dnsdist": doh.pid,
+                "unbound": caching.pid,
             },
             startup_seconds=round(time.monotonic() - started, 2),
         )
@@ -392,6 +408,7 @@ def _banner(state: DevnetState) -> str:
     return f"""atwhois test network is up in {state.startup_seconds}s (Ctrl-C stops it)
   PLC directory  {state.plc_url}
   DNS (test.)    {state.dns_server}   (Knot on 127.0.0.1:{state.knot_port})
+  caching DNS    {state.dns_server_caching}   (unbound, keeps answers an hour)
   HTTPS hosts    127.0.0.1:{state.https_port}   CA {state.ca_file}
 
 Point atwhois at it (paste these lines into a shell):

@@ -15,11 +15,33 @@ HERE = Path(__file__).parent / "plc"
 DEFAULT_DB_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 
 
+def _db_url() -> str:
+    return os.environ.get("ATWHOIS_DEVNET_DB_URL", DEFAULT_DB_URL)
+
+
+def plc_schema(pid: int) -> str:
+    """The schema the test network of process `pid` keeps its directory in (the server
+    allows only [A-Za-z_] in a schema name: the PID is spelled in letters)."""
+    return "atwhois_devnet_" + str(pid).translate(str.maketrans("0123456789", "abcdefghij"))
+
+
+def remove_operation(schema: str, did: str, cid: str) -> None:
+    """Delete one operation of `did` from the directory's database (its `operations`)."""
+    import psycopg
+
+    with psycopg.connect(_db_url(), autocommit=True) as connection:
+        deleted = connection.execute(
+            f'DELETE FROM "{schema}".operations WHERE did = %s AND cid = %s', (did, cid)
+        ).rowcount
+    if deleted != 1:
+        raise LookupError(f"the directory holds no operation {cid} of {did}")
+
+
 def start_plc(port: int, schema: str, log: Path) -> tuple[Child, int]:
     """Start the server on 127.0.0.1 (0 = any free port); return it and its port."""
     env = {
         **os.environ,
-        "PLC_DB_URL": os.environ.get("ATWHOIS_DEVNET_DB_URL", DEFAULT_DB_URL),
+        "PLC_DB_URL": _db_url(),
         "PLC_DB_SCHEMA": schema,
         "PLC_PORT": str(port),
     }

@@ -33,7 +33,7 @@ from atwhois.resolver.plc.document import compare_state
 from .records import BadLine, Batch
 from .replica import Page, PageResult, Replica
 from .state import STALL_AFTER, MirrorState
-from .upstream import PAGE_SIZE, Upstream, UpstreamFault, order_page
+from .upstream import PAGE_SIZE, Upstream, UpstreamFault, newest_seq, order_page
 from .upstream_stream import FUTURE, OUTDATED, StreamClosed, StreamUnavailable, UpstreamStream
 
 STOP_WAIT = 3.0  # seconds `stop` waits for the follower's thread, whatever the upstream does
@@ -108,6 +108,7 @@ class Follower:
         while not self._stop.is_set():
             asked = time.time()
             lines = self.upstream.page(cursor, self.page_size)
+            state.saw(newest_seq(lines))
             full = len(lines) >= self.page_size
             order = order_page(lines, cursor)
             fault = f"went back: {order.fault}" if order.fault else None
@@ -172,9 +173,11 @@ class Follower:
     def _commit(self, page: Page, moved: tuple[str, str] | None, *, pipelined: bool) -> PageResult:
         """A page's verdicts, written with the cursor it moves to (`moved`; None: no line
         of it parsed, the cursor stays and only the evidence is kept)."""
-        meta = {"cursor": moved[0], "cursor_time": moved[1]} if moved else {}
-        result = self.replica.commit(page, meta, pipelined=pipelined)
         state = self.state
+        meta = {"cursor": moved[0], "cursor_time": moved[1]} if moved else {}
+        if state.upstream_seq is not None:  # readers of the store say it too
+            meta["upstream_seq"] = str(state.upstream_seq)
+        result = self.replica.commit(page, meta, pipelined=pipelined)
         if moved is not None:
             state.cursor, state.cursor_time = moved
         state.progress_at = time.time()
@@ -285,6 +288,7 @@ class Follower:
         cursor they move to; the DIDs they changed told. A message that goes back is the
         upstream's fault: what came before it is kept, then the stream is given up."""
         cursor = self.state.cursor or "0"
+        self.state.saw(newest_seq(lines))
         order = order_page(lines, cursor, seqs_only=True)  # P-API-3: every message has one
         fault = f"went back: {order.fault}" if order.fault else None
         assert self.stream is not None
@@ -310,6 +314,7 @@ class Follower:
             raise UpstreamFailure(f"{self.stream.url}: no answer to a ping")
         asked = time.time()
         newer = self.upstream.page(self.state.cursor or "0", 1)
+        self.state.saw(newest_seq(newer))
         age = self.upstream.view_age if self.stream.from_mirror else None
         if newer:
             if lines := self.stream.receive(self.page_size, STREAM_MARGIN):

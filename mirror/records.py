@@ -117,3 +117,16 @@ class Batch:
     flags: dict[str, tuple[str, str]] = field(default_factory=dict)  # did: reason, since
     meta: dict[str, str] = field(default_factory=dict)
     bad_lines: list[BadLine] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class LogRewrite:
+    """A DID's ops after a replay without the ones its upstream removed (P-CMP-2): those
+    kept, by seq, each nullified or not; those dropped; the refusals to keep as evidence
+    (the removed ops, and any op that built on one); its op in force (None: no op left)."""
+
+    kept: list[tuple[int, bool]]
+    dropped: list[int]
+    refused: list[Rejection]
+    head: int | None
+    tombstoned: bool

@@ -31,6 +31,7 @@ class MirrorState:
     pages: int = 0
     cursor: str | None = None
     cursor_time: str | None = None  # createdAt of the last op applied
+    upstream_seq: int | None = None  # the newest seq the upstream was seen to serve
     caught_up_at: float | None = None  # when a page last came back short (wall clock)
     # when the last complete read of the export began: the mirror holds every op the
     # upstream had then (P-API-2)
@@ -64,9 +65,15 @@ class MirrorState:
         """The cursor and the last catch-up as stored (by this process or the writer)."""
         meta = store.meta()
         self.cursor, self.cursor_time = meta.get("cursor"), meta.get("cursor_time")
+        self.saw(int(meta["upstream_seq"]) if meta.get("upstream_seq") else None)
         caught_up, complete = meta.get("caught_up_at"), meta.get("complete_as_of")
         self.caught_up_at = float(caught_up) if caught_up else None
         self.complete_as_of = float(complete) if complete else None
+
+    def saw(self, seq: int | None) -> None:
+        """The upstream served an op numbered `seq` (a page, a stream message, a probe)."""
+        if seq is not None and seq > (self.upstream_seq or 0):
+            self.upstream_seq = seq
 
     def current_for(self, asked_at: float) -> bool:
         """Whether the mirror's view is complete as of `asked_at` (a request's arrival): its
@@ -122,6 +129,7 @@ class MirrorState:
             "pages": self.pages,
             "cursor": self.cursor,
             "cursor_time": self.cursor_time,
+            "upstream_seq": self.upstream_seq,
             "behind_s": self.behind_seconds(),
             "documents_checked": self.documents_checked,
             "disagreements": self.disagreements,

@@ -21,7 +21,7 @@ from atwhois.foundation.sql import SQLITE, in_chunks, marks
 from atwhois.resolver.errors import AtwhoisError
 
 from .packing import TRAIN_SAMPLE, Packer, train
-from .records import ENTRY_CAP, BadLine, Batch, InForce, Rejection, StoredOp
+from .records import ENTRY_CAP, BadLine, Batch, InForce, LogRewrite, Rejection, StoredOp
 from .schema import pack_seqs, prepare, unpack_seqs
 
 TRAIN_FIRST = TRAIN_SAMPLE  # ops packed without a dictionary before the first is trained
@@ -84,9 +84,7 @@ class SqlMirrorStore:
     def _prepare(self) -> None:
         """The schema made, or moved from an earlier one: all of it, or (when it fails) the
         mirror left as it was."""
-        cursor = self._writer.cursor()
-        self._begin(cursor)
-        try:
+        with self._transaction() as cursor:
             prepare(
                 cursor,
                 self._dialect,
@@ -95,6 +93,15 @@ class SqlMirrorStore:
                 before_chunk=self._before_moved_chunk,
                 streaming_cursor=self._streaming_cursor,
             )
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """A cursor of one write transaction, committed when the block ends; on any failure
+        rolled back (and raised), the connection left ready for the next."""
+        cursor = self._writer.cursor()
+        self._begin(cursor)
+        try:
+            yield cursor
         except BaseException:
             self._writer.rollback()
             raise
@@ -125,6 +132,13 @@ class SqlMirrorStore:
             )
             found.update(((did, cid), entry) for did, cid, entry in rows)
         return found
+
+    def dids_after(self, after: str, count: int) -> list[str]:
+        """Up to `count` DIDs the mirror knows after `after` ("" from the first), in order."""
+        rows = self._rows(
+            "SELECT did FROM plc_dids WHERE did > ? ORDER BY did LIMIT ?", (after, count)
+        )
+        return [row[0] for row in rows]
 
     def logs(self, dids: Iterable[str]) -> dict[str, list[StoredOp]]:
         """The verified ops of these DIDs, in order."""
@@ -190,11 +204,13 @@ class SqlMirrorStore:
         """The newest `seq` stored (0: none)."""
         return int(self._one("SELECT COALESCE(MAX(seq), 0) FROM plc_ops") or 0)
 
-    def rejected(self, limit: int) -> list[Rejection]:
+    def rejected(self, limit: int, did: str | None = None) -> list[Rejection]:
+        """The refusals kept, the newest first; of one DID when given."""
+        where, params = ("WHERE did = ? ", (did, limit)) if did else ("", (limit,))
         rows = self._rows(
             "SELECT did, cid, created_at, rule, message, entry, seen_at FROM plc_rejected "
-            "ORDER BY seen_at DESC, created_at DESC LIMIT ?",
-            (limit,),
+            f"{where}ORDER BY seen_at DESC, created_at DESC LIMIT ?",
+            params,
         )
         return [Rejection(*row) for row in rows]
 
@@ -225,18 +241,11 @@ class SqlMirrorStore:
     # --- writing -------------------------------------------------------------------------
 
     def write(self, batch: Batch) -> None:
-        """One transaction: all of `batch`, or (on any failure, raised) none of it, the
-        connection left ready for the next write."""
+        """One transaction: all of `batch`, or (on any failure, raised) none of it."""
         with self._write_lock:
-            cursor = self._writer.cursor()
-            self._begin(cursor)
-            try:
+            with self._transaction() as cursor:
                 self._maybe_train(cursor)
                 self._write_batch(cursor, batch)
-            except BaseException:
-                self._writer.rollback()
-                raise
-            self._writer.commit()
             self._next_seq += len(batch.ops)
 
     def _maybe_train(self, cursor: Any) -> None:
@@ -327,10 +336,7 @@ class SqlMirrorStore:
                 "INSERT INTO plc_rejected VALUES (?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (did, cid) DO NOTHING"
             ),
-            [
-                (r.did, r.cid, r.created_at, r.rule, r.message, r.entry[:ENTRY_CAP], r.seen_at)
-                for r in batch.rejected
-            ],
+            [_rejection_row(r) for r in batch.rejected],
         )
         cursor.executemany(
             sql(
@@ -365,6 +371,35 @@ class SqlMirrorStore:
             list(batch.meta.items()),
         )
 
+    def rewrite_log(self, did: str, log: LogRewrite) -> None:
+        """One transaction: `did`'s ops as a replay without some of them left them (P-CMP-2):
+        the dropped deleted, kept among the refused; its op in force (or its row gone)."""
+        sql = self._sql
+        with self._write_lock, self._transaction() as cursor:
+            cursor.executemany(
+                sql("DELETE FROM plc_ops WHERE seq = ?"), [(seq,) for seq in log.dropped]
+            )
+            cursor.executemany(
+                sql("UPDATE plc_ops SET nullified = ? WHERE seq = ?"),
+                [(int(nullified), seq) for seq, nullified in log.kept],
+            )
+            if log.head is None:
+                cursor.execute(sql("DELETE FROM plc_dids WHERE did = ?"), (did,))
+            else:
+                seqs = pack_seqs([seq for seq, _ in log.kept])
+                cursor.execute(
+                    sql("UPDATE plc_dids SET head = ?, tombstoned = ?, seqs = ? WHERE did = ?"),
+                    (log.head, int(log.tombstoned), seqs, did),
+                )
+            cursor.executemany(
+                sql(
+                    "INSERT INTO plc_rejected VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (did, cid) "
+                    "DO UPDATE SET rule = excluded.rule, message = excluded.message, "
+                    "seen_at = excluded.seen_at"
+                ),
+                [_rejection_row(r) for r in log.refused],
+            )
+
     def flag(self, did: str, reason: str, since: str) -> None:
         self.write(Batch(flags={did: (reason, since)}))
 
@@ -392,6 +427,10 @@ async def read_from(store: SqlMirrorStore, read: Callable[[], T]) -> T:
     if store.name == "sqlite":
         return read()
     return await asyncio.to_thread(read)
+
+
+def _rejection_row(r: Rejection) -> tuple[str, ...]:  # its entry capped
+    return (r.did, r.cid, r.created_at, r.rule, r.message, r.entry[:ENTRY_CAP], r.seen_at)
 
 
 def _chunks(dids: Iterable[str]) -> Iterator[list[str]]:

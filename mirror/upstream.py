@@ -122,6 +122,18 @@ class Upstream:
         document = json.loads(body)
         return document if isinstance(document, dict) else {}
 
+    def audit_log(self, did: str) -> list[Any] | None:
+        """The upstream's `/log/audit` of `did` (None: it knows no such DID: 404)."""
+        status, body, _ = self._answer(f"/{did}/log/audit")
+        if status == 404:
+            return None
+        if status != 200:
+            raise UpstreamFailure(f"{self.url}/{did}/log/audit: HTTP {status}")
+        entries = parse_json(body)
+        if not isinstance(entries, list):
+            raise UpstreamFailure(f"{self.url}/{did}/log/audit: not a list of operations")
+        return entries
+
     def close(self) -> None:
         self.closing.set()
         self._client.close()
@@ -163,6 +175,13 @@ def _position(line: bytes) -> _Position | None:
         except (ValueError, OverflowError):
             return None
     return None
+
+
+def newest_seq(lines: list[bytes]) -> int | None:
+    """The greatest `seq` among these lines (None: none says one), applied or not: how far
+    the upstream has gone, as far as the mirror has seen."""
+    seqs = [p.seq for p in map(_position, lines) if p is not None and p.seq is not None]
+    return max(seqs, default=None)
 
 
 def order_page(lines: list[bytes], cursor: str, *, seqs_only: bool = False) -> PageOrder:

@@ -83,6 +83,10 @@ class Config:
     allow_nets: tuple[IpNetwork, ...] = ()
     dev: bool = False  # .test handles, did:web:localhost, plain http for localhost
     https_port: int | None = None  # test-only: where ":443" really listens
+    # H-DNS-9: a re-check after a change (a refresh, a claim after an event, an audit's)
+    # also asks the TXT of the zone's own nameservers, past the recursive resolver's cache.
+    dns_authoritative: bool = True
+    dns_authoritative_port: int = 53  # test networks: where the zones' nameservers listen
     dns_timeout: float = 3.0
     https_timeout: float = 5.0  # handle well-known, whole fetch including redirects
     document_timeout: float = 5.0  # DID document, whole fetch
@@ -110,7 +114,7 @@ class Config:
         """Refuse what would quietly do something else: a flag that is not a boolean (the
         string "false" is truthy), a deadline that never ends or is already over, a CA file
         that is not there, a directory that is not an http(s) URL."""
-        for name in ("dev", "verify_plc", "check_pds", "dnssec"):
+        for name in ("dev", "verify_plc", "check_pds", "dnssec", "dns_authoritative"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidInput(
                     f"{name} must be true or false, not {getattr(self, name)!r}", "config"

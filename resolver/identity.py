@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,9 @@ class Evidence:
     source: str | None = None  # the name queried or the URL fetched
     via: str | None = None  # what answered for the source: an atwhois PLC mirror says so
     dnssec: DnssecCheck | None = None  # the DNS method with DNSSEC validation on (S-SEC-*)
+    # what the recursive resolver answered when the zone's nameservers said otherwise
+    # (H-DNS-10): it serves an old answer from its cache
+    stale_resolver: str | None = None
 
     @classmethod
     def skipped(cls, why: str) -> Evidence:
@@ -62,6 +66,7 @@ class Evidence:
             data["source"],
             data.get("via"),
             DnssecCheck.from_json(data["dnssec"]) if data.get("dnssec") else None,
+            data.get("stale_resolver"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -76,6 +81,8 @@ class Evidence:
         }
         if self.dnssec is not None:
             out["dnssec"] = self.dnssec.to_json()
+        if self.stale_resolver is not None:
+            out["stale_resolver"] = self.stale_resolver
         return out
 
 
@@ -345,3 +352,24 @@ def invalid_input(identifier: str, err: InvalidInput, checked_at: str) -> Identi
     return Identity(
         query=identifier, status=Status.INVALID_INPUT, error=str(err), checked_at=checked_at
     )
+
+
+async def timed_evidence(
+    run: Callable[[], Awaitable[str]], *, source: str, seen: list[str]
+) -> Evidence:
+    """What one method found: the DID `run` returns, or the `ResolutionError` it raises
+    (with the DIDs it saw on the way), and how long it took."""
+    started = time.perf_counter()
+    try:
+        did = await run()
+    except ResolutionError as err:
+        failed = Evidence.failure(err, ms_since(started), source)
+        return Evidence(
+            failed.outcome, tuple(seen), failed.error, failed.error_kind, failed.ms, source
+        )
+    return Evidence(Outcome.OK, (did,), ms=round(ms_since(started), 2), source=source)
+
+
+def ms_since(started: float) -> float:
+    """Milliseconds since `started` (a `time.perf_counter()` reading)."""
+    return (time.perf_counter() - started) * 1000

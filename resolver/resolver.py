@@ -12,25 +12,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from .config import Config
 from .did import check_http_response, check_plc_response, document_url, mirror_note
+from .dns_method import DnsMethod
 from .document import parse_json_document
-from .errors import DnssecBogus, InvalidInput, MalformedAnswer, NotFound, ResolutionError
+from .errors import (
+    InvalidInput,
+    MalformedAnswer,
+    ResolutionError,
+)
 from .handle import (
     WELL_KNOWN_MAX_BYTES,
     WELL_KNOWN_PATH,
-    did_from_txt,
     did_from_well_known,
-    dids_in_txt,
-    txt_name,
 )
-from .identity import BOGUS, DnssecCheck, Evidence, Identity, invalid_input, now_iso
+from .identity import Evidence, Identity, invalid_input, ms_since, now_iso, timed_evidence
 from .outcome import Outcome
 from .report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
-from .response import Getter, TxtRecords
+from .response import Getter, TxtAuthority, TxtRecords
 from .syntax import (
     Query,
     check_plc_did,
@@ -62,17 +64,22 @@ class Resolver:
         web: Getter | None = None,
         plc: Getter | None = None,
         txt: TxtRecords | None = None,
+        authority: TxtAuthority | None = None,
     ) -> None:
         """The network edges, each built from `config` when first used unless given: `dns`
         (and the DNSSEC walk over it), `web` (strangers' hosts), `plc` (the directory);
-        `txt` answers the TXT questions of lookups without --dnssec (by default `dns`):
-        `atwhois.testing.World` gives `txt`, `web` and `plc`."""
+        `txt` answers the TXT questions of lookups without --dnssec (by default `dns`),
+        `authority` those of a re-check after a change at the zone's own nameservers
+        (H-DNS-9; by default over `dns`, none when `txt` is given alone):
+        `atwhois.testing.World` gives all but `dns`."""
         self.config = config or Config()
         self._dns = dns
         self._txt = txt
+        self._authority = authority
         self._web: Getter | None = web
         self._plc: Getter | None = plc
         self._dnssec: DnssecChain | None = None
+        self._dns_method = DnsMethod(self)
 
     @property
     def dns(self) -> DnsClient:
@@ -111,6 +118,24 @@ class Resolver:
             self._plc = self._fetcher(guarded=False)
         return self._plc
 
+    @property
+    def txt(self) -> TxtRecords:
+        """What answers the TXT questions of lookups without --dnssec."""
+        return self._txt or self.dns
+
+    @property
+    def authority(self) -> TxtAuthority | None:
+        """Where a re-check after a change asks the zone itself (H-DNS-9): None when it is
+        switched off, or when the TXT answers come from an injected source alone."""
+        if not self.config.dns_authoritative:
+            return None
+        if self._authority is None and self._txt is None:
+            from .dns_authority import Authority
+            from .fetch import AddressGuard
+
+            self._authority = Authority(self.config, self.dns, AddressGuard(self.config, self.dns))
+        return self._authority
+
     def _fetcher(self, *, guarded: bool) -> Fetcher:
         from .fetch import Fetcher
 
@@ -123,26 +148,31 @@ class Resolver:
         await self.aclose()
 
     async def aclose(self) -> None:
-        edges = (self._web, self._plc, self._dns, self._txt)
+        edges = (self._web, self._plc, self._dns, self._txt, self._authority)
         await asyncio.gather(*(edge.aclose() for edge in edges if edge))
 
     async def lookup(self, identifier: str) -> Identity:
         """Resolve a handle (a leading @ allowed), a DID or an at:// URI, and verify it."""
+        return await self._lookup(identifier, recheck=False)
+
+    async def refresh(self, identifier: str) -> Identity:
+        """A lookup because something says the identity changed: a resolver keeps nothing,
+        so every part is resolved afresh anyway, and the handle's TXT is also asked of its
+        zone's own nameservers (H-DNS-9)."""
+        return await self._lookup(identifier, recheck=True)
+
+    async def _lookup(self, identifier: str, *, recheck: bool) -> Identity:
         checked_at = now_iso()
         try:
             query = self.parse(identifier)
         except InvalidInput as err:
             return invalid_input(identifier, err, checked_at)
         if query.kind == "handle":
-            handle, document = await self.resolve_handle_with_document(query.value)
+            handle, document = await self.resolve_handle_with_document(query.value, recheck=recheck)
         else:
             document = await self.resolve_document(query.value)
-            handle = await self.resolve_declared_handle(document)
+            handle = await self.resolve_declared_handle(document, recheck=recheck)
         return compose(query, checked_at, handle, document)
-
-    async def refresh(self, identifier: str) -> Identity:
-        """A lookup: a resolver keeps nothing, so every part is resolved afresh anyway."""
-        return await self.lookup(identifier)
 
     async def purge(self, identifier: str) -> list[str]:
         """Nothing to forget: a resolver keeps nothing."""
@@ -152,19 +182,25 @@ class Resolver:
         """Syntax only: invalid input never reaches the network. Raises `InvalidInput`."""
         return parse_lookup(identifier, dev=self.config.dev)
 
-    async def resolve_handle(self, handle: str) -> HandleResolution:
-        """DNS TXT and HTTPS well-known at once (H-RES-1/2)."""
-        dns, https = await asyncio.gather(self._dns_method(handle), self._https_method(handle))
+    async def resolve_handle(self, handle: str, *, recheck: bool = False) -> HandleResolution:
+        """DNS TXT and HTTPS well-known at once (H-RES-1/2); with `recheck` (something says
+        the handle changed), the TXT at the zone's own nameservers too (H-DNS-9)."""
+        dns, https = await asyncio.gather(
+            self._dns_method.evidence(handle, recheck=recheck), self._https_method(handle)
+        )
         return HandleResolution.of(handle, dns, https)
 
     async def resolve_handle_with_document(
         self,
         handle: str,
         document_for: Callable[[str], Coroutine[Any, Any, DocumentResolution]] | None = None,
+        *,
+        recheck: bool = False,
     ) -> tuple[HandleResolution, DocumentResolution]:
         """Both methods at once; the document fetch starts as soon as either names a DID,
         so latency is about max(DNS, HTTPS) + document, not their sum. `document_for`
-        replaces `resolve_document` (a cache passes its own)."""
+        replaces `resolve_document` (a cache passes its own); `recheck` as in
+        `resolve_handle`."""
         documents: dict[str, asyncio.Task[DocumentResolution]] = {}
         get_document = document_for or self.resolve_document
 
@@ -184,7 +220,7 @@ class Resolver:
             await asyncio.wait([https_task], timeout=_CONNECTION_WAIT)
             return await get_document(did)
 
-        dns_task = asyncio.create_task(self._dns_method(handle))
+        dns_task = asyncio.create_task(self._dns_method.evidence(handle, recheck=recheck))
         https_task = asyncio.create_task(self._https_method(handle))
         try:
             pending: set[asyncio.Task[Evidence]] = {dns_task, https_task}
@@ -214,56 +250,16 @@ class Resolver:
             return HandleResolution.skipped(declared, str(err))
         return declared
 
-    async def resolve_declared_handle(self, document: DocumentResolution) -> HandleResolution:
+    async def resolve_declared_handle(
+        self, document: DocumentResolution, *, recheck: bool = False
+    ) -> HandleResolution:
         """H-RES-5: the handle a document declares, resolved both ways (or why not)."""
         declared = self.declared_handle(document)
         if isinstance(declared, HandleResolution):
             return declared
-        return await self.resolve_handle(declared)
+        return await self.resolve_handle(declared, recheck=recheck)
 
     # --- the methods ----------------------------------------------------------------
-
-    async def _dns_method(self, handle: str) -> Evidence:
-        name = txt_name(handle)
-        if name is None:
-            return Evidence.skipped("_atproto name is over 253 characters [H-DNS-5]")
-        seen: list[str] = []
-        checked: list[DnssecCheck] = []
-
-        async def run() -> str:
-            if not self.config.dnssec:
-                records = await (self._txt or self.dns).txt(name)
-            else:
-                warming = asyncio.ensure_future(self.dnssec.warm(name))
-                try:
-                    records = await self._dnssec_txt(name, checked)
-                finally:
-                    warming.cancel()  # the walk it started goes on, kept for the next lookup
-            seen.extend(dids_in_txt(records))
-            if checked and checked[0].state == BOGUS:
-                raise DnssecBogus(f"DNSSEC: the answer is bogus: {checked[0].reason}")
-            return did_from_txt(records)
-
-        evidence = await _timed(run, source=name, seen=seen)
-        return dataclasses.replace(evidence, dnssec=checked[0]) if checked else evidence
-
-    async def _dnssec_txt(self, name: str, checked: list[DnssecCheck]) -> list[list[bytes]]:
-        """The TXT records at `name`, and what DNSSEC says of them (into `checked`); an
-        absence is checked too (S-SEC-16): a bogus one is no evidence of absence."""
-        records, response, absent = await self.dns.txt_answer(name)
-        if absent is None:
-            checked.append(await self.dnssec.check(response))
-            return records
-        import dns.name
-        import dns.rdatatype
-
-        check = await self.dnssec.check_absent(
-            dns.name.from_text(name), dns.rdatatype.TXT, response
-        )
-        checked.append(check)
-        if check.state == BOGUS:
-            raise DnssecBogus(f"DNSSEC: the absence is bogus: {check.reason}")
-        raise NotFound(absent)
 
     async def _https_method(self, handle: str) -> Evidence:
         url = f"https://{handle}{WELL_KNOWN_PATH}"
@@ -282,7 +278,7 @@ class Resolver:
             seen.append(did)
             return did
 
-        return await _timed(run, source=url, seen=seen)
+        return await timed_evidence(run, source=url, seen=seen)
 
     async def resolve_document(self, did: str) -> DocumentResolution:
         """The DID document; with --verify-plc, checked against the replayed audit log."""
@@ -332,9 +328,13 @@ class Resolver:
                 check_http_response(response, "did.json")
             body, data = parse_json_document(did, response.body, dev=self.config.dev)
         except ResolutionError as err:
-            return DocumentResolution(did, Evidence.failure(err, _ms(started), url))
+            return DocumentResolution(did, Evidence.failure(err, ms_since(started), url))
         evidence = Evidence(
-            Outcome.OK, (did,), ms=round(_ms(started), 2), source=url, via=mirror_note(response)
+            Outcome.OK,
+            (did,),
+            ms=round(ms_since(started), 2),
+            source=url,
+            via=mirror_note(response),
         )
         return DocumentResolution(did, evidence, data, body)
 
@@ -344,8 +344,8 @@ class Resolver:
         try:
             audit = await self.audit_log(did)
         except ResolutionError as err:
-            return Evidence.failure(err, _ms(started), url), None
-        return Evidence(Outcome.OK, (did,), ms=round(_ms(started), 2), source=url), audit
+            return Evidence.failure(err, ms_since(started), url), None
+        return Evidence(Outcome.OK, (did,), ms=round(ms_since(started), 2), source=url), audit
 
     async def check_pds(self, identity: Identity) -> Identity:
         """`identity` with the PDS check (`resolver.pds`) of the PDS its document names;
@@ -408,19 +408,3 @@ class Resolver:
             return parse_json(response.body)
         except ValueError:
             raise MalformedAnswer(f"{path} is not JSON") from None
-
-
-async def _timed(run: Callable[[], Awaitable[str]], *, source: str, seen: list[str]) -> Evidence:
-    started = time.perf_counter()
-    try:
-        did = await run()
-    except ResolutionError as err:
-        failed = Evidence.failure(err, _ms(started), source)
-        return Evidence(
-            failed.outcome, tuple(seen), failed.error, failed.error_kind, failed.ms, source
-        )
-    return Evidence(Outcome.OK, (did,), ms=round(_ms(started), 2), source=source)
-
-
-def _ms(started: float) -> float:
-    return (time.perf_counter() - started) * 1000

@@ -6,7 +6,10 @@ stack (aiohttp costs a command-line lookup a third of a second to import)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import dns.message
 
 # An atwhois PLC mirror says where its answer comes from: verified, from which upstream,
 # how far behind.
@@ -26,6 +29,28 @@ class TxtRecords(Protocol):
     list), or a `ResolutionError` when it could not be told."""
 
     async def txt(self, name: str) -> list[list[bytes]]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AuthoritativeTxt:
+    """The TXT records at a name as one of its zone's authoritative nameservers answered
+    them (H-DNS-9): `server` names it, `absent` says why there are none (NXDOMAIN,
+    NODATA), `response` carries the signatures that DNSSEC validation reads (None: an
+    answer from no real DNS message, as `atwhois.testing`'s)."""
+
+    server: str
+    records: list[list[bytes]]
+    absent: str | None = None
+    response: dns.message.Message | None = None
+
+
+class TxtAuthority(Protocol):
+    """What a re-check after a change asks besides the recursive resolver (H-DNS-9): the
+    zone's own answer, or a `ResolutionError` when no nameserver of the zone gave one."""
+
+    async def txt_answer(self, name: str) -> AuthoritativeTxt: ...
 
     async def aclose(self) -> None: ...
 

@@ -6,6 +6,7 @@ combination with no row is a bug and raises, it never falls through to a default
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -49,6 +50,15 @@ class HandleAnswer:
 
 
 def combine_methods(dns: Evidence, https: Evidence) -> HandleAnswer:
+    """`combined`, and H-DNS-10: a recursive resolver that said otherwise than the zone's
+    own nameservers is worth a warning (its other users still see the old answer)."""
+    answer = combined(dns, https)
+    if dns.stale_resolver is None:
+        return answer
+    return dataclasses.replace(answer, warnings=(*answer.warnings, "dns_stale_resolver"))
+
+
+def combined(dns: Evidence, https: Evidence) -> HandleAnswer:
     """H-RES-2: DNS wins when both answer; a disagreement is reported, not hidden. H-DNS-3:
     an ambiguous DNS answer fails the handle whatever HTTPS says. A skipped method counts
     as not found (indigo's nil-error bug, anchors A2.2)."""

@@ -215,7 +215,7 @@ def test_bash_completion_knows_every_command_and_its_flags(
     code, out, _ = _main(["completion", "bash"], capsys)
     assert code == 0 and out.startswith("# bash completion for atwhois")
     assert _complete(["atwhois", "pl"]) == ["plc"]
-    assert sorted(_complete(["atwhois", "plc", ""])) == ["mirror", "verify-export"]
+    assert sorted(_complete(["atwhois", "plc", ""])) == ["compare", "mirror", "verify-export"]
     assert _complete(["atwhois", "lookup", "--sho"]) == ["--short"]
     assert _complete(["atwhois", "alice.test", "--no-co"]) == ["--no-color"]  # lookup's
     assert "--max-connections" in _complete(["atwhois", "plc", "mirror", "--max-"])

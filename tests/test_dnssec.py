@@ -396,6 +396,22 @@ async def test_each_zone_of_the_island_gives_its_dnssec_state(devnet: DevnetStat
     )
 
 
+async def test_a_refresh_validates_the_zones_own_answer_as_the_resolvers(
+    devnet: DevnetState,
+) -> None:
+    """H-DNS-10 with --dnssec: a refresh takes the TXT answer of the zone's nameserver
+    (H-DNS-9) and validates it as a lookup validates the resolver's: each zone of the
+    island gives the same state, and the TXT changed after signing stays bogus however it
+    is asked (the zone's own answer launders nothing)."""
+    async with Resolver(_config(devnet)) as resolver:
+        for zone, (state, signer) in EXPECTED.items():
+            identity = await resolver.refresh(island.handle(zone))
+            check = identity.dns.dnssec
+            assert check is not None and (check.state, check.zone) == (state, signer), zone
+            assert identity.dns.via == "the zone's nameserver ns.test (127.0.0.1)", zone
+            assert identity.verified == (state != BOGUS), zone
+
+
 async def test_a_resolver_that_strips_dnssec_records_makes_every_answer_under_an_anchor_bogus(
     devnet: DevnetState,
 ) -> None:

@@ -56,13 +56,15 @@ def health(url: str) -> dict[str, object]:
 
 def the_same(follower: str, upstream: str) -> bool:
     """The follower holds exactly the upstream's operations, in its order, none twice, and
-    its cursor is the upstream's newest seq."""
+    its cursor is the upstream's newest seq, which its health says it saw (P-CMP-3)."""
     mine, theirs = ops(follower), ops(upstream)
     cids = [cid for _, _, cid in mine]
+    said = health(follower)
     return (
         cids == [cid for _, _, cid in theirs]
         and len(set(cids)) == len(cids)
-        and health(follower)["cursor"] == str(theirs[-1][0])
+        and said["cursor"] == str(theirs[-1][0])
+        and said["upstream_seq"] == theirs[-1][0]
     )
 
 

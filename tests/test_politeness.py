@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import bisect
 import os
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 
-import httpx
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -21,14 +22,38 @@ from devnet.network import DevnetState
 
 
 class PlcStandIn:
-    """The reference directory's answers, passed on; `refuse` next requests get 429."""
+    """The reference directory's answers, passed on; `refuse` next requests get 429. It
+    runs on a thread and loop of its own: on the test's loop, busy with the lookups, its
+    clock would read the arrivals in bunches."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
         self.times: list[float] = []  # when each request arrived (time.monotonic)
         self.agents: set[str] = set()
         self.refuse = 0
-        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+
+    async def _start(self) -> str:
+        self._session = aiohttp.ClientSession()
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", self.handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    def stop(self) -> None:
+        async def stopped() -> None:
+            await self._runner.cleanup()
+            await self._session.close()
+
+        asyncio.run_coroutine_threadsafe(stopped(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
 
     async def handle(self, request: web.Request) -> web.Response:
         self.times.append(time.monotonic())
@@ -38,27 +63,19 @@ class PlcStandIn:
             return web.json_response(
                 {"message": "slow down"}, status=429, headers={"Retry-After": "3"}
             )
-        async with httpx.AsyncClient(timeout=10) as client:
-            answer = await client.get(self.upstream + request.path_qs)
+        async with self._session.get(self.upstream + request.path_qs) as answer:
+            body = await answer.read()
+            content_type = answer.headers.get("content-type", "application/json")
         return web.Response(
-            body=answer.content,
-            status=answer.status_code,
-            content_type=answer.headers.get("content-type", "application/json").split(";")[0],
+            body=body, status=answer.status, content_type=content_type.split(";")[0]
         )
 
 
 @pytest.fixture
-async def standin(devnet: DevnetState) -> AsyncIterator[PlcStandIn]:
+def standin(devnet: DevnetState) -> Iterator[PlcStandIn]:
     plc = PlcStandIn(devnet.plc_url)
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", plc.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    plc.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     yield plc
-    await runner.cleanup()
+    plc.stop()
 
 
 async def test_a_directory_that_says_retry_after_gets_nothing_until_then(

@@ -20,14 +20,27 @@ run: setup
 	$(PY) -m devnet.demo
 
 ## The tests: set-up, the test network (started by the suite), pytest. In another order:
-## make test PYTEST_ARGS=--random-order (the seed it prints replays one).
+## make test PYTEST_ARGS=--random-order (the seed it prints replays one). The files are
+## shared among TEST_WORKERS processes (pytest-xdist), each with a test network of its own
+## (a file's tests stay in one process: its fixtures are started once); then the tests
+## marked `alone` (they measure time or load at a server) run by themselves. TEST_WORKERS=0
+## runs everything in this one process.
+TEST_WORKERS ?= 2
+WORKERS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: setup
+ifeq ($(TEST_WORKERS),0)
 	$(PY) -m pytest $(PYTEST_ARGS)
+else
+	status=0; \
+	$(PY) -m pytest $(WORKERS) -m "not alone" $(PYTEST_ARGS) || status=$$?; \
+	$(PY) -m pytest -m alone $(PYTEST_ARGS) || status=$$?; \
+	exit $$status
+endif
 
 ## The tests that need no server (no test network, no Redis or PostgreSQL of theirs): the
 ## quick loop while editing; `make test` runs them too.
 test-offline: setup
-	$(PY) -m pytest -m "not network" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not network" $(WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check atwhois foundation resolver cache server cli audit stream auth mirror devnet tests bench docs

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from devnet.atwhois import Daemon, running_daemon
 from devnet.network import DevnetState
@@ -40,6 +41,7 @@ def _answered_throughout(daemon: Daemon, rounds: int) -> None:
             assert resolved.status_code == 200, resolved.text
 
 
+@pytest.mark.alone
 def test_readers_that_never_read_hold_only_their_share(devnet: DevnetState, tmp_path: Path) -> None:
     """Twice the bound of slow readers from one address: it holds a quarter of the bound,
     its extra connections take the place of its own stuck ones; another address is
@@ -55,6 +57,7 @@ def test_readers_that_never_read_hold_only_their_share(devnet: DevnetState, tmp_
     assert _connection_counts(daemon).get("over_share", 0) > 0
 
 
+@pytest.mark.alone
 def test_stuck_writers_are_evicted_at_the_bound_and_closed_past_the_write_timeout(
     devnet: DevnetState, tmp_path: Path
 ) -> None:

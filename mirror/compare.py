@@ -101,11 +101,12 @@ def compare_logs(
     my_order = [op.cid for op in mine if op.cid in their_nullified]
     their_order = [e["cid"] for e in their_entries if e["cid"] in my_nullified]
     if my_order != their_order:
-        shorter = min(len(my_order), len(their_order))  # one may list an op twice
+        # the mirror's CIDs are unique and the upstream's hold them all: only the upstream's
+        # list may be the longer (an op it lists twice)
+        shorter = len(my_order)
         first = next((i for i in range(shorter) if my_order[i] != their_order[i]), shorter)
-        here = my_order[first] if first < len(my_order) else "nothing"
-        there = their_order[first] if first < len(their_order) else "nothing"
-        detail = f"from op {first + 1} on: {here} here, {there} upstream"
+        here = my_order[first] if first < shorter else "nothing"
+        detail = f"from op {first + 1} on: {here} here, {their_order[first]} upstream"
         found.append(Difference(ORDER, None, detail))
     return found
 

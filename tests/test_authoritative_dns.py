@@ -140,6 +140,24 @@ async def test_a_resolver_in_agreement_is_no_warning_and_the_setting_turns_it_of
     assert world.asked["dns_authority"] == 1  # the one above, none with the setting off
 
 
+async def test_a_record_the_resolver_has_not_seen_yet_is_found_at_the_zone() -> None:
+    """The resolver keeps an absence (a handle looked up before its owner published it),
+    then records of two values: what it said is named, "no record" for none."""
+    world = World()
+    world.hold_dns()
+    did = world.add("alice.example.com")
+    async with world.resolver() as resolver:
+        assert (await resolver.lookup("alice.example.com")).status == Status.HANDLE_NOT_FOUND
+        found = await resolver.refresh("alice.example.com")
+        assert found.status == Status.VERIFIED and found.did == did
+        assert found.dns.stale_resolver == "no record"
+        world.txt["_atproto.alice.example.com"].append("note=kept")  # H-DNS-2: ignored
+        world.hold_dns()  # the resolver keeps both values now
+        world.change_handle(world.add("bob.example.com"), "alice.example.com")
+        moved = await resolver.refresh("alice.example.com")
+    assert moved.did != did and moved.dns.stale_resolver == f"did={did}, note=kept"
+
+
 async def test_a_record_removed_at_the_zone_is_absent_whatever_the_resolver_keeps() -> None:
     world = World()
     world.add("alice.example.com")

@@ -61,6 +61,32 @@ def test_each_kind_of_difference_is_named_with_its_op() -> None:
     assert found[(NULLIFIED, "b")].detail == "in force here, nullified upstream"
 
 
+def test_each_difference_says_what_each_side_holds() -> None:
+    refusal = Rejection("did:plc:x", "r", "t", "P-SIG-2", "not signed by a rotation key", "", "")
+    mine = [_op(1, "gone"), _op(2, "b", nullified=True)]
+    theirs = [_entry("b"), _entry("r"), {**_entry("new"), "createdAt": "2026-02-01T00:00:00Z"}]
+    details = {d.cid: d.detail for d in compare_logs(mine, theirs, {"r": refusal})}
+    assert details == {
+        "gone": "created 2026-01-01T00:00:00.000Z: kept here, no longer served upstream",
+        "r": "not signed by a rotation key",
+        "new": "created 2026-02-01T00:00:00Z: served upstream, not applied here",
+        "b": "nullified here, in force upstream",
+    }
+
+
+def test_entries_an_upstream_garbles_are_no_ops_and_no_crash() -> None:
+    """A /log/audit answer is a stranger's JSON: an entry that is not an object, or has no
+    CID as text, is skipped (the op it stood for then shows as removed)."""
+    theirs = ["junk", {"cid": 5}, {"did": "did:plc:x"}, _entry("a")]
+    (found,) = compare_logs([_op(1, "a"), _op(2, "b")], theirs, {})
+    assert (found.kind, found.cid) == (REMOVED, "b")
+
+
+def test_an_op_listed_twice_upstream_is_a_difference_of_order() -> None:
+    (found,) = compare_logs([_op(1, "a")], [_entry("a"), _entry("a")], {})
+    assert found.kind == ORDER and found.detail == "from op 2 on: nothing here, a upstream"
+
+
 def test_the_same_ops_in_another_order_is_a_difference_of_order() -> None:
     (found,) = compare_logs([_op(1, "a"), _op(2, "b")], [_entry("b"), _entry("a")], {})
     assert found.kind == ORDER and found.detail == "from op 1 on: a here, b upstream"

@@ -72,9 +72,8 @@ class DnsMethod:
         if checked:
             evidence = dataclasses.replace(evidence, dnssec=checked[0])
         if asked:
-            evidence = dataclasses.replace(
-                evidence, via=asked["via"], stale_resolver=asked.get("stale")
-            )
+            evidence = dataclasses.replace(evidence, via=asked["via"])
+            evidence = evidence.overruling(asked.get("stale"))
         return evidence
 
     async def _records(self, name: str, checked: list[DnssecCheck]) -> list[list[bytes]]:

@@ -298,6 +298,8 @@ def compare(args: argparse.Namespace) -> int:
             outcome.add(comparison)
             if not args.json and not comparison.same:
                 print(_compared_rows(comparison), flush=True)
+            if outcome.upstream_gone:
+                break
         if args.json:
             print(json.dumps(outcome.to_json(), indent=2))
         else:

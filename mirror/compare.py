@@ -30,6 +30,8 @@ ORDER = "order"  # both hold the same ops in another order
 DOCUMENT = "document"  # the upstream's document says otherwise than the mirror's state
 REMOVAL_RULE = "P-CMP-2"  # the rule a removed op is kept under, among the refused
 REFUSALS_READ = 10_000  # of one DID's refusals (a DID with more is a flood, not a log)
+KEPT = 10_000  # comparisons kept for the JSON of a run, of each kind (the rest counted)
+GIVE_UP_AFTER = 100  # DIDs in a row the upstream did not answer before a run stops
 
 _BASE32 = "abcdefghijklmnopqrstuvwxyz234567"
 
@@ -113,32 +115,51 @@ def compare_logs(
 
 @dataclass
 class CompareOutcome:
-    """A run of comparisons: how many were the same, those that differ, those with no
-    verdict, and the removals applied (DID, the CIDs taken out)."""
+    """A run of comparisons: how many were the same, different, not compared; the first
+    `KEPT` of those that differ or were not compared (a run over every DID holds no more,
+    whatever the mirror's size), and the removals applied (DID, the CIDs taken out)."""
 
     compared: int = 0
     same: int = 0
+    differing: int = 0
+    unanswered: int = 0
+    unanswered_in_a_row: int = 0
     different: list[DidComparison] = field(default_factory=list)
     unavailable: list[DidComparison] = field(default_factory=list)
     applied: list[tuple[str, list[str]]] = field(default_factory=list)
 
     def add(self, comparison: DidComparison) -> None:
         self.compared += 1
+        self.unanswered_in_a_row += 1
         if comparison.unavailable is not None:
-            self.unavailable.append(comparison)
-        elif comparison.differences:
-            self.different.append(comparison)
+            self.unanswered += 1
+            if len(self.unavailable) < KEPT:
+                self.unavailable.append(comparison)
+            return
+        self.unanswered_in_a_row = 0
+        if comparison.differences:
+            self.differing += 1
+            if len(self.different) < KEPT:
+                self.different.append(comparison)
         else:
             self.same += 1
 
+    @property
+    def upstream_gone(self) -> bool:
+        """Whether the upstream left the last `GIVE_UP_AFTER` DIDs in a row unanswered: a
+        run over every DID then stops rather than going through them all for nothing."""
+        return self.unanswered_in_a_row >= GIVE_UP_AFTER
+
     def exit_code(self) -> int:
-        return 1 if self.different else 3 if self.unavailable else 0
+        return 1 if self.differing else 3 if self.unanswered else 0
 
     def summary(self) -> str:
         line = (
             f"compared {self.compared:,} DIDs with the upstream: {self.same:,} the same, "
-            f"{len(self.different):,} different, {len(self.unavailable):,} not compared"
+            f"{self.differing:,} different, {self.unanswered:,} not compared"
         )
+        if self.upstream_gone:
+            line += f" (stopped: the upstream answered none of the last {GIVE_UP_AFTER})"
         applied = [
             f"  {did}: {len(cids)} op(s) the upstream removed taken out, kept as evidence "
             f"[{REMOVAL_RULE}]"
@@ -150,6 +171,9 @@ class CompareOutcome:
         return {
             "compared": self.compared,
             "same": self.same,
+            "different_count": self.differing,
+            "unavailable_count": self.unanswered,
+            "stopped": self.upstream_gone,
             "different": [c.to_json() for c in self.different],
             "unavailable": [c.to_json() for c in self.unavailable],
             "applied": [{"did": did, "removed": cids} for did, cids in self.applied],

@@ -19,12 +19,17 @@ from atwhois.mirror import Follower, Replica, Upstream
 from atwhois.mirror.backends import open_mirror_store
 from atwhois.mirror.compare import (
     DOCUMENT,
+    GIVE_UP_AFTER,
+    KEPT,
     MISSING,
     NULLIFIED,
     ORDER,
     REFUSED,
     REMOVAL_RULE,
     REMOVED,
+    CompareOutcome,
+    DidComparison,
+    Difference,
     compare_logs,
 )
 from atwhois.mirror.records import Rejection, StoredOp
@@ -103,6 +108,25 @@ def test_a_mirror_says_the_newest_seq_its_upstream_served() -> None:
     assert state.to_json()["upstream_seq"] == 9
 
 
+def test_a_run_keeps_a_bounded_account_and_stops_when_the_upstream_is_gone() -> None:
+    """A run over every DID holds at most KEPT comparisons of each kind, counting the rest;
+    GIVE_UP_AFTER DIDs in a row without an answer stop it (one answered resets the count)."""
+    outcome = CompareOutcome()
+    removed = Difference(REMOVED, "c", "gone")
+    for index in range(KEPT + 5):
+        outcome.add(DidComparison(f"did:plc:{index}", (removed,)))
+    for index in range(GIVE_UP_AFTER - 1):
+        outcome.add(DidComparison(f"did:plc:u{index}", unavailable="HTTP 503"))
+    assert not outcome.upstream_gone
+    outcome.add(DidComparison("did:plc:same"))
+    for index in range(GIVE_UP_AFTER):
+        outcome.add(DidComparison(f"did:plc:v{index}", unavailable="HTTP 503"))
+    assert outcome.upstream_gone and outcome.exit_code() == 1
+    assert len(outcome.different) == KEPT and outcome.differing == KEPT + 5
+    assert outcome.unanswered == 2 * GIVE_UP_AFTER - 1 and outcome.same == 1
+    assert "(stopped: the upstream answered none of the last 100)" in outcome.summary()
+
+
 # --- on the test network -------------------------------------------------------------------
 
 
@@ -148,7 +172,9 @@ def test_compare_names_an_operation_the_directory_removed_and_applies_it_with_ev
     assert code == 1, (out, err)
     assert f"{did}  removed    {second}" in out
     code, out, _ = _compare(env, "--json", did)
-    (different,) = json.loads(out)["different"]
+    summary = json.loads(out)
+    (different,) = summary["different"]
+    assert summary["different_count"] == 1 and summary["unavailable_count"] == 0
     assert {(d["kind"], d["cid"]) for d in different["differences"]} == {
         (REMOVED, second),
         (DOCUMENT, None),  # the mirror's state is the removed op's, the directory's the one before
@@ -188,3 +214,6 @@ def test_compare_refuses_what_it_cannot_do_and_samples_at_random(
     down = {**env, "ATWHOIS_PLC_URL": "http://127.0.0.1:9"}  # nothing listens: no verdict
     code, out, _ = _compare(down, did)
     assert code == 3 and "not compared" in out and "0 different, 1 not compared" in out
+    code, out, _ = _compare(down, "--all", "--json")
+    summary = json.loads(out)
+    assert code == 3 and summary["unavailable_count"] == summary["compared"] > 1

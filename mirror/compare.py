@@ -8,6 +8,7 @@ comparison of every DID keeps to the directory's rate).
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -130,9 +131,9 @@ class CompareOutcome:
 
     def add(self, comparison: DidComparison) -> None:
         self.compared += 1
-        self.unanswered_in_a_row += 1
         if comparison.unavailable is not None:
             self.unanswered += 1
+            self.unanswered_in_a_row += 1
             if len(self.unavailable) < KEPT:
                 self.unavailable.append(comparison)
             return
@@ -233,13 +234,8 @@ class Comparer:
         kept: list[StoredOp] = []
         refused: list[Rejection] = []
         for op in log:
-            entry = {
-                "did": did,
-                "operation": op.operation,
-                "cid": op.cid,
-                "createdAt": op.created_at,
-            }
-            line = _line(entry)
+            entry = op.replay_entry()
+            line = json.dumps(entry, separators=(",", ":"))  # the evidence kept, if refused
             if op.cid in removed:
                 message = f"{self.upstream.url} no longer serves it (compared {seen_at})"
                 refused.append(
@@ -272,10 +268,3 @@ class Comparer:
         )
         self.store.rewrite_log(did, rewrite)
         return rewrite
-
-
-def _line(entry: dict[str, Any]) -> str:
-    """An op as an export line (the evidence kept of a refused one)."""
-    import json
-
-    return json.dumps(entry, separators=(",", ":"))

@@ -31,6 +31,16 @@ class StoredOp:
     def operation(self) -> Any:
         return json.loads(self.operation_json)
 
+    def replay_entry(self) -> dict[str, Any]:
+        """The op as a replay reads it: without a `nullified` flag (the replay works that
+        out, and one that disagreed would be a finding of its own)."""
+        return {
+            "did": self.did,
+            "operation": self.operation,
+            "cid": self.cid,
+            "createdAt": self.created_at,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Rejection:

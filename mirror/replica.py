@@ -206,10 +206,7 @@ class Verifier:
         were stored, so restored without hashing or signature checks."""
         run = self._replay(did)
         for op in ops:
-            run.restore(
-                {"did": did, "operation": op.operation, "cid": op.cid, "createdAt": op.created_at},
-                op.signer,
-            )
+            run.restore(op.replay_entry(), op.signer)
         run.findings.clear()
         run.prune()
         self._keep(did, [op.cid for op in ops])

@@ -29,7 +29,8 @@ import datetime
 import json
 import threading
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import aiohttp
 import libipld
@@ -138,13 +139,7 @@ class JetstreamStandIn:
             for entry in backlog:
                 await self._send(ws, entry, wanted)
             sent = backlog[-1][0] if backlog else 0
-            while not ws.closed:
-                entry = await live.get()
-                if entry is None:
-                    await ws.close()
-                    break
-                if entry[0] > sent:
-                    await self._send(ws, entry, wanted)
+            await _send_live(ws, live, sent, lambda entry: self._send(ws, entry, wanted))
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
@@ -197,14 +192,7 @@ class JetstreamStandIn:
                 if seq >= start:
                     await self._send_v2(ws, seq, entry, kinds)
                     sent = seq
-            while not ws.closed:
-                item = await live.get()
-                if item is None:
-                    await ws.close()
-                    break
-                if item[0] > sent:
-                    await self._send_v2(ws, item[0], item[1], kinds)
-                    sent = item[0]
+            await _send_live(ws, live, sent, lambda item: self._send_v2(ws, *item, kinds))
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
@@ -231,6 +219,26 @@ class JetstreamStandIn:
         if kind == "commit" and wanted and message["commit"]["collection"] not in wanted:
             return
         await ws.send_str(json.dumps(message))
+
+
+Live = TypeVar("Live", bound=tuple[Any, ...])
+
+
+async def _send_live(
+    ws: web.WebSocketResponse,
+    live: asyncio.Queue[Live | None],
+    sent: int,
+    send: Callable[[Live], Awaitable[None]],
+) -> None:
+    """What comes on `live` past `sent` (a consumer's backlog went already: a live item
+    also in it is not sent twice), each by `send`, until None closes the socket."""
+    while not ws.closed:
+        item = await live.get()
+        if item is None:
+            await ws.close()
+            return
+        if item[0] > sent:  # each comes once: only the backlog's may come again
+            await send(item)
 
 
 def jetstream_message(frame: bytes, time_us: int) -> dict[str, Any] | None:

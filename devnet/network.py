@@ -31,7 +31,7 @@ from .doh import start_doh
 from .faults import write_faults
 from .https import Certificates, HttpsHosts
 from .pds import create_account, free_port, launch_pds, wait_for_pds
-from .plc import plc_schema, seed_world, start_plc
+from .plc import plc_schema, remove_operation, seed_world, start_plc
 from .process import Child
 from .unbound import start_caching_resolver
 
@@ -137,9 +137,7 @@ class DevnetState:
         """Delete one operation from the reference directory's own database, as
         plc.directory's admin endpoint removes invalid ones: the directory serves the DID
         without it from then on."""
-        from . import plc
-
-        plc.remove_operation(plc_schema(self.pids["devnet"]), did, cid)
+        remove_operation(plc_schema(self.pids["devnet"]), did, cid)
 
     def config(self, **changes: Any) -> Config:
         """A resolver configuration pointed at this network (never at /etc/hosts)."""

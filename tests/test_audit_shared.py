@@ -185,6 +185,7 @@ def test_a_claim_taken_over_is_not_recorded_by_the_process_that_lost_it(
             store.close()
 
 
+@pytest.mark.alone  # two daemons waking on a 4 s beat: late on a machine busy elsewhere
 def test_daemons_sharing_a_store_keep_one_schedule(devnet: DevnetState, tmp_path: Path) -> None:
     """Two daemons audit the watch-list every 4 s from one PostgreSQL store; the second
     starts after the first one's first run. Each counts the interval from the last run any

@@ -6,15 +6,6 @@ COPY requirements.lock ./
 RUN pip install --no-cache-dir -r requirements.lock
 COPY pyproject.toml README.md LICENSE ./
 COPY atwhois ./atwhois
-COPY foundation ./foundation
-COPY resolver ./resolver
-COPY cache ./cache
-COPY server ./server
-COPY cli ./cli
-COPY audit ./audit
-COPY stream ./stream
-COPY auth ./auth
-COPY mirror ./mirror
 RUN pip install --no-cache-dir --no-deps . && useradd --create-home atwhois && mkdir /data \
     && chown atwhois /data
 USER atwhois

@@ -40,11 +40,7 @@ def test_dockerfile_runs_the_daemon_it_builds() -> None:
     lines = (ROOT / "Dockerfile").read_text().splitlines()
     assert lines[1].startswith("FROM python:3.11")
     copied = {line.split()[1] for line in lines if line.startswith("COPY ")}
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    folders = {
-        p.split(".")[-1] for p in project["tool"]["setuptools"]["packages"] if p.count(".") < 2
-    }
-    assert folders | {"pyproject.toml"} <= copied  # atwhois/ and the folders it links
+    assert {"atwhois", "pyproject.toml"} <= copied  # the one package, every part inside it
     assert 'ENTRYPOINT ["atwhois", "serve"]' in lines
     assert any(line.startswith("USER ") and "root" not in line for line in lines)
     assert "EXPOSE 2584" in lines
@@ -56,8 +52,10 @@ def test_dockerfile_runs_the_daemon_it_builds() -> None:
 
 def test_every_package_is_typed_and_the_licence_is_shipped() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    top_level = {p.split(".")[0] for p in project["tool"]["setuptools"]["packages"]}
-    assert top_level == {"atwhois"}  # one name in site-packages, typed as a whole (PEP 561)
+    # one name in site-packages, typed as a whole (PEP 561): every part is found inside it
+    assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["atwhois*"]
+    parts = {p.parent.name for p in (ROOT / "atwhois").glob("*/__init__.py")}
+    assert {"resolver", "cache", "cli", "server", "mirror", "stream", "audit"} <= parts
     assert (ROOT / "atwhois" / "py.typed").is_file()
     assert project["tool"]["setuptools"]["package-data"]["atwhois"] == ["py.typed"]
     assert project["project"]["license"] == "MIT"
@@ -80,7 +78,7 @@ def test_the_image_installs_the_locked_versions() -> None:
         assert requirement.specifier.contains(locked[name]), (name, locked[name])
     lines = (ROOT / "Dockerfile").read_text().splitlines()
     install_lock = lines.index("RUN pip install --no-cache-dir -r requirements.lock")
-    first_source = lines.index("COPY resolver ./resolver")
+    first_source = lines.index("COPY atwhois ./atwhois")
     assert install_lock < first_source  # the locked layer does not change with the code
     assert any("pip install --no-cache-dir --no-deps ." in line for line in lines)
 

@@ -20,7 +20,7 @@ from atwhois.resolver.errors import AtwhoisError
 ROOT = Path(__file__).resolve().parents[1]
 TOOLING = ("devnet", "bench", "tests")
 # Declarative tables, which may run longer than a module of code.
-TABLES = {"cli/settings.py", "cli/commands.py", "server/openapi.py"}
+TABLES = {"atwhois/cli/settings.py", "atwhois/cli/commands.py", "atwhois/server/openapi.py"}
 MAX_LINES = 460
 
 
@@ -40,10 +40,11 @@ PRODUCT = list(layer_table())
 def modules(package: str) -> Iterator[tuple[str, Path]]:
     """The modules of a folder, by the names they are imported as (`atwhois.resolver.dns`
     for the product's, `devnet.world` for the tooling's)."""
-    for path in sorted((ROOT / package).rglob("*.py")):
+    folder = ROOT / "atwhois" / package if package in PRODUCT else ROOT / package
+    for path in sorted(folder.rglob("*.py")):
         if "node_modules" in path.parts:
             continue
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        parts = list(path.relative_to(folder.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         yield ".".join(["atwhois", *parts] if package in PRODUCT else parts), path

@@ -224,6 +224,62 @@ def test_section_11_a_served_key_that_differs_from_the_log_is_caught() -> None:
     assert [f.rule for f in found] == ["§11"] and "atproto" in found[0].message
 
 
+def test_section_11_served_aliases_that_differ_from_the_log_are_caught() -> None:
+    """With --verify-plc, a served document whose `alsoKnownAs` is not the log's is a lie
+    (§11): a changed alias, one added, one dropped, or none served where the log has one.
+    The same aliases served are no finding."""
+    log = AuditLog.plain(keys("aliaslie"), T0)
+    audit = replay(log.did, log.entries)
+    assert audit.state is not None
+    document = build_document(log.did, audit.state)
+    assert document["alsoKnownAs"] == ["at://x.test"] and compare(audit, document) == []
+    for served in (["at://mallory.test"], ["at://x.test", "at://mallory.test"], [], None):
+        lie = copy.deepcopy(document)
+        if served is None:
+            del lie["alsoKnownAs"]
+        else:
+            lie["alsoKnownAs"] = served
+        found = compare(audit, lie)
+        assert [f.rule for f in found] == ["§11"], served
+        assert "alsoKnownAs" in found[0].message
+
+
+def test_p_op_3_a_second_legacy_create_is_refused_as_a_legacy_genesis() -> None:
+    """A legacy `create` is a genesis only (P-OP-3): one after the genesis is refused under
+    P-OP-3, told apart from a second `plc_operation` genesis (P-NULL-3); each signed by a
+    key the first op allowed, so that nothing but `prev: null` is wrong."""
+    signing = keys("second-genesis", 1)
+    create = {
+        "type": "create",
+        "signingKey": signing[0].did_key,
+        "recoveryKey": signing[0].did_key,
+        "handle": "x.test",
+        "service": "https://pds.test",
+        "prev": None,
+    }
+    legacy = AuditLog.plain(signing, T0)
+    legacy.append(signing[0].sign(create), T0 + HOUR)
+    audit = replay(legacy.did, legacy.entries)
+    assert rules(audit) == ["P-OP-3"] and "second genesis" in audit.findings[0].message
+    modern = AuditLog.plain(signing, T0)
+    modern.append(signing[0].sign(plc_operation(None, signing, ["at://x.test"])), T0 + HOUR)
+    assert rules(replay(modern.did, modern.entries)) == ["P-NULL-3"]
+
+
+@pytest.mark.parametrize(("count", "warned"), [(5, False), (6, True)])
+def test_p_lim_1_more_than_five_rotation_keys_is_a_warning_not_a_refusal(
+    count: int, warned: bool
+) -> None:
+    """P-LIM-1's bound of 5 rotation keys, at its edge: 5 distinct keys are within it, 6
+    warn (P-LIM-3: a historical log that breaks it still verifies)."""
+    rotation = keys(f"limit-{count}", count)
+    log = AuditLog.plain(rotation, T0)
+    audit = replay(log.did, log.entries)
+    assert audit.valid, audit.findings
+    assert ("more than 5 rotationKeys [P-LIM-1]" in audit.warnings) is warned
+    assert not [w for w in audit.warnings if "rotationKeys" in w and "more than" not in w]
+
+
 def test_the_audit_log_must_be_rfc3339_dated() -> None:
     """§10.6 step 2: createdAt is an RFC 3339 datetime; other ISO 8601 forms are refused."""
     for text, ok in (

@@ -16,13 +16,13 @@ EXAMPLE = ROOT / "atwhois.example.toml"
 
 def test_the_example_file_names_every_setting_and_loads() -> None:
     text = EXAMPLE.read_text()
-    named = set(re.findall(r"^#? ?([a-z_]+) = ", text, re.M))
+    named = set(re.findall(r"^#? ?([a-z0-9_]+) = ", text, re.M))
     assert named == set(settings.SETTINGS)
     merged = configuration.from_file(tomllib.loads(text))
     config = configuration.resolver_config(merged)
     assert config.plc_url == "https://plc.directory" and config.dns_timeout == 5.0
     # every commented line is valid too, once uncommented
-    uncommented = re.sub(r"^# ([a-z_]+ = )", r"\1", text, flags=re.M)
+    uncommented = re.sub(r"^# ([a-z0-9_]+ = )", r"\1", text, flags=re.M)
     configuration.from_file(tomllib.loads(uncommented))
 
 

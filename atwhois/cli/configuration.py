@@ -18,6 +18,7 @@ from typing import Any
 
 from atwhois.foundation.defaults import MIB
 from atwhois.foundation.version import user_agent
+from atwhois.resolver.addresses import nat64_prefix
 from atwhois.resolver.config import Config, parse_bool, parse_nameservers, parse_networks
 from atwhois.resolver.errors import AtwhoisError, InvalidInput
 
@@ -197,6 +198,7 @@ _TO_CONFIG: dict[str, Callable[[Any], dict[str, Any]]] = {
     "dns_server": lambda v: {"dns_servers": parse_nameservers(v)},
     "dns_fallback": lambda v: {"dns_fallback_servers": parse_nameservers(v)},
     "allow_net": lambda v: {"allow_nets": parse_networks(v)},
+    "nat64_prefix": lambda v: {"nat64_prefixes": tuple(nat64_prefix(p) for p in v)},
     "timeout": lambda v: dict.fromkeys(("dns_timeout", "https_timeout", "document_timeout"), v),
 }
 
@@ -219,6 +221,7 @@ FROM_CONFIG: dict[str, Callable[[Config], Any]] = {
     "dns_server": lambda c: [str(n) for n in c.dns_servers] or "the system's",
     "dns_fallback": lambda c: [str(n) for n in c.dns_fallback_servers],
     "allow_net": lambda c: [str(net) for net in c.allow_nets],
+    "nat64_prefix": lambda c: [str(net) for net in c.nat64_prefixes],
     "timeout": lambda c: [c.dns_timeout, c.https_timeout, c.document_timeout],
 }
 

@@ -119,6 +119,15 @@ class Values:
         shown="none: private, loopback, link-local, multicast and reserved addresses are refused",
         metavar="CIDR",
     )
+    nat64_prefix: list[str] = _setting(
+        RESOLUTION,
+        "a NAT64 prefix of this network (repeatable): an address in it is judged by the "
+        "IPv4 it carries, as RFC 6052 places it (the well-known 64:ff9b::/96 and "
+        "64:ff9b:1::/48 always are)",
+        [],
+        shown="none besides the well-known ones",
+        metavar="PREFIX",
+    )
     dev: bool = _setting(
         RESOLUTION,
         "development: .test handles, did:web:localhost, plain http for localhost",

@@ -81,6 +81,8 @@ class Config:
     ca_bundle: str | None = None  # None: the system's trust store
     # Addresses a fetch may reach although they are private/loopback/reserved (SSRF guard).
     allow_nets: tuple[IpNetwork, ...] = ()
+    # H-WK-9: an operator's own NAT64 prefixes, besides RFC 6052's and RFC 8215's
+    nat64_prefixes: tuple[ipaddress.IPv6Network, ...] = ()
     dev: bool = False  # .test handles, did:web:localhost, plain http for localhost
     https_port: int | None = None  # test-only: where ":443" really listens
     # H-DNS-9: a re-check after a change (a refresh, a claim after an event, an audit's)

@@ -29,6 +29,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from atwhois.foundation.bounded import BoundedBody
 from atwhois.foundation.pace import HostPace, retry_after
 
+from .addresses import embedded_ipv4
 from .config import Config
 from .dns import DnsClient
 from .errors import (
@@ -51,14 +52,18 @@ class AddressGuard:
 
     def __init__(self, config: Config, dns: DnsClient) -> None:
         self._allow = config.allow_nets
+        self._nat64 = config.nat64_prefixes
         self._dev = config.dev
         self._dns = dns
 
     def permits(self, address: IpAddress) -> bool:
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-            address = address.ipv4_mapped
         if any(address in net for net in self._allow):
             return True
+        # H-WK-9: an address that carries IPv4 reaches that IPv4 through a gateway
+        if isinstance(address, ipaddress.IPv6Address) and (
+            carried := embedded_ipv4(address, self._nat64)
+        ):
+            return all(self.permits(inner) for inner in carried)
         return address.is_global and not address.is_multicast
 
     async def addresses(self, host: str) -> list[str]:

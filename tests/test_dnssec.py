@@ -412,6 +412,39 @@ async def test_a_refresh_validates_the_zones_own_answer_as_the_resolvers(
             assert identity.verified == (state != BOGUS), zone
 
 
+async def test_a_spoofed_answer_from_the_zone_does_not_unseat_a_secure_one(
+    devnet: DevnetState,
+) -> None:
+    """H-DNS-10 with --dnssec: the zone's own answer replaces the resolver's only when it
+    validates at least as well. The direct question to the zone's nameserver goes through
+    the forging proxy, which changes the TXT in flight and leaves its signature (one spoofed
+    UDP answer does as much): bogus, so the resolver's secure answer stands, the refresh
+    stays verified and says why; it is no stale resolver. Honest again, the zone's secure
+    answer counts as before."""
+    handle = island.handle(island.ISLAND)
+    forging_port = int(devnet.dns_server_forging.rsplit(":", 1)[1])
+    config = _config(devnet, dns_authoritative_port=forging_port)
+    attacker = "did=did:plc:" + "a" * 24
+    devnet.set_forgeries({f"_atproto.{handle}. TXT": [{"txt": attacker}]})
+    try:
+        async with Resolver(config) as resolver:
+            spoofed = await resolver.refresh(handle)
+        devnet.set_forgeries({})
+        async with Resolver(config) as resolver:
+            honest = await resolver.refresh(handle)
+    finally:
+        devnet.set_forgeries({})
+    assert spoofed.verified and spoofed.did == devnet.did("sam"), spoofed.error
+    check = spoofed.dns.dnssec
+    assert check is not None and check.state == SECURE
+    via = spoofed.dns.via or ""
+    assert via.startswith("the recursive resolver; the zone's nameserver ns.test"), via
+    assert "but bogus" in via and "(secure)" in via
+    assert spoofed.dns.stale_resolver is None and "dns_stale_resolver" not in spoofed.warnings
+    assert honest.verified and honest.dns.via == "the zone's nameserver ns.test (127.0.0.1)"
+    assert honest.dns.dnssec is not None and honest.dns.dnssec.state == SECURE
+
+
 async def test_a_resolver_that_strips_dnssec_records_makes_every_answer_under_an_anchor_bogus(
     devnet: DevnetState,
 ) -> None:

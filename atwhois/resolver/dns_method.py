@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Protocol
 
 from .errors import DnssecBogus, NotFound, ResolutionError, UpstreamFailure
 from .handle import did_from_txt, dids_in_txt, txt_name
-from .identity import BOGUS, DnssecCheck, Evidence, timed_evidence
+from .identity import (
+    BOGUS,
+    INDETERMINATE,
+    INSECURE,
+    SECURE,
+    DnssecCheck,
+    Evidence,
+    timed_evidence,
+)
 from .response import AuthoritativeTxt, TxtAuthority, TxtRecords
 
 if TYPE_CHECKING:
@@ -109,26 +117,51 @@ class DnsMethod:
         for outcome in (recursive, zone):
             if isinstance(outcome, BaseException) and not isinstance(outcome, ResolutionError):
                 raise outcome
-        if isinstance(zone, AuthoritativeTxt) and self._dnssec and zone.response is None:
-            zone = UpstreamFailure("the zone's answer carries no DNSSEC records to check")
-        if not isinstance(zone, AuthoritativeTxt):
-            asked["via"] = f"the recursive resolver; the zone's nameservers not: {zone}"
+
+        def resolvers_answer(why: str) -> list[list[bytes]]:
+            asked["via"] = f"the recursive resolver; {why}"
             checked.extend(recursive_checked)
             if isinstance(recursive, BaseException):
                 raise recursive
             return recursive
+
+        if isinstance(zone, AuthoritativeTxt) and self._dnssec and zone.response is None:
+            zone = UpstreamFailure("the zone's answer carries no DNSSEC records to check")
+        if not isinstance(zone, AuthoritativeTxt):
+            return resolvers_answer(f"the zone's nameservers not: {zone}")
+        zone_checked: list[DnssecCheck] = []
+        zone_answer: list[list[bytes]] | ResolutionError
+        if self._dnssec:
+            assert zone.response is not None
+            try:
+                zone_answer = await self._checked(
+                    name, zone.records, zone.response, zone.absent, zone_checked
+                )
+            except (NotFound, DnssecBogus) as err:
+                zone_answer = err
+            zone_trust, recursive_trust = _trust(zone_checked), _trust(recursive_checked)
+            if zone_trust[0] < recursive_trust[0]:
+                # H-DNS-10: a secure answer stands against one that validates less well
+                # (one spoofed answer to the direct question is all it takes)
+                return resolvers_answer(
+                    f"the zone's nameserver {zone.server} answered, but {zone_trust[1]}: its "
+                    "answer counts only when it validates at least as well as the resolver's "
+                    f"({recursive_trust[1]})"
+                )
+        elif zone.absent is not None:
+            zone_answer = NotFound(zone.absent)
+        else:
+            zone_answer = zone.records
         asked["via"] = f"the zone's nameserver {zone.server}"
         said = _values(recursive) if not isinstance(recursive, BaseException) else None
         if isinstance(recursive, NotFound):
             said = []
         if said is not None and said != _values(zone.records):
             asked["stale"] = ", ".join(said) or "no record"
-        if self._dnssec:
-            assert zone.response is not None
-            return await self._checked(name, zone.records, zone.response, zone.absent, checked)
-        if zone.absent is not None:
-            raise NotFound(zone.absent)
-        return zone.records
+        checked.extend(zone_checked)
+        if isinstance(zone_answer, ResolutionError):
+            raise zone_answer
+        return zone_answer
 
     async def _checked(
         self,
@@ -152,6 +185,16 @@ class DnsMethod:
         if check.state == BOGUS:
             raise DnssecBogus(f"DNSSEC: the absence is bogus: {check.reason}")
         raise NotFound(absent)
+
+
+# How well each DNSSEC state vouches for an answer (RFC 4033's terms), for H-DNS-10
+_TRUST = {SECURE: 3, INSECURE: 2, INDETERMINATE: 1, BOGUS: 0}
+
+
+def _trust(checked: list[DnssecCheck]) -> tuple[int, str]:
+    """How well the first check vouches for its answer, and its state (-1: no answer was
+    checked)."""
+    return (_TRUST[checked[0].state], checked[0].state) if checked else (-1, "unchecked")
 
 
 def _values(records: list[list[bytes]]) -> list[str]:

@@ -2,7 +2,8 @@
 that forwards every request to the reference directory, and can lie or fail on command.
 
 - `edits` maps a request path to a change of its 200 answer (a lying mirror), and
-  `export_edit` changes each line of `/export` pages;
+  `export_edit` changes each line of `/export` pages; `bodies` maps a path to the raw bytes
+  of its 200 answer (what no JSON encoder writes: nesting past any parser, a flood);
 - `fault` makes every answer misbehave the way real upstreams and their firewalls do:
   `"status:403"` (any status, with a short HTML page), `"html"` (200 with an HTML page),
   `"truncated"` (200 with the first half of the real body, its length announced correctly,
@@ -47,6 +48,7 @@ class PlcStandIn:
         self.edits = edits or {}
         self.fault: str | None = None
         self.path_faults: dict[str, str] = {}  # a fault for one path only
+        self.bodies: dict[str, bytes] = {}  # a path's 200 answer, raw
         self.export_edit: Edit | None = None  # a change of each line of /export answers
         self.export_script: Callable[[dict[str, str]], list[str]] | None = None
         self.trickle_every = 1.0
@@ -150,6 +152,8 @@ class PlcStandIn:
             return await _send(writer, 200, _HTML, "text/html")
         if fault is not None and fault.startswith("status:"):
             return await _send(writer, int(fault.split(":")[1]), _HTML, "text/html")
+        if path in self.bodies:
+            return await _send(writer, 200, self.bodies[path], "application/json")
         script = self.export_script
         if script is not None and path.startswith("/export"):
             query = dict(parse_qsl(urlsplit(path).query))

@@ -35,7 +35,9 @@ from atwhois.mirror.compare import (
 from atwhois.mirror.records import Rejection, StoredOp
 from atwhois.mirror.state import MirrorState
 from atwhois.mirror.upstream import newest_seq
+from atwhois.resolver.config import AUDIT_LOG_MAX_BYTES, DOCUMENT_MAX_BYTES
 from devnet.atwhois import ATWHOIS
+from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount, new_handle
 
@@ -217,3 +219,38 @@ def test_compare_refuses_what_it_cannot_do_and_samples_at_random(
     code, out, _ = _compare(down, "--all", "--json")
     summary = json.loads(out)
     assert code == 3 and summary["unavailable_count"] == summary["compared"] > 1
+
+
+def test_compare_goes_on_past_what_a_lying_upstream_serves_and_exits_by_the_worst(
+    devnet: DevnetState, mirrored: tuple[dict[str, str], str, str]
+) -> None:
+    """A hostile upstream (a stand-in in front of the directory): a document nested past
+    any parser, a log over the bound on one DID's log (64 MB), a document over the bound on
+    a document. Each of those DIDs is not compared, saying why; `--all` goes on past them
+    to every other DID; the exit is 3 (some not compared, none different), and 1 once one
+    DID's log differs (the worst outcome wins)."""
+    env, _, _ = mirrored
+    nested, flooded, heavy, lied = (devnet.did(n) for n in ("alice", "bob", "carol", "dave"))
+    depth = 20_000  # within a document's size cap: the nesting alone must be refused
+    with PlcStandIn(devnet.plc_url) as stand_in:
+        stand_in.bodies = {
+            f"/{nested}": b"[" * depth + b"]" * depth,
+            f"/{flooded}/log/audit": b"[" + b'{"cid":"x"},' * (64 * 1024 * 1024 // 12) + b"{}]",
+            f"/{heavy}": b'{"id":"' + b"x" * (DOCUMENT_MAX_BYTES + 1) + b'"}',
+        }
+        lying = {**env, "ATWHOIS_PLC_URL": stand_in.url}
+        code, out, err = _compare(lying, "--all", "--json")
+        assert code == 3, (out, err)
+        summary = json.loads(out)
+        unavailable = {c["did"]: c["unavailable"] for c in summary["unavailable"]}
+        assert set(unavailable) == {nested, flooded, heavy}
+        assert "nested too deeply" in unavailable[nested]
+        assert f"over {AUDIT_LOG_MAX_BYTES} bytes" in unavailable[flooded]
+        assert f"over {DOCUMENT_MAX_BYTES} bytes" in unavailable[heavy]
+        assert summary["compared"] == summary["same"] + 3 > 3  # every other DID, the same
+        stand_in.edits = {f"/{lied}/log/audit": lambda log: log[:-1] if len(log) > 1 else []}
+        code, out, err = _compare(lying, "--all", "--json")
+    assert code == 1, (out, err)
+    summary = json.loads(out)
+    assert [c["did"] for c in summary["different"]] == [lied]
+    assert summary["unavailable_count"] == 3

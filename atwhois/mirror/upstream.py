@@ -8,7 +8,6 @@ keeps it as evidence), and the cursor is the last line that parsed."""
 from __future__ import annotations
 
 import datetime
-import json
 import threading
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import httpx
 from atwhois.foundation.bounded import BoundedBody
 from atwhois.foundation.pace import HostPace, retry_after
 from atwhois.foundation.version import agent
+from atwhois.resolver.config import AUDIT_LOG_MAX_BYTES, DOCUMENT_MAX_BYTES
 from atwhois.resolver.did import view_age
 from atwhois.resolver.errors import ResponseTooLarge, UpstreamFailure, UpstreamTimeout
 from atwhois.resolver.fetch import host_of, parked
@@ -66,16 +66,17 @@ class Upstream:
         )
 
     def _answer(
-        self, path: str, params: dict[str, str] | None = None
+        self, path: str, params: dict[str, str] | None = None, cap: int = PAGE_MAX_BYTES
     ) -> tuple[int, bytes, str | None]:
-        """The status, the body and the `Atwhois-Plc-Mirror` header of an answer."""
+        """The status, the body (at most `cap` bytes) and the `Atwhois-Plc-Mirror` header
+        of an answer."""
         give_up = time.monotonic() + self.deadline
         self._take_turn()
         try:
             with self._client.stream("GET", self.url + path, params=params) as response:
                 body = BoundedBody(
-                    PAGE_MAX_BYTES,
-                    lambda _: ResponseTooLarge(f"{self.url}{path}: over {PAGE_MAX_BYTES} bytes"),
+                    cap,
+                    lambda _: ResponseTooLarge(f"{self.url}{path}: over {cap} bytes"),
                     deadline=give_up,
                     too_slow=lambda size: UpstreamTimeout(
                         f"{self.url}{path}: no whole answer within {self.deadline:g} s "
@@ -113,18 +114,20 @@ class Upstream:
         return [line for line in body.split(b"\n") if line.strip()]
 
     def document(self, did: str) -> dict[str, Any] | None:
-        """The upstream's document (None: it serves none: 404 or 410)."""
-        status, body, _ = self._answer(f"/{did}")
+        """The upstream's document (None: it serves none: 404 or 410), read within the
+        resolver's bounds on a document (bytes, nesting): a stranger's answer."""
+        status, body, _ = self._answer(f"/{did}", cap=DOCUMENT_MAX_BYTES)
         if status in (404, 410):
             return None
         if status != 200:
             raise UpstreamFailure(f"{self.url}/{did}: HTTP {status}")
-        document = json.loads(body)
+        document = parse_json(body)
         return document if isinstance(document, dict) else {}
 
     def audit_log(self, did: str) -> list[Any] | None:
-        """The upstream's `/log/audit` of `did` (None: it knows no such DID: 404)."""
-        status, body, _ = self._answer(f"/{did}/log/audit")
+        """The upstream's `/log/audit` of `did` (None: it knows no such DID: 404), within
+        the resolver's bound on one DID's log."""
+        status, body, _ = self._answer(f"/{did}/log/audit", cap=AUDIT_LOG_MAX_BYTES)
         if status == 404:
             return None
         if status != 200:

@@ -12,6 +12,11 @@ from atwhois.foundation.version import USER_AGENT
 
 from .errors import InvalidInput
 
+# What a DID document and a did:plc's audit log may weigh, read from any directory (a
+# document is a few KB; the longest real logs are a few hundred KB)
+DOCUMENT_MAX_BYTES = 64 * 1024
+AUDIT_LOG_MAX_BYTES = 4 * 1024 * 1024
+
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 DEFAULT_PLC_URL = "https://plc.directory"
 _MAX_TIMEOUT = 3600.0
@@ -107,8 +112,8 @@ class Config:
     # a host's Retry-After parks it (`foundation.pace`).
     plc_rate: float = 300.0
     host_rate: float = 20.0
-    document_max_bytes: int = 64 * 1024
-    audit_log_max_bytes: int = 4 * 1024 * 1024
+    document_max_bytes: int = DOCUMENT_MAX_BYTES
+    audit_log_max_bytes: int = AUDIT_LOG_MAX_BYTES
     user_agent: str = USER_AGENT
     extra_headers: tuple[tuple[str, str], ...] = field(default=())
 

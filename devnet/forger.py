@@ -24,9 +24,6 @@ import asyncio
 import base64
 import functools
 import random
-import signal
-import sys
-from pathlib import Path
 from typing import Any
 
 import dns.flags
@@ -37,8 +34,6 @@ import dns.rdata
 import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
-
-from .process import Child, wait_for_line
 
 _DNSSEC_TYPES = {dns.rdatatype.RRSIG, dns.rdatatype.NSEC, dns.rdatatype.NSEC3}
 _DENIALS = {dns.rdatatype.NSEC, dns.rdatatype.NSEC3}
@@ -151,30 +146,3 @@ def hostile_nsec3(
         )
         records.append(dns.rrset.from_rdata(dns.name.Name([label, *origin.labels]), 60, rdata))
     return tuple(records)
-
-
-async def _serve(knot_port: int, forgeries: Path) -> None:
-    from .dns import DnsProxy
-
-    proxy = DnsProxy(knot_port, forgeries=forgeries)
-    print(f"forging on {await proxy.start()}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    proxy.close()
-
-
-def start(knot_port: int, forgeries: Path, log: Path) -> tuple[Child, int]:
-    """The forging resolver in a process of its own: re-encoding a flood costs it tens of
-    milliseconds an answer, which must not hold up the test network's other servers."""
-    child = Child.start(
-        [sys.executable, "-m", "devnet.forger", str(knot_port), str(forgeries)], log=log
-    )
-    line = wait_for_line(child, log, "forging on ", timeout=20)
-    return child, int(line.removeprefix("forging on "))
-
-
-if __name__ == "__main__":
-    asyncio.run(_serve(int(sys.argv[1]), Path(sys.argv[2])))

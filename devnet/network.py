@@ -25,7 +25,7 @@ from typing import Any
 
 from atwhois.resolver import Config
 
-from . import dnssec, forger, world
+from . import dnssec, forging_resolver, world
 from .dns import DnsProxy, Knot, reload_zone, render_zone
 from .doh import start_doh
 from .faults import write_faults
@@ -300,7 +300,7 @@ async def run(
         dns_port = await proxy.start()
         stripping = DnsProxy(knot.port, strip_dnssec=True)
         stripping_port = await stripping.start()
-        forging, forging_port = forger.start(
+        forging, forging_port = forging_resolver.start(
             knot.port, workdir / "dns-forgeries.json", workdir / "forger.log"
         )
         children.append(forging)

@@ -3,7 +3,9 @@ structure is checked here instead."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -180,3 +182,21 @@ def test_a_users_own_cache_server_and_cli_modules_do_not_shadow_atwhois(
     assert looked.returncode == 0 and looked.stdout.strip() == devnet.did("alice"), looked.stderr
     library = run(sys.executable, "-c", "import atwhois, atwhois.cli.serve; print('ok')")
     assert library.stdout.strip() == "ok", library.stderr
+
+
+def test_the_package_is_one_tree_with_one_path_per_module() -> None:
+    """Issue 67: `atwhois/` holds its parts as real folders, no link anywhere in the
+    repository, so a module has one path for every tool that maps a name to a file
+    (coverage over `atwhois`, tracebacks, mypy, git blame)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert [line for line in tracked if line.startswith("120000")] == []
+    files = sorted((ROOT / "atwhois").rglob("*.py"))
+    assert len(files) > 100
+    for path in files:
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        spec = importlib.util.find_spec(".".join(parts))
+        assert spec is not None and spec.origin == str(path), path

@@ -126,7 +126,8 @@ def test_the_product_imports_itself_by_one_name() -> None:
 
 
 def test_no_module_imports_itself_round_a_circle() -> None:
-    known = {name: path for package in PRODUCT for name, path in modules(package)}
+    """In the product and in its tooling (the test network, the benchmarks) alike."""
+    known = {name: path for package in [*PRODUCT, *TOOLING] for name, path in modules(package)}
     edges = {
         name: {m for m in imported(name, path, set(known)) if m in known and m != name}
         for name, path in known.items()

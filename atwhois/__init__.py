@@ -15,17 +15,21 @@ Without a `config`, the settings are read as the `atwhois` command reads them: t
 bindings, a `Client` asks a running `atwhois serve`; `atwhois.testing` is a world in memory
 that stands in for the network in tests.
 
-The repository keeps its parts at its top level (`resolver/`, `cache/`, `cli/`, …); they are
-installed, imported and type-checked as `atwhois.resolver`, `atwhois.cache`, … (this folder
-holds a link to each). What this module exports is the public API; the parts' modules are
-internal unless their own documentation says otherwise. Names are imported on first use, so
-that `import atwhois` costs little.
+The sync calls (`lookup`, `verify_service_auth`) run on one event loop the library keeps
+in a thread of its own, the same loop from call to call: a `Resolver` given to two of them
+keeps its connections, and they work where a loop already runs (a notebook). An object
+opened with `async with` in your own loop belongs to that loop: use it with the async calls
+there (mixing the two is refused: `WrongEventLoop`).
+
+What this module exports is the public API; the parts' modules (`atwhois.resolver`,
+`atwhois.cache`, …) are internal unless their own documentation says otherwise. Names are
+imported on first use, so that `import atwhois` costs little.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from atwhois.foundation.version import VERSION as __version__
 from atwhois.resolver.errors import (
@@ -36,11 +40,12 @@ from atwhois.resolver.errors import (
     NotFound,
     ResolutionError,
     UpstreamFailure,
+    WrongEventLoop,
 )
 from atwhois.resolver.outcome import Status
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Sequence
+    from collections.abc import Sequence
 
     from atwhois.auth import ServiceAuthVerifier
     from atwhois.cache import CachedResolver
@@ -68,6 +73,7 @@ __all__ = [
     "Status",
     "UpstreamFailure",
     "Verification",
+    "WrongEventLoop",
     "__version__",
     "alookup",
     "averify_service_auth",
@@ -87,17 +93,12 @@ _ON_FIRST_USE = {
 }
 
 
-T = TypeVar("T")
+if not TYPE_CHECKING:  # to a type checker the names are the imports above: a typo fails
 
-
-class SyncCallInEventLoop(AtwhoisError):
-    """`lookup` was called where an event loop runs: `await alookup(...)` there."""
-
-
-def __getattr__(name: str) -> Any:
-    if name in _ON_FIRST_USE:
-        return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
-    raise AttributeError(f"module 'atwhois' has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        if name in _ON_FIRST_USE:
+            return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+        raise AttributeError(f"module 'atwhois' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
@@ -122,8 +123,10 @@ async def alookup(
 def lookup(
     identifier: str, *, config: Config | None = None, directory: Directory | None = None
 ) -> Identity:
-    """`alookup`, for code without an event loop (scripts, notebooks, a shell)."""
-    return _run(alookup(identifier, config=config, directory=directory), "lookup")
+    """`alookup`, as a plain call (scripts, notebooks, a shell), on the library's loop."""
+    from atwhois.foundation.loop import run_sync  # here: the command line starts without it
+
+    return run_sync(alookup(identifier, config=config, directory=directory))
 
 
 async def averify_service_auth(
@@ -165,7 +168,7 @@ def verify_service_auth(
     config: Config | None = None,
     directory: Directory | None = None,
 ) -> Verification:
-    """`averify_service_auth`, for code without an event loop."""
+    """`averify_service_auth`, as a plain call, on the library's loop."""
     verifying = averify_service_auth(
         token,
         audience,
@@ -175,19 +178,9 @@ def verify_service_auth(
         config=config,
         directory=directory,
     )
-    return _run(verifying, "verify_service_auth")
+    from atwhois.foundation.loop import run_sync
 
-
-def _run(call: Coroutine[Any, Any, T], name: str) -> T:
-    """`call` run to its end, from code without an event loop."""
-    import asyncio  # here: the command line's help and errors start without it
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(call)
-    call.close()
-    raise SyncCallInEventLoop(f"{name}() inside a running event loop: await a{name}() instead")
+    return run_sync(verifying)
 
 
 def _config_from_environment() -> Config:

@@ -26,6 +26,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 
     from atwhois.cache import CachedResolver
     from atwhois.cache.stores import Store
+    from atwhois.resolver.identity import Identity
     from atwhois.resolver.resolver import Resolver
 
 __all__ = ["Fault", "World"]
@@ -200,13 +202,41 @@ class World:
         """`atwhois serve`'s app over this world, in process, for aiohttp's test client
         (`TestClient(TestServer(app))`: no subprocess). `settings`: the daemon's settings
         by name (`refresh_token="…"`, …); its cache is in memory and its audit history in
-        a folder of its own unless they are given."""
+        a folder of its own, removed when the app is cleaned up, unless they are given."""
         from atwhois.cli.serve import build_daemon
         from atwhois.cli.settings import Values
 
         folder = Path(tempfile.mkdtemp(prefix="atwhois-world-"))
         values = Values(**{"cache": "memory:", "audit_db": str(folder / "audit.db"), **settings})
-        return build_daemon(values, self.config(), resolvers=self.resolver).app
+        app = build_daemon(values, self.config(), resolvers=self.resolver).app
+
+        async def remove_folder(_: web.Application) -> None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+        app.on_cleanup.append(remove_folder)
+        return app
+
+    # --- the world as a `Directory` (atwhois.alookup(x, directory=world)) -------------
+
+    async def lookup(self, identifier: str) -> Identity:
+        """`identifier` resolved by a `resolver()` of this world (the world keeps nothing)."""
+        async with self.resolver() as resolver:
+            return await resolver.lookup(identifier)
+
+    async def refresh(self, identifier: str) -> Identity:
+        async with self.resolver() as resolver:
+            return await resolver.refresh(identifier)
+
+    async def check_pds(self, identity: Identity) -> Identity:
+        async with self.resolver() as resolver:
+            return await resolver.check_pds(identity)
+
+    async def purge(self, identifier: str) -> list[str]:
+        """Nothing is kept: nothing to forget."""
+        return []
+
+    async def aclose(self) -> None:
+        """Nothing is held open."""
 
     # --- inside -------------------------------------------------------------------------
 
@@ -326,3 +356,9 @@ def _multikey(secret: bytes) -> str:
 
 def _base32(data: bytes) -> str:
     return base64.b32encode(data).decode().lower().rstrip("=")
+
+
+if TYPE_CHECKING:  # mypy holds the world to the protocol it stands in for
+    from atwhois.resolver.directory import Directory
+
+    _A_WORLD_IS_A_DIRECTORY: Directory = World()

@@ -4,14 +4,20 @@ async lookups answer on the test network, through a resolver or through a runnin
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import subprocess
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 import atwhois
+from atwhois.foundation.loop import run_sync
 from atwhois.resolver.errors import AtwhoisError
+from atwhois.testing import World
 from devnet.atwhois import Daemon
 from devnet.network import DevnetState
 from tests.test_layers import imported, part
@@ -19,7 +25,8 @@ from tests.test_layers import imported, part
 EXPORTED = {
     "AtwhoisError", "CachedResolver", "Client", "Config", "DidDeactivated", "Directory",
     "Identity", "InvalidData", "InvalidInput", "NotFound", "ResolutionError", "Resolver",
-    "ServiceAuthVerifier", "Status", "UpstreamFailure", "Verification", "__version__",
+    "ServiceAuthVerifier", "Status", "UpstreamFailure", "Verification", "WrongEventLoop",
+    "__version__",
     "alookup", "averify_service_auth", "lookup", "verify_service_auth",
 }  # fmt: skip
 
@@ -76,3 +83,63 @@ async def test_the_async_lookup_and_a_client_of_a_daemon_agree(
 def test_the_synchronous_lookup_through_a_client(devnet: DevnetState, daemon: Daemon) -> None:
     identity = atwhois.lookup("bob.test", directory=atwhois.Client(daemon.url))
     assert (identity.status, identity.did) == (atwhois.Status.VERIFIED, devnet.did("bob"))
+
+
+def test_a_resolver_answers_two_sync_lookups_and_its_own_loop_refuses_a_third(
+    devnet: DevnetState,
+) -> None:
+    """The sync calls run on the library's one loop: a `Resolver` given to two of them keeps
+    its connections (each call used to make a loop and close it: "Event loop is closed").
+    The same object opened in a loop of the caller's belongs to it: a sync call with it is
+    refused, saying so, never an error from deep inside aiohttp."""
+    resolver = atwhois.Resolver(devnet.config())
+    first = atwhois.lookup("alice.test", directory=resolver)
+    second = atwhois.lookup("bob.test", directory=resolver)
+    assert (first.did, second.did) == (devnet.did("alice"), devnet.did("bob"))
+    assert first.verified and second.verified
+    run_sync(resolver.aclose())  # on the loop its connections belong to
+
+    async def opened_here() -> None:
+        async with atwhois.Resolver(devnet.config()) as mine:
+            assert (await mine.lookup("carol.test")).verified
+            with pytest.raises(atwhois.WrongEventLoop, match="another event loop"):
+                await asyncio.to_thread(atwhois.lookup, "carol.test", directory=mine)
+
+    asyncio.run(opened_here())
+
+
+async def test_a_sync_lookup_works_where_a_loop_runs_as_in_a_notebook() -> None:
+    world = World()
+    did = world.add("alice.example.org")
+    identity = atwhois.lookup("alice.example.org", directory=world)  # this loop is running
+    assert identity.verified and identity.did == did
+    assert (await atwhois.alookup("alice.example.org", directory=world)).did == did
+
+
+def test_a_world_lookup_twice_through_the_sync_call_loads_nothing_of_the_command_line() -> None:
+    script = (
+        "import sys, atwhois\n"
+        "from atwhois.testing import World\n"
+        "world = World(); did = world.add('alice.example.org')\n"
+        "for _ in range(2):\n"
+        "    assert atwhois.lookup('alice.example.org', directory=world).did == did\n"
+        "print(sorted(m for m in sys.modules if m.startswith('atwhois.cli')))\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"
+
+
+async def test_a_world_daemon_leaves_no_folder_behind() -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    before = set(Path(tempfile.gettempdir()).glob("atwhois-world-*"))
+    world = World()
+    world.add("alice.example.org")
+    async with TestClient(TestServer(world.daemon())) as client:
+        answer = await client.get(
+            "/xrpc/com.atproto.identity.resolveHandle", params={"handle": "alice.example.org"}
+        )
+        assert answer.status == 200
+        assert set(Path(tempfile.gettempdir()).glob("atwhois-world-*")) - before  # in use
+    assert set(Path(tempfile.gettempdir()).glob("atwhois-world-*")) - before == set()

@@ -198,3 +198,13 @@ def test_profile_urls_and_pasted_text(typed: str, kind: str, value: str) -> None
 def test_other_urls_are_refused(typed: str) -> None:
     with pytest.raises(errors.InvalidInput):
         syntax.parse_query(typed)
+
+
+@pytest.mark.parametrize(
+    ("did", "rule"),
+    [("did:web:a.onion", "H-TLD-1"), ("did:web:x.local", "H-TLD-1"), ("did:web:x.test", "H-TLD-2")],
+)
+def test_a_did_web_on_a_reserved_tld_names_its_rule_once(did: str, rule: str) -> None:
+    with pytest.raises(errors.InvalidDid) as refused:
+        syntax.parse_did_web(did, dev=False, allow_test_tld=False)
+    assert refused.value.rule == rule and str(refused.value).count(f"[{rule}]") == 1

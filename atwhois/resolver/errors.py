@@ -22,7 +22,7 @@ class InvalidInput(AtwhoisError):
 
     def __init__(self, message: str, rule: str) -> None:
         super().__init__(f"{message} [{rule}]")
-        self.rule = rule
+        self.message, self.rule = message, rule  # the message without its tag, to reword
 
 
 class InvalidHandle(InvalidInput):
@@ -43,6 +43,12 @@ class UnsupportedDidMethod(InvalidInput):
 
 class InvalidIdentifier(InvalidInput):
     """Neither a handle, a DID, nor an at:// URI."""
+
+
+class WrongEventLoop(AtwhoisError):
+    """An object whose connections were opened on one event loop, used from another: an
+    object opened with `async with` in the caller's loop is used with the async calls
+    there, and one given to the sync calls with the sync calls only."""
 
 
 # --- resolution steps ------------------------------------------------------------------

@@ -38,6 +38,7 @@ from .errors import (
     ResponseTooLarge,
     UpstreamFailure,
     UpstreamTimeout,
+    WrongEventLoop,
 )
 from .response import MIRROR_HEADER, Response
 from .tls import tls_context
@@ -153,6 +154,7 @@ class Fetcher:
         self._guard = AddressGuard(config, dns) if guarded else None
         self._ssl = tls_context(config.ca_bundle)
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the session's
         self._headers = {"User-Agent": config.user_agent, **dict(config.extra_headers)}
         if guarded:
             # Strangers' bodies are taken as sent: a few KiB of gzip can inflate to
@@ -164,8 +166,16 @@ class Fetcher:
         self._waiting: dict[str, asyncio.Lock] = {}  # hosts with requests waiting a turn
 
     def _client(self) -> aiohttp.ClientSession:
-        """The session, made on first use (aiohttp binds it to the running loop)."""
+        """The session, made on first use (aiohttp binds it to the running loop: used from
+        another loop, it would fail deep inside aiohttp, or hang)."""
+        if self._session is not None and asyncio.get_running_loop() is not self._loop:
+            raise WrongEventLoop(
+                "this resolver's connections were opened on another event loop: use it "
+                "with the async calls (await atwhois.alookup) in the loop that opened it, "
+                "or with the sync calls only"
+            )
         if self._session is None:
+            self._loop = asyncio.get_running_loop()
             resolver = (
                 GuardedResolver(self._guard, self._config.https_port) if self._guard else None
             )
@@ -193,6 +203,7 @@ class Fetcher:
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+            self._session = self._loop = None  # opened again on the next use
 
     async def get(
         self,

@@ -152,7 +152,7 @@ def parse_did_web(did: str, *, dev: bool, allow_test_tld: bool) -> WebHost:
     try:
         check_resolvable_handle(host, allow_test_tld=allow_test_tld)
     except ReservedHandle as err:
-        raise InvalidDid(f"{did!r}: {err}", err.rule) from None
+        raise InvalidDid(f"{did!r}: {err.message}", err.rule) from None
     return WebHost(host)
 
 

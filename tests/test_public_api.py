@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import subprocess
 import sys
 import tempfile
@@ -143,3 +144,26 @@ async def test_a_world_daemon_leaves_no_folder_behind() -> None:
         assert answer.status == 200
         assert set(Path(tempfile.gettempdir()).glob("atwhois-world-*")) - before  # in use
     assert set(Path(tempfile.gettempdir()).glob("atwhois-world-*")) - before == set()
+
+
+def test_a_typo_in_a_name_of_the_front_door_fails_the_type_check(tmp_path: Path) -> None:
+    """The names `atwhois` loads on first use are its imports to a type checker (no module
+    `__getattr__` answering Any): `atwhois.lokup` fails mypy, `atwhois.Resolver` is a type."""
+    script = tmp_path / "user.py"
+    script.write_text(
+        "import atwhois\n"
+        "resolver: atwhois.Resolver = atwhois.Resolver()\n"
+        "identity: atwhois.Identity = atwhois.lokup('alice.example.com')\n"
+    )
+    root = Path(atwhois.__file__ or "").parents[1]
+    cache = root / ".mypy_cache" / "front-door"  # warm after a first run
+    command = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent"]
+    checked = subprocess.run(
+        [*command, "--cache-dir", str(cache), str(script)],
+        env={**os.environ, "MYPYPATH": str(root)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and 'has no attribute "lokup"' in errors[0], checked.stdout

@@ -46,4 +46,6 @@ PLC_MIRROR_PROFILE = "directory"  # answer as plc.directory does
 # operations), and how long one message may wait for it to read
 PLC_STREAM_BACKLOG = 1_000_000
 PLC_STREAM_TIMEOUT = 10.0
-PLC_STREAM_CONSUMERS = 1_000  # consumers at once (about 40 KiB each at most, one page)
+# consumers at once: about 20 KiB each while waiting, up to a page of operations more while
+# not reading (~60 KiB in all at most): ~60 MiB for the default bound
+PLC_STREAM_CONSUMERS = 1_000

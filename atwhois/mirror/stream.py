@@ -16,7 +16,10 @@ The closes are the specification's (WebSocket code 1000, the reason as text):
 
 At most `max_consumers` consumers are served at once: past that, a new one is answered 503
 before its upgrade (counted), so that consumers that never read cannot take the memory a
-page each costs past a bound the operator chose.
+page each costs past a bound the operator chose. A consumer costs about 20 KiB while it
+waits, and up to a page of operations more while it does not read (`PAGE`); no
+compression is negotiated. The process's memory stays near its highest after consumers
+leave (freed heap rarely returns to the operating system): the bound is what holds it.
 """
 
 from __future__ import annotations
@@ -78,7 +81,10 @@ class ExportStream:
         if raw is not None and not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
             return web.json_response({"message": "Invalid cursor parameter"}, status=400)
         cursor = int(raw) if raw is not None else None
-        ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=4096)
+        # no permessage-deflate: its compressor costs ~186 KiB a consumer (measured: 300
+        # silent consumers, 71 -> 125 MiB with it, 71 -> 77 MiB without), kept for as
+        # long as the consumer stays, and an operation is a few hundred bytes
+        ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=4096, compress=False)
         if not ws.can_prepare(request).ok:
             return web.json_response({"message": "upgrade required"}, status=426)
         if self.state.stream_consumers >= self.max_consumers:

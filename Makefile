@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: run test test-offline lint docs devnet bench soak fuzz mutate lock setup clean
+.PHONY: run test test-offline lint docs docs-serve devnet bench soak fuzz mutate lock setup clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,9 +48,13 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 ## The manual: the site from docs/ into site/ (strict: a broken link or a page left out
-## fails it), its references made from the code (docs/generate.py). Open site/index.html.
+## fails it), its references made from the code (docs/generate.py). Open site/index.html
+## (navigation and search work from the files), or `make docs-serve` for a live preview.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict
 
 ## The test network in the foreground; prints how to point atwhois at it.
 devnet: setup

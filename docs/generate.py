@@ -36,6 +36,7 @@ def references() -> dict[str, str]:
         "reference/statuses.md": statuses_page(),
         "reference/http-api.md": http_page(),
         "reference/python-api.md": python_page(),
+        "reference/exceptions.md": exceptions_page(),
         "reference/cli.md": cli_page(),
     }
     for result in sorted(RESULTS.glob("*.md")):
@@ -188,6 +189,43 @@ def python_page() -> str:
                 out += ["", f"### `{name}.{method}`", ""]
                 out += [f"```python\n{_signature(method, member)}\n```", ""]
                 out.append(inspect.getdoc(member) or "")
+    return "\n".join(out) + "\n"
+
+
+def exceptions_page() -> str:
+    """Every error atwhois raises on purpose, as a tree under `AtwhoisError`, each with
+    the outcome it stands for (what a step that raised it reports) and its documentation.
+    Made from the classes themselves: every module of the package is imported to find
+    them."""
+    import importlib
+    import pkgutil
+
+    import atwhois
+    from atwhois.resolver.errors import AtwhoisError
+
+    for module in pkgutil.walk_packages(atwhois.__path__, "atwhois."):
+        importlib.import_module(module.name)
+    out = [
+        "# Exceptions",
+        "",
+        "Every error atwhois raises on purpose is an `AtwhoisError`: one `except` catches them",
+        "all. Under `ResolutionError`, the class says which of the three outcomes a step",
+        "ended in: `not_found` (confirmed absent), `failed` (transient: retry, never cache as",
+        "absence) or `invalid` (the other side answered nonsense). Made from the classes.",
+        "",
+    ]
+
+    def branch(cls: type[BaseException], depth: int) -> None:
+        outcome = getattr(cls, "outcome", None)
+        said = f" — outcome `{outcome}`" if outcome is not None else ""
+        doc = " ".join((cls.__dict__.get("__doc__") or "").split())  # its own, not its base's
+        out.append(f"{'  ' * depth}- **`{cls.__name__}`** (`{cls.__module__}`){said}: {doc}")
+        for sub in sorted(cls.__subclasses__(), key=lambda c: c.__name__):
+            # a private class is the code's own control flow, never raised to a caller
+            if sub.__module__.startswith("atwhois.") and not sub.__name__.startswith("_"):
+                branch(sub, depth + 1)
+
+    branch(AtwhoisError, 0)
     return "\n".join(out) + "\n"
 
 

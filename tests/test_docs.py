@@ -64,18 +64,31 @@ def test_the_site_builds_strict_with_every_page(site: Path) -> None:
     pages = ["getting-started", "architecture", "performance", "spec", "test-network"]
     pages += [f"guides/{name}" for name in GUIDES] + [f"reference/{name}" for name in REFERENCES]
     for page in pages:
-        assert (site / page / "index.html").is_file(), page
+        assert (site / f"{page}.html").is_file(), page
     for result in (ROOT / "bench" / "results").glob("*.md"):
-        assert (site / "performance" / result.stem / "index.html").is_file(), result.name
+        assert (site / "performance" / f"{result.stem}.html").is_file(), result.name
+
+
+def test_the_site_works_from_its_files(site: Path) -> None:
+    """Opened from site/index.html, as the README says: every link between pages names a
+    file that is there (folder links landed on a directory listing), and the search has
+    its index beside the pages (the offline plugin's), so it works without a server."""
+    pages = [page for page in site.rglob("*.html") if page.name != "404.html"]  # a server's
+    assert len(pages) > 25
+    for page in pages:
+        for target in re.findall(r'href="([^"#:]+\.html)(?:#[^"]*)?"', page.read_text()):
+            assert (page.parent / target).resolve().is_file(), (page, target)
+        assert not re.search(r'href="[^":]*/"', page.read_text()), page  # no folder link
+    assert (site / "search" / "search_index.js").is_file()
 
 
 def test_every_rule_tag_a_page_cites_links_to_its_rule(site: Path) -> None:
-    spec = (site / "spec" / "index.html").read_text()
+    spec = (site / "spec.html").read_text()
     anchors = set(re.findall(r'<a id="([a-z0-9-]+)"></a>', spec))
     assert {"h-wk-7", "s-sec-4", "sa-sig-2"} <= anchors
     linked = set()
-    for page in site.glob("guides/*/index.html"):
-        linked |= set(re.findall(r'href="\.\./\.\./spec/#([a-z0-9-]+)"', page.read_text()))
+    for page in site.glob("guides/*.html"):
+        linked |= set(re.findall(r'href="\.\./spec\.html#([a-z0-9-]+)"', page.read_text()))
     assert linked and linked <= anchors
     assert {"h-wk-7", "h-res-2"} <= linked
 
@@ -99,6 +112,16 @@ def test_every_name_the_code_defines_has_an_entry() -> None:
         assert f"## `atwhois {' '.join(command.path)}`" in pages["reference/cli.md"], command
     assert "/v1/verify/service-auth" in pages["reference/http-api.md"]
     assert "--lxm NSID" in pages["reference/cli.md"]  # a command's own flags, from its help
+
+
+def test_the_exceptions_page_documents_every_error_under_one_root() -> None:
+    page = generate.exceptions_page()
+    entries = re.findall(r"^( *)- \*\*`(\w+)`\*\* \(`([\w.]+)`\)[^:]*: (.*)$", page, re.M)
+    assert entries[0][1] == "AtwhoisError" and entries[0][0] == ""
+    named = {name for _, name, _, _ in entries}
+    assert {"NotFound", "UpstreamFailure", "InvalidData", "WrongEventLoop", "DnssecBogus"} <= named
+    assert all(doc.strip() for _, _, _, doc in entries), [e for e in entries if not e[3].strip()]
+    assert "- **`NotFound`** (`atwhois.resolver.errors`) — outcome `not_found`" in page
 
 
 def test_a_setting_or_finding_added_or_removed_shows_without_touching_the_docs(

@@ -21,6 +21,8 @@ _CREATE_KEYS = frozenset({"type", "signingKey", "recoveryKey", "handle", "servic
 
 
 class BadOperation(AtwhoisError, ValueError):
+    """A PLC operation whose shape breaks a rule (P-OP-*); `rule` names it."""
+
     def __init__(self, message: str, rule: str) -> None:
         super().__init__(message)
         self.rule = rule

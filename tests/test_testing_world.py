@@ -4,8 +4,6 @@ a user would write one; the same rules run as against the test network's real se
 
 from __future__ import annotations
 
-import pytest
-
 import atwhois
 from atwhois.testing import World
 
@@ -120,9 +118,11 @@ def test_the_synchronous_lookup_runs_over_the_world() -> None:
     assert atwhois.lookup("erin.example.org", directory=world.resolver()).did == did
 
 
-async def test_the_synchronous_lookup_inside_a_loop_says_to_await() -> None:
-    with pytest.raises(atwhois.AtwhoisError, match="await alookup"):
-        atwhois.lookup("erin.example.org", directory=World().resolver())
+async def test_the_synchronous_lookup_inside_a_loop_runs_on_the_librarys_own() -> None:
+    """Where a loop runs (a notebook), the sync call runs on the library's loop and waits."""
+    world = World()
+    did = world.add("erin.example.org", method="both")
+    assert atwhois.lookup("erin.example.org", directory=world.resolver()).did == did
 
 
 async def test_the_daemon_answers_from_the_world_in_process() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,13 +20,10 @@ from atwhois.foundation import Backoff
 from atwhois.stream.cursors import StoreCursor
 from atwhois.stream.frames import (
     AccountEvent,
-    ErrorFrame,
     IdentityEvent,
-    InfoEvent,
     MalformedFrame,
     Skipped,
     decode_jetstream,
-    decode_jetstream_v2,
 )
 from atwhois.stream.subscriber import Subscriber
 from atwhois.stream.wires import JETSTREAM2
@@ -260,45 +256,3 @@ async def test_v2_gaps_a_cursor_too_old_an_outdated_time_and_another_instances_s
         await while_running(ahead.run(), lambda: ahead.state.gaps == 1)
         assert gaps == ["gap", "gap", "gap"]
     assert did
-
-
-def v2(payload: dict[str, Any]) -> bytes:
-    return json.dumps({"$type": "event", "payload": payload}).encode()
-
-
-V2 = "network.bsky.jetstream.subscribeEvents#"
-
-
-def test_v2_frames_are_the_firehoses_events() -> None:
-    at = {"seq": 7, "did": DID, "time": "2026-12-05T00:00:00Z"}
-    identity = v2({"$type": V2 + "identity", **at, "identity": {"did": DID, "handle": "a.test"}})
-    assert decode_jetstream_v2(identity) == IdentityEvent(7, DID, at["time"], "a.test")
-    account = v2({"$type": V2 + "account", **at, "account": {"did": DID, "active": False,
-                  "status": "deactivated"}})  # fmt: skip
-    assert decode_jetstream_v2(account) == AccountEvent(7, DID, at["time"], False, "deactivated")
-    assert decode_jetstream_v2(v2({"$type": V2 + "commit", **at})) == Skipped("#commit", 7)
-    info = v2({"$type": V2 + "info", "name": "OutdatedCursor", "message": "from 3"})
-    assert decode_jetstream_v2(info) == InfoEvent("OutdatedCursor", "from 3")
-    error = json.dumps({"$type": "error", "error": "ConsumerTooSlow"}).encode()
-    assert decode_jetstream_v2(error) == ErrorFrame("ConsumerTooSlow", None)
-
-
-@pytest.mark.parametrize(
-    ("raw", "why"),
-    [
-        (b"not json", "not JSON"),
-        (b"[]", "a JSON object"),
-        (json.dumps({"$type": "message", "payload": {}}).encode(), "not an event or an error"),
-        (json.dumps({"$type": "error"}).encode(), "without its `error`"),
-        (v2({"$type": "com.atproto.sync.subscribeRepos#identity", "seq": 1}), "a payload of"),
-        (v2({"$type": V2 + "identity", "seq": -1, "did": DID, "time": "t"}), "`seq`"),
-        (v2({"$type": V2 + "identity", "seq": 1, "did": DID, "time": "t"}), "`identity` object"),
-        (v2({"$type": V2 + "identity", "seq": 1, "did": "did:plc:" + "b" * 24, "time": "t",
-             "identity": {"did": DID}}), "not its identity"),
-        (v2({"$type": V2 + "account", "seq": 1, "did": DID, "time": "t",
-             "account": {"did": DID, "active": "yes"}}), "boolean `active`"),
-    ],
-)  # fmt: skip
-def test_a_malformed_v2_frame_is_refused_with_its_reason(raw: bytes, why: str) -> None:
-    with pytest.raises(MalformedFrame, match=re.escape(why)):
-        decode_jetstream_v2(raw)

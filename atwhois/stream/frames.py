@@ -11,12 +11,19 @@ only its sequence number, for the cursor.
 Jetstream (`decode_jetstream`) re-encodes the same stream as JSON, one object a message:
 its `identity` and `account` messages become the same events, their cursor the message's
 `time_us` (Jetstream replays from a time, in microseconds), and every other kind is skipped.
+The current reference server also writes its v2 `seq` in v1 messages (`cursor`); it is not
+read: a v1 cursor is a time.
 
 Jetstream v2 (`decode_jetstream_v2`, `network.bsky.jetstream.subscribeEvents` in the
-`xrpc.v1.json` framing) sends one JSON object a frame: an event, `{"$type": "event",
-"payload": {...}}`, whose payload is the lexicon's message (`#identity` and `#account` wrap
-the firehose's bodies; their cursor is the instance's own `seq`), or an error, `{"$type":
-"error", "error": ..., "message": ...}`.
+`xrpc.v1.json` framing) sends one JSON object a frame, as the reference server
+(bluesky-social/jetstream) writes it: a message, `{"$type": "message", "payload": {...}}`
+(`"event"`, the envelope of proposal 0015's draft, is read the same way), whose payload is
+the lexicon's message (`#identity` and `#account` wrap the firehose's bodies; their cursor
+is the instance's own `seq`; `#info` carries no seq), or an error, `{"$type": "error",
+"error": ..., "message": ...}`. As the reference's own client does, a frame of an envelope
+type or a payload type not known yet is skipped (a newer revision of the protocol), never
+refused, and moves no cursor; a frame without an envelope `$type` (v1's JSON, say) is not
+one of these.
 
 A relay is a stranger: a frame that is not what the lexicon says is a `MalformedFrame`
 (invalid data), never a crash and never a half-read event.
@@ -169,6 +176,10 @@ def _carried(kind: str, cursor: int, message: dict[str, Any], *, timed: bool) ->
 
 
 V2 = "network.bsky.jetstream.subscribeEvents#"
+ENVELOPES = ("message", "event")  # the reference server's; the draft's
+# Bounds on what an error or #info frame says, before it reaches logs and /_health (the
+# reference client's own bounds on these strings)
+NAME_CHARS, MESSAGE_CHARS = 128, 1024
 
 
 def decode_jetstream_v2(message: bytes) -> Event:
@@ -177,22 +188,30 @@ def decode_jetstream_v2(message: bytes) -> Event:
     kind = frame.get("$type")
     if kind == "error":
         error = frame.get("error")
-        if not isinstance(error, str):
+        if not isinstance(error, str) or not error:
             raise MalformedFrame("an error frame without its `error`")
-        return ErrorFrame(error, _optional_text(frame, "message"))
+        said = _optional_text(frame, "message")
+        return ErrorFrame(error[:NAME_CHARS], None if said is None else said[:MESSAGE_CHARS])
+    if not isinstance(kind, str) or not kind:
+        raise MalformedFrame("a frame without its envelope `$type`: not xrpc.v1.json")
+    if kind not in ENVELOPES:
+        return Skipped("unknown envelope", None)
     payload = frame.get("payload")
-    if kind != "event" or not isinstance(payload, dict):
-        raise MalformedFrame(f"a frame of $type {str(kind)[:40]!r}, not an event or an error")
+    if not isinstance(payload, dict):
+        raise MalformedFrame("a message frame without its `payload` object")
     name = payload.get("$type")
-    if not isinstance(name, str) or not name.startswith(V2):
-        raise MalformedFrame(f"a payload of $type {str(name)[:80]!r}")
-    name = name.removeprefix(V2)
+    if not isinstance(name, str) or not name:
+        raise MalformedFrame("a payload without its `$type`")
+    name = name.removeprefix(V2) if name.startswith(V2) else ""
     if name == "info":
-        return InfoEvent(_text(payload, "name"), _optional_text(payload, "message"))
-    seq = _seq(payload)
-    if name not in ("identity", "account"):
-        return Skipped(f"#{name}", seq)
-    return _carried(name, seq, payload, timed=True)
+        said = _optional_text(payload, "message")
+        text = None if said is None else said[:MESSAGE_CHARS]
+        return InfoEvent(_text(payload, "name")[:NAME_CHARS], text)
+    if name in ("identity", "account"):
+        return _carried(name, _seq(payload), payload, timed=True)
+    if name in ("commit", "sync"):
+        return Skipped(f"#{name}", _seq(payload))
+    return Skipped("unknown payload", None)  # its seq, if any, is no cursor we know
 
 
 def _is_seq(value: Any) -> bool:

@@ -22,7 +22,7 @@ from atwhois.cache.stores.memory import MemoryStore
 from atwhois.foundation import Backoff
 from atwhois.resolver import Resolver, Status
 from atwhois.stream import AccountEvent, IdentityEvent
-from atwhois.stream.cursors import MemoryCursor, StoreCursor
+from atwhois.stream.cursors import MemoryCursor, Seq, StoreCursor, Time
 from atwhois.stream.follower import Follower
 from atwhois.stream.subscriber import Subscriber
 from atwhois.stream.wires import PATH
@@ -101,7 +101,7 @@ async def test_a_seq_that_goes_back_is_a_fault_never_a_cursor(
 
     stream = await serve_stream(Stream(script))
     seen: list[int] = []
-    cursors: list[int | None] = []
+    cursors: list[Seq | None] = []
 
     async def on_event(event: IdentityEvent | AccountEvent) -> None:
         seen.append(event.seq)
@@ -111,8 +111,8 @@ async def test_a_seq_that_goes_back_is_a_fault_never_a_cursor(
     await _run(subscriber, lambda: 7 in seen)
     assert seen == [1, 2, 3, 4, 5, 6, 7]
     assert stream.cursors[:2] == [None, "5"]  # asked again from where it was
-    assert subscriber.state.backwards >= 1 and subscriber.state.cursor == 7
-    assert all(c is None or c < s for c, s in zip(cursors, seen, strict=True))
+    assert subscriber.state.backwards >= 1 and subscriber.state.cursor == Seq(7)
+    assert all(c is None or c.value < s for c, s in zip(cursors, seen, strict=True))
 
 
 async def test_a_stream_opened_again_without_a_cursor_is_a_gap(
@@ -147,7 +147,7 @@ async def test_a_stream_opened_again_without_a_cursor_is_a_gap(
         gaps.clear()
         connections = len(stream.cursors)
         cursor = MemoryCursor()
-        await cursor.save(stored)
+        await cursor.save(None if stored is None else Seq(stored))
         replacing = Subscriber(
             stream.url, on_event, cursor, backoff=_quick(), on_gap=gap, followed_before=True
         )
@@ -179,7 +179,7 @@ async def test_a_relay_that_only_goes_back_makes_no_progress(
     subscriber = Subscriber(stream.url, on_event, MemoryCursor(), backoff=_quick())
     subscriber.state.stall_after = 1.0
     await _run(subscriber, lambda: subscriber.state.problem() is not None, timeout=10)
-    assert seen == [5000, 5001, 5002] and subscriber.state.cursor == 5002
+    assert seen == [5000, 5001, 5002] and subscriber.state.cursor == Seq(5002)
     assert subscriber.state.backwards >= 3
     assert set(stream.cursors[1:]) == {"5002"}  # asked again from its cursor, every time
 
@@ -238,7 +238,7 @@ async def _followed(cached: CachedResolver, stream: Stream, cursor: int) -> Foll
     follower = Follower(cached, [stream.url], quiet_after=5)
     await follower.start()
     try:
-        await eventually(lambda: follower.subscribers[0].state.cursor == cursor, 10)
+        await eventually(lambda: follower.subscribers[0].state.cursor == Seq(cursor), 10)
     finally:
         await follower.stop()
     return follower
@@ -326,12 +326,12 @@ async def test_a_stored_cursor_that_is_no_number_is_dropped() -> None:
     """Smaller item: a cursor entry in non-ASCII digits (`٣` passes `str.isdigit()` and
     `int()` takes it) or past 64 bits is not a cursor: the stream starts from the present."""
     store = MemoryStore()
-    cursor = StoreCursor(store, "ws://relay.test")
+    cursor = StoreCursor(store, "ws://relay.test", Seq)
     for text in ("٣", "99999999999999999999", "-5", ""):
         await store.put(cursor.key, text.encode(), time.time() + 60)
         assert await cursor.load() is None, text
-    await cursor.save(42)
-    assert await cursor.load() == 42
+    await cursor.save(Seq(42))
+    assert await cursor.load() == Seq(42)
 
 
 @pytest.mark.parametrize(
@@ -435,11 +435,11 @@ async def test_a_cursor_no_source_can_send_is_a_counted_fault_and_a_stored_one_i
     )
     await _run(subscriber, lambda: now_us + 2 in applied)
     assert applied == [now_us, now_us + 1, now_us + 2]
-    assert subscriber.state.implausible == 2 and subscriber.state.cursor == now_us + 2
+    assert subscriber.state.implausible == 2 and subscriber.state.cursor == Time(now_us + 2)
 
     store = MemoryStore()
-    cursor = StoreCursor(store, stream.url)
-    await cursor.save(2**63 - 1)
+    cursor = StoreCursor(store, stream.url, JETSTREAM.stored)
+    await cursor.save(Time(2**63 - 1))
     gaps: list[bool] = []
 
     async def gap() -> None:
@@ -453,7 +453,8 @@ async def test_a_cursor_no_source_can_send_is_a_counted_fault_and_a_stored_one_i
         wire=JETSTREAM._replace(path=PATH),
         on_gap=gap,
     )
-    await _run(restarted, lambda: restarted.state.cursor == now_us + 2)
+    await _run(restarted, lambda: restarted.state.cursor == Time(now_us + 2))
     assert stream.cursors[-1] is None  # asked from its present, not from 2^63
     assert restarted.state.gaps == 1 and gaps == [True]
-    assert (await cursor.load() or 0) <= now_us + 2
+    loaded = await cursor.load()
+    assert loaded is None or (isinstance(loaded, Time) and loaded.value <= now_us + 2)

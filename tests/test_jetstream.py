@@ -17,7 +17,7 @@ import pytest
 
 from atwhois.cache.stores import MemoryStore
 from atwhois.foundation import Backoff
-from atwhois.stream.cursors import StoreCursor
+from atwhois.stream.cursors import Seq, StoreCursor, Time
 from atwhois.stream.frames import (
     AccountEvent,
     IdentityEvent,
@@ -214,7 +214,7 @@ async def test_v2_gaps_a_cursor_too_old_an_outdated_time_and_another_instances_s
         gaps.append("gap")
 
     def follower(url: str) -> Subscriber:
-        cursor = StoreCursor(store, url)
+        cursor = StoreCursor(store, url, JETSTREAM2.stored)
         quick = Backoff(base=0.01, cap=0.05)
         return Subscriber(url, on_event, cursor, wire=JETSTREAM2, on_gap=gap, backoff=quick)
 
@@ -233,8 +233,8 @@ async def test_v2_gaps_a_cursor_too_old_an_outdated_time_and_another_instances_s
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
         seen = first.state.cursor
-        assert seen is not None and seen < 50_000 and gaps == []
-        assert await StoreCursor(store, one.url).load() == seen
+        assert isinstance(seen, Seq) and seen.value < 50_000 and gaps == []
+        assert await StoreCursor(store, one.url, JETSTREAM2.stored).load() == seen
         elsewhere = follower(other.url)  # the same store: this instance's seq is not there
         await while_running(elsewhere.run(), lambda: elsewhere.state.connected)
         assert other.cursors == [None] and gaps == []
@@ -242,17 +242,26 @@ async def test_v2_gaps_a_cursor_too_old_an_outdated_time_and_another_instances_s
         one.forget_before(one.next_seq + 5)  # the floor passes the stored seq
         again = follower(one.url)
         await while_running(again.run(), lambda: again.state.gaps == 1 and again.state.connected)
-        assert one.cursors[-2:] == [str(seen), None]  # refused, then from the present
+        assert one.cursors[-2:] == [str(seen.value), None]  # refused, then from the present
         assert gaps == ["gap"]
 
-        time_us = one.kept[0][0] - 1 if one.kept else 10**15 + 1
-        await StoreCursor(store, one.url).save(time_us if time_us >= 10**15 else 10**15 + 1)
+        time_us = one.kept[0][0] - 2 if one.kept else 10**15 + 1  # asked from the µs after
+        stored = StoreCursor(store, one.url, JETSTREAM2.stored)
+        await stored.save(Time(time_us if time_us >= 10**15 else 10**15 + 1))
         clamped = follower(one.url)
         await while_running(clamped.run(), lambda: clamped.state.gaps == 1)
         assert clamped.state.outdated_cursor == 1 and gaps == ["gap", "gap"]
 
-        await StoreCursor(store, one.url).save(one.next_seq + 1000)
+        await stored.save(Seq(one.next_seq + 1000))
         ahead = follower(one.url)
-        await while_running(ahead.run(), lambda: ahead.state.gaps == 1)
+        running = asyncio.create_task(ahead.run())
+        try:  # its live tip: the next event is below the cursor asked from
+            await eventually(lambda: ahead.state.connected, 10)
+            handle = {"handle": f"{name}-c{world.LIVE_HANDLE_SUFFIX}"}
+            _pds(devnet, "com.atproto.identity.updateHandle", handle, session["accessJwt"])
+            await eventually(lambda: ahead.state.gaps == 1, 10)
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
         assert gaps == ["gap", "gap", "gap"]
     assert did

@@ -19,7 +19,7 @@ import httpx
 from atwhois.foundation import Backoff
 from atwhois.resolver import Config, Resolver, Status
 from atwhois.stream import AccountEvent, IdentityEvent
-from atwhois.stream.cursors import MemoryCursor
+from atwhois.stream.cursors import MemoryCursor, Seq
 from atwhois.stream.subscriber import Subscriber
 from devnet import world
 from devnet.atwhois import Daemon, running_daemon
@@ -73,7 +73,7 @@ async def test_its_event_stream_tells_of_a_handle_change_and_a_deactivation(
     subscriber = Subscriber(
         devnet.pds_url.replace("http://", "ws://"),
         on_event,
-        MemoryCursor(0),
+        MemoryCursor(Seq(0)),
         backoff=Backoff(0.05, 0.2),
     )
     task = asyncio.create_task(subscriber.run())

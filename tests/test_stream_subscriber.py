@@ -16,7 +16,7 @@ from aiohttp import web
 from atwhois.cache.stores.sqlite import SqliteStore
 from atwhois.foundation import Backoff
 from atwhois.stream import AccountEvent, IdentityEvent
-from atwhois.stream.cursors import MemoryCursor, StoreCursor
+from atwhois.stream.cursors import MemoryCursor, Seq, StoreCursor
 from atwhois.stream.subscriber import Subscriber
 from atwhois.stream.wires import PATH
 from devnet import relay_frames as f
@@ -99,7 +99,7 @@ async def test_events_arrive_in_order_once_across_dropped_connections(relay: Rel
 
     relay.drop_after = 30  # the relay hangs up every 30 frames
     subscriber = Subscriber(relay.url, on_event, MemoryCursor(), backoff=quick(), save_every=0)
-    await follow(subscriber, lambda: subscriber.state.cursor == 200)
+    await follow(subscriber, lambda: subscriber.state.cursor == Seq(200))
     assert seen == wanted(relay.frames)  # each once, in order
     assert relay.cursors[:3] == [None, 30, 60]  # each reconnection resumes where it was
     assert subscriber.state.reconnects >= 6
@@ -112,15 +112,16 @@ async def test_the_cursor_survives_a_restart_in_the_store(relay: Relay, tmp_path
     relay.frames = everything[:50]  # what the relay has while the first daemon runs
     store = SqliteStore(tmp_path / "cache.db")
     try:
-        cursor = StoreCursor(store, relay.url)
+        cursor = StoreCursor(store, relay.url, Seq)
         first = Subscriber(relay.url, _ignore, cursor, backoff=quick(), save_every=0)
-        await follow(first, lambda: first.state.cursor == 50)
+        await follow(first, lambda: first.state.cursor == Seq(50))
         again = SqliteStore(tmp_path / "cache.db")  # another process, the same file
         try:
             relay.frames = everything
             connections = len(relay.cursors)
-            second = Subscriber(relay.url, _ignore, StoreCursor(again, relay.url), backoff=quick())
-            await follow(second, lambda: second.state.cursor == 200)
+            kept = StoreCursor(again, relay.url, Seq)
+            second = Subscriber(relay.url, _ignore, kept, backoff=quick())
+            await follow(second, lambda: second.state.cursor == Seq(200))
         finally:
             await again.close()
         assert relay.cursors[connections] == 50  # resumed, not replayed from the start
@@ -131,17 +132,18 @@ async def test_the_cursor_survives_a_restart_in_the_store(relay: Relay, tmp_path
 
 
 async def test_a_cursor_ahead_of_the_relay_is_dropped(relay: Relay) -> None:
-    cursor = MemoryCursor(10**9)  # from another relay, or this one lost its state
+    cursor = MemoryCursor(Seq(10**9))  # from another relay, or this one lost its state
     subscriber = Subscriber(relay.url, _ignore, cursor, backoff=quick(), save_every=0)
-    await follow(subscriber, lambda: subscriber.state.cursor == 200)
+    await follow(subscriber, lambda: subscriber.state.cursor == Seq(200))
     assert relay.cursors[:2] == [10**9, None] and subscriber.state.events["error"] == 1
     assert subscriber.state.last_error is not None
 
 
 async def test_an_outdated_cursor_is_counted_and_the_stream_goes_on(relay: Relay) -> None:
     relay.oldest = 100
-    subscriber = Subscriber(relay.url, _ignore, MemoryCursor(10), backoff=quick(), save_every=0)
-    await follow(subscriber, lambda: subscriber.state.cursor == 200)
+    cursor = MemoryCursor(Seq(10))
+    subscriber = Subscriber(relay.url, _ignore, cursor, backoff=quick(), save_every=0)
+    await follow(subscriber, lambda: subscriber.state.cursor == Seq(200))
     assert subscriber.state.outdated_cursor == 1 and relay.cursors[0] == 10
 
 
@@ -154,7 +156,7 @@ async def test_malformed_frames_are_skipped_and_counted(relay: Relay) -> None:
         seen.append(event.seq)
 
     subscriber = Subscriber(relay.url, on_event, MemoryCursor(), backoff=quick(), save_every=0)
-    await follow(subscriber, lambda: subscriber.state.cursor == 200)
+    await follow(subscriber, lambda: subscriber.state.cursor == Seq(200))
     assert subscriber.state.malformed == 2 and 7 not in seen
 
 

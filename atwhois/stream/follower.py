@@ -31,7 +31,8 @@ from atwhois.cache.revalidate import Revalidator, Watcher
 from .cursors import StoreCursor
 from .frames import AccountEvent, IdentityEvent
 from .process import WIRES, StreamProcess
-from .subscriber import StreamState, Subscriber
+from .state import StreamState
+from .subscriber import Subscriber
 
 
 class Follower:
@@ -62,7 +63,7 @@ class Follower:
             for url in jetstreams or []  # v1 where an instance has no v2
         ]
         for url, wire in wired:
-            cursor = StoreCursor(cached.store, url)
+            cursor = StoreCursor(cached.store, url, WIRES[wire].stored)
             subscriber: Subscriber | StreamProcess
             if processes:
                 subscriber = StreamProcess(

@@ -28,7 +28,7 @@ from atwhois.foundation import Backoff
 from atwhois.foundation.pool import SPAWN, child_process
 from atwhois.foundation.version import agent
 
-from .cursors import Cursor
+from .cursors import Cursor, Position
 from .frames import AccountEvent, IdentityEvent
 from .subscriber import Subscriber
 from .wires import FIREHOSE, JETSTREAM, JETSTREAM2, Wire
@@ -37,7 +37,8 @@ log = logging.getLogger("atwhois.stream")
 WIRES = {"firehose": FIREHOSE, "jetstream": JETSTREAM, "jetstream2": JETSTREAM2}
 STATE_EVERY = 0.25  # seconds between two snapshots of the child's stream state
 QUEUE = 1024  # messages from the child waiting to be applied, at most
-Message = tuple[str, Any]  # ("event", event) | ("cursor", seq) | ("state", state) | ("gap", None)
+# ("event", (event, its cursor)) | ("cursor", cursor) | ("state", state) | ("gap", None)
+Message = tuple[str, Any]
 
 
 class StreamProcess:
@@ -61,7 +62,7 @@ class StreamProcess:
         self.state = Subscriber(self.url, on_event, cursor, wire=WIRES[wire]).state
         self.restarts = 0
         self._followed = False  # a child was connected (as its snapshots said)
-        self._applied: tuple[int | None] | None = None  # the cursor past what was applied
+        self._applied: tuple[Position | None] | None = None  # the cursor past what was applied
 
     async def run(self) -> None:
         """Starts the child, applies what it sends; starts it again if it dies. Stopped
@@ -116,8 +117,9 @@ class StreamProcess:
     async def _apply(self, message: Message) -> None:
         kind, value = message
         if kind == "event":
-            await self.on_event(value)
-            self._applied = (value.seq,)
+            event, position = value
+            await self.on_event(event)
+            self._applied = (position,)
         elif kind == "cursor":
             await self.cursor.save(value)
             self._applied = (value,)
@@ -148,14 +150,16 @@ class _PipeCursor:
     """The child's cursor: it starts where the daemon saved it; what it would save goes up
     the pipe, after the events it follows."""
 
-    def __init__(self, sending: Connection, seq: int | None, saved: Callable[[], None]) -> None:
-        self.sending, self.seq, self.saved = sending, seq, saved
+    def __init__(
+        self, sending: Connection, position: Position | None, saved: Callable[[], None]
+    ) -> None:
+        self.sending, self.position, self.saved = sending, position, saved
 
-    async def load(self) -> int | None:
-        return self.seq
+    async def load(self) -> Position | None:
+        return self.position
 
-    async def save(self, seq: int | None) -> None:
-        self.sending.send(("cursor", seq))
+    async def save(self, position: Position | None) -> None:
+        self.sending.send(("cursor", position))
         self.saved()
 
 
@@ -163,7 +167,7 @@ def _child(
     sending: Connection,
     url: str,
     wire: str,
-    cursor: int | None,
+    cursor: Position | None,
     quiet_after: float,
     followed_before: bool,
     user_agent: str,
@@ -177,7 +181,7 @@ async def _read(
     sending: Connection,
     url: str,
     wire: Wire,
-    cursor: int | None,
+    cursor: Position | None,
     quiet_after: float,
     followed_before: bool,
     user_agent: str,
@@ -188,7 +192,8 @@ async def _read(
         # for decides what an #account event may do, and what the daemon says of the stream
         # (its counts, its cursor) is never behind what it applied. Such events are few.
         snapshot()
-        sending.send(("event", event))
+        # its cursor as the wire that read it says (a v2 seq, or a v1 time after a fallback)
+        sending.send(("event", (event, subscriber.wire.position(event.seq))))
 
     async def on_gap() -> None:
         sending.send(("gap", None))

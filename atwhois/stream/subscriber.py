@@ -1,28 +1,44 @@
-"""Following one relay's (or PDS's) `com.atproto.sync.subscribeRepos`, or a Jetstream's
-`/subscribe` (`JETSTREAM`: the same events as JSON): connect, decode each frame
-(`frames.decode`, `frames.decode_jetstream`), hand identity and account events to the
-daemon, remember the cursor in the cache store, and reconnect with jittered back-off when
-the connection drops.
+"""Following one relay's (or PDS's) `com.atproto.sync.subscribeRepos`, or a Jetstream
+(`wires`: v1's `/subscribe` and v2's `subscribeEvents`, the same events as JSON): connect,
+decode each frame (`frames`), hand identity and account events to the daemon, remember the
+cursor in the cache store, and reconnect with jittered back-off when the connection drops.
 
 What it does with a frame:
-- `#identity`, `#account`: to `on_event`, in order; their `seq` becomes the cursor.
-- `#commit`, `#sync`, unknown types: skipped; their `seq` becomes the cursor.
-- `#info OutdatedCursor`: the relay no longer has what came after our cursor and starts
-  from its oldest event; counted and logged, the stream goes on.
-- an error frame: the relay closes; `FutureCursor` means our cursor is ahead of it (a
-  relay that lost state, or another relay): the cursor is dropped, then we reconnect.
+- `#identity`, `#account`: to `on_event`, in order; their `seq` (a Jetstream v1 message's
+  time) becomes the cursor.
+- `#commit`, `#sync`: skipped; their `seq` becomes the cursor. A message of a type not
+  known yet is skipped and moves no cursor (Jetstream v2: as the reference client does).
+- `#info OutdatedCursor`: the source no longer has what came after our cursor and starts
+  from its oldest event (a relay; a Jetstream v2 instance clamping a time cursor): a gap
+  (F-CUR-3), counted and logged; the stream goes on. An `#info` carries no seq.
+- an error frame: the source closes; we reconnect from the cursor last applied, after a
+  back-off. No error ends the following (F-CUR-5). A relay's `FutureCursor` means our
+  cursor is ahead of it (a relay that lost state, or another relay): the cursor is dropped
+  first. Jetstream v2 sends `ConsumerTooSlow` (we read too slowly: asked again from where
+  we are) and `InternalError` (its read failed: the same).
+- the upgrade refused before it happened: an instance without the path (404) is followed on
+  the wire's fallback (Jetstream v1); a 400 is read for its XRPC error name (a plain GET of
+  the same URL): `CursorTooOld` (below a Jetstream v2 instance's retention floor) is a gap,
+  followed from the present (F-CUR-3); any other (`InvalidRequest`, `UnknownZstdDictionary`,
+  a body that names none) is a failure, said in `last_error`, asked again after a back-off,
+  never a gap (F-CUR-5).
 - a malformed frame: counted and skipped (a stranger's bytes never stop the stream).
 - a `seq` not after the cursor (the relay went back, or restarted with lower numbers): an
   upstream fault, counted and reported; the event is not applied, the connection is closed
   and opened again, with back-off, from our cursor. A relay that lost its numbers answers
-  that with `FutureCursor`, and only then is it followed from its present (it said so).
-- a `seq` no source can have sent (F-CUR-1, `Wire.plausible`: a Jetstream time more than
-  `FUTURE_MARGIN` ahead of now, a relay's seq past 2^53): counted (`implausible`), not
-  applied, the cursor not moved: one forged message cannot move the cursor where every later
-  event looks old. A stored cursor that is not plausible either (written before this rule)
-  is repaired when it is loaded: the stream is followed from its present, and the gap
-  (what may have been missed) is counted and handed to `on_gap`, which re-verifies what
-  the daemon holds.
+  that with `FutureCursor`, and only then is it followed from its present (it said so). A
+  Jetstream v2 instance starts a seq it has not reached yet at its live tip without a word:
+  a resumed connection whose first event is below our cursor is that, a gap (F-CUR-3), and
+  is followed from there.
+- a cursor no source can have sent (F-CUR-1, `Wire.plausible`: a Jetstream time more than
+  `FUTURE_MARGIN` ahead of now or before 10^15 µs, a Jetstream v2 seq of 10^15 or more, a
+  relay's seq past 2^53): counted (`implausible`), not applied, the cursor not moved: one
+  forged message cannot move the cursor where every later event looks old. A stored cursor
+  that is not plausible either (written before this rule) is repaired when it is loaded: the
+  stream is followed from its present, and the gap (what may have been missed) is counted
+  and handed to `on_gap`, which re-verifies what the daemon holds. A cursor of a kind the
+  wire cannot be asked from (a v2 seq, on an instance that turned out to have only v1) is a
+  gap the same way (F-CUR-4).
 - a connection lost before any frame gave a cursor (a quiet PDS, a child process killed):
   the next is opened from the present, which skips what happened in between. That is a
   gap too (F-CUR-2), counted and handed to `on_gap`; with a cursor, the stream replays.
@@ -45,10 +61,7 @@ import itertools
 import json
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 import yarl
@@ -57,63 +70,24 @@ from atwhois.foundation import Backoff
 from atwhois.foundation.version import agent
 from atwhois.resolver.untrusted import parse_json
 
-from .cursors import Cursor
-from .frames import AccountEvent, ErrorFrame, IdentityEvent, InfoEvent, MalformedFrame, Skipped
-from .wires import FIREHOSE, V2_TIME, Wire
+from .cursors import Cursor, Position
+from .frames import (
+    MESSAGE_CHARS,
+    NAME_CHARS,
+    AccountEvent,
+    ErrorFrame,
+    IdentityEvent,
+    InfoEvent,
+    MalformedFrame,
+    Skipped,
+)
+from .state import StreamState, kind_of
+from .wires import FIREHOSE, Wire
 
 log = logging.getLogger("atwhois.stream")
 OnEvent = Callable[[IdentityEvent | AccountEvent], Awaitable[None]]
 YIELD_EVERY = 16  # messages read before the event loop serves what else is waiting
-
-
-@dataclass
-class StreamState:
-    """What `/_health` and `/metrics` say about the stream."""
-
-    url: str
-    connected: bool = False
-    cursor: int | None = None
-    reconnects: int = 0
-    events: Counter[str] = field(default_factory=Counter)  # by type, skipped ones included
-    malformed: int = 0
-    outdated_cursor: int = 0
-    backwards: int = 0  # frames whose seq was not after the cursor
-    implausible: int = 0  # frames whose seq no source can have sent (not applied)
-    gaps: int = 0  # stored cursors not plausible, repaired by starting from the present
-    lag_s: float | None = None  # now minus the last event's own time
-    last_error: str | None = None
-    role: str | None = None  # "relay" or "pds", once the host said which
-    pds_host: str | None = None  # a PDS's own host name (of its did:web)
-    progress_at: float = field(default_factory=time.monotonic)  # a complete message
-    stall_after: float = 90.0
-
-    def problem(self, now: float | None = None) -> str | None:
-        """Why this stream is not followed (None: it is): no complete message for longer
-        than `stall_after` seconds, connected or not."""
-        idle = (now or time.monotonic()) - self.progress_at
-        if idle <= self.stall_after:
-            return None
-        why = f": {self.last_error}" if self.last_error else ""
-        return f"no progress from the event stream {self.url} for {idle:.0f} s{why}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "url": self.url,
-            "connected": self.connected,
-            "cursor": self.cursor,
-            "reconnects": self.reconnects,
-            "events": dict(self.events),
-            "malformed": self.malformed,
-            "outdated_cursor": self.outdated_cursor,
-            "backwards": self.backwards,
-            "implausible": self.implausible,
-            "gaps": self.gaps,
-            "lag_s": None if self.lag_s is None else round(self.lag_s, 3),
-            "last_error": self.last_error,
-            "role": self.role,
-            "pds_host": self.pds_host,
-            "problem": self.problem(),
-        }
+ANSWER_BYTES = 64 * 1024  # read of an HTTP answer beside the stream (describeServer, a 400)
 
 
 class Subscriber:
@@ -146,6 +120,7 @@ class Subscriber:
         # two quiet spells and the longest back-off: past that, nothing is being followed
         self.state = StreamState(self.url, stall_after=2 * quiet_after + self.backoff.cap)
         self._saved_at = 0.0
+        self._asked: Position | None = None  # the cursor this connection asked from, until an event
 
     async def run(self) -> None:
         """Until cancelled: connect, follow, and after a drop wait and connect again."""
@@ -182,31 +157,80 @@ class Subscriber:
 
     async def _follow(self, session: aiohttp.ClientSession) -> None:
         params = list(self.wire.params)
-        if self.state.cursor is not None:
-            params.append(("cursor", self.wire.resume(self.state.cursor)))
+        cursor = self.state.cursor
+        if cursor is not None:
+            asked = self.wire.resume(cursor)
+            if asked is None:  # a v2 seq, and the instance turned out to have only v1
+                await self._gap(f"{_said(cursor)} cannot be asked of {self.wire.path}")
+            else:
+                params.append(("cursor", asked))
+        self._asked = self.state.cursor
         try:
             await self._connected(session, params)
         except aiohttp.WSServerHandshakeError as err:
-            await self._refused(err)
+            await self._refused(session, err, params)
 
-    async def _refused(self, err: aiohttp.WSServerHandshakeError) -> None:
+    async def _refused(
+        self,
+        session: aiohttp.ClientSession,
+        err: aiohttp.WSServerHandshakeError,
+        params: list[tuple[str, str]],
+    ) -> None:
         """The upgrade was refused. An instance without this path (404) is followed on the
-        wire's fallback (Jetstream v1); a cursor refused before the upgrade (400, v2's
-        CursorTooOld: below the instance's retention floor) is a gap (F-CUR-3), and the
-        stream goes on from the present. Anything else is a failure of the moment."""
+        wire's fallback (Jetstream v1). A 400 names its XRPC error: `CursorTooOld` (below a
+        v2 instance's retention floor) is a gap (F-CUR-3), and the stream goes on from the
+        present; anything else is a failure, asked again after a back-off."""
         fallback = self.wire.fallback
         if err.status == 404 and fallback is not None:
             log.warning(
                 json.dumps({"event": "stream_fallback", "url": self.url, "to": fallback.path})
             )
             self.wire = fallback
-            if self.state.cursor is not None and not fallback.plausible(self.state.cursor):
-                await self._gap("a cursor of another wire: from the present")
             return
-        if err.status == 400 and self.state.cursor is not None:
-            await self._gap(f"cursor {self.state.cursor} refused (HTTP 400, CursorTooOld)")
+        if err.status != 400:
+            raise ConnectionError(f"the upgrade was refused: HTTP {err.status} {err.message}")
+        name, said = await self._xrpc_error(session, params)
+        if name == "CursorTooOld" and self.state.cursor is not None:
+            await self._gap(f"{_said(self.state.cursor)} refused: CursorTooOld: {said}")
             return
-        raise ConnectionError(f"the upgrade was refused: HTTP {err.status} {err.message}")
+        raise ConnectionError(
+            f"the upgrade was refused: HTTP 400 {name or 'no XRPC error'}: {said}"
+        )
+
+    async def _xrpc_error(
+        self, session: aiohttp.ClientSession, params: list[tuple[str, str]]
+    ) -> tuple[str | None, str]:
+        """The XRPC error name and message of a refused upgrade. aiohttp keeps no body of a
+        failed handshake; the reference answers the same URL without the upgrade the same
+        way (it checks the parameters and the cursor first), so it is asked again, plainly."""
+        try:
+            status, body = await self._get(session, _over_http(self.url + self.wire.path), params)
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as err:
+            return None, f"asked again: {type(err).__name__}: {err}"
+        try:
+            answer = parse_json(body)
+        except ValueError:
+            answer = None
+        error = answer.get("error") if isinstance(answer, dict) else None
+        if status != 400 or not isinstance(error, str) or not isinstance(answer, dict):
+            return None, f"asked again: HTTP {status}"
+        said = answer.get("message")
+        return error[:NAME_CHARS], said[:MESSAGE_CHARS] if isinstance(said, str) else ""
+
+    async def _get(
+        self, session: aiohttp.ClientSession, url: yarl.URL, params: list[tuple[str, str]]
+    ) -> tuple[int, bytes]:
+        """A GET beside the stream: its status and the first `ANSWER_BYTES` of its body."""
+        async with session.get(
+            url, params=params, timeout=aiohttp.ClientTimeout(total=10)
+        ) as answer:
+            body = b""
+            while len(body) < ANSWER_BYTES:
+                chunk = await answer.content.read(ANSWER_BYTES - len(body))
+                if not chunk:
+                    break
+                body += chunk
+            return answer.status, body
 
     async def _connected(
         self, session: aiohttp.ClientSession, params: list[tuple[str, str]]
@@ -263,15 +287,9 @@ class Subscriber:
         """Whom the stream speaks for: a PDS names itself in `describeServer` (its
         `did:web`); a host without that method is a relay. A failure says nothing: asked
         again before the next connection, and meanwhile no account event is taken from it."""
-        base = yarl.URL(self.url)
-        http = base.with_scheme("https" if base.scheme in ("wss", "https") else "http")
+        describe = _over_http(self.url).with_path("/xrpc/com.atproto.server.describeServer")
         try:
-            async with session.get(
-                http.with_path("/xrpc/com.atproto.server.describeServer"),
-                timeout=aiohttp.ClientTimeout(total=10),
-            ) as answer:
-                body = await answer.content.read(64 * 1024)
-                status = answer.status
+            status, body = await self._get(session, describe, [])
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as err:
             self.state.last_error = f"describeServer: {type(err).__name__}: {err}"
             return
@@ -291,20 +309,20 @@ class Subscriber:
             self.state.role = "relay"  # answers the method, names no host of its own
 
     async def feed(self, raw: bytes) -> bool:
-        """One frame; False when the relay said it is closing."""
+        """One frame; False when the source said it is closing."""
         try:
             event = self.wire.decode(raw)
         except MalformedFrame as err:
             self.state.malformed += 1
             self.state.last_error = str(err)
             return True
-        if isinstance(event, ErrorFrame):
+        if isinstance(event, ErrorFrame):  # the source closes: asked again from our cursor
             self.state.events["error"] += 1
             self.state.last_error = f"{event.error}: {event.message or ''}".strip()
-            if event.error == "FutureCursor":
+            if event.error == "FutureCursor" and self.wire.future_cursor_error:
                 self.state.cursor = None  # ahead of this relay: start from its present
             return False
-        if isinstance(event, InfoEvent):
+        if isinstance(event, InfoEvent):  # no seq: the cursor stays
             self.state.events["#info"] += 1
             if event.name == "OutdatedCursor":
                 self.state.outdated_cursor += 1
@@ -313,58 +331,68 @@ class Subscriber:
                 await self._gap(
                     "OutdatedCursor: the stream no longer holds what followed the cursor"
                 )
-            elif event.name == "FutureCursor":  # v2: the cursor is not this instance's (F-CUR-3)
-                await self._gap("FutureCursor: from the present")
             return True
-        seq = event.seq
-        if seq is not None and not self.wire.plausible(seq):
-            self.state.implausible += 1
-            self.state.last_error = f"seq {seq} is not one the stream can have sent"
-            log.warning(
-                json.dumps({"event": "stream_implausible_seq", "url": self.url, "seq": seq})
-            )
-            return True  # not applied; the cursor stays; the stream goes on
-        if self.wire.inclusive and seq is not None and seq == self.state.cursor:
-            return True  # the event at the cursor, sent again: applied already
-        behind = self.state.cursor is not None and not (
-            self.wire.inclusive and self.state.cursor >= V2_TIME  # a time cursor: seqs follow
-        )
-        if (
-            seq is not None
-            and self.state.cursor is not None
-            and behind
-            and seq <= self.state.cursor
-        ):
-            self.state.backwards += 1
-            self.state.last_error = f"seq {seq} is not after the cursor {self.state.cursor}"
-            log.warning(
-                json.dumps(
-                    {
-                        "event": "stream_went_back",
-                        "url": self.url,
-                        "seq": seq,
-                        "cursor": self.state.cursor,
-                    }
-                )
-            )
-            return False  # not followed: asked again from our cursor, after a back-off
+        if event.seq is not None:
+            placed = await self._place(self.wire.position(event.seq))
+            if placed is not None:
+                return placed
         self.backoff.reset()  # events arrive in order: the connection is good
         self._progress()
         if isinstance(event, Skipped):
             self.state.events[event.kind] += 1
-            if seq is not None:
-                await self._advance(seq)
+            if event.seq is not None:
+                await self._advance(self.wire.position(event.seq))
             return True
         self.state.events["#identity" if isinstance(event, IdentityEvent) else "#account"] += 1
         self.state.lag_s = _lag(event.time)
         await self.on_event(event)
-        await self._advance(event.seq)
+        await self._advance(self.wire.position(event.seq))
         return True
 
-    async def _repair(self, stored: int) -> None:
+    async def _place(self, position: Position) -> bool | None:
+        """None: an event at `position` is applied. Else it is not, and the stream goes on
+        (True) or the connection is closed (False)."""
+        asked, self._asked = self._asked, None
+        cursor = self.state.cursor
+        if not self.wire.plausible(position):
+            self.state.implausible += 1
+            self.state.last_error = f"{_said(position)} is not one the stream can have sent"
+            log.warning(
+                json.dumps(
+                    {"event": "stream_implausible_seq", "url": self.url, "seq": position.value}
+                )
+            )
+            return True  # not applied; the cursor stays; the stream goes on
+        # a first event, or a v2 instance's seq after the time a v1 run left: no order to keep
+        if cursor is None or type(cursor) is not type(position):
+            return None
+        if self.wire.inclusive and position == cursor:
+            return True  # the event at the cursor, sent again: applied already
+        if position.value > cursor.value:
+            return None
+        if self.wire.inclusive and asked == cursor:
+            # a v2 instance starts a seq it has not reached at its live tip, without a word
+            await self._gap(f"{_said(position)} after asking from {_said(cursor)}: its live tip")
+            return None
+        self.state.backwards += 1
+        self.state.last_error = f"{_said(position)} is not after the cursor {cursor.value}"
+        log.warning(
+            json.dumps(
+                {
+                    "event": "stream_went_back",
+                    "url": self.url,
+                    "seq": position.value,
+                    "cursor": cursor.value,
+                }
+            )
+        )
+        return False  # not followed: asked again from our cursor, after a back-off
+
+    async def _repair(self, stored: Position) -> None:
         """A stored cursor no source can have sent: followed from the present instead."""
-        log.warning(json.dumps({"event": "stream_cursor_repaired", "url": self.url, "was": stored}))
-        await self._gap(f"stored cursor {stored} is not plausible: from the present")
+        was = {"event": "stream_cursor_repaired", "url": self.url, "was": stored.value}
+        log.warning(json.dumps(was))
+        await self._gap(f"stored cursor {_said(stored)} is not plausible: from the present")
 
     async def _gap(self, why: str) -> None:
         """Events may have been missed (the stream is followed from its present): the gap
@@ -377,12 +405,22 @@ class Subscriber:
         if self.on_gap is not None:
             await self.on_gap()
 
-    async def _advance(self, seq: int) -> None:
-        self.state.cursor = seq
+    async def _advance(self, position: Position) -> None:
+        self.state.cursor = position
         now = time.monotonic()
         if now - self._saved_at >= self.save_every:
             self._saved_at = now
-            await self.cursor.save(seq)
+            await self.cursor.save(position)
+
+
+def _said(position: Position) -> str:
+    return f"{kind_of(position)} {position.value}"
+
+
+def _over_http(url: str) -> yarl.URL:
+    """A stream's ws(s) URL as the http(s) one of the same host and path."""
+    parsed = yarl.URL(url)
+    return parsed.with_scheme("https" if parsed.scheme in ("wss", "https") else "http")
 
 
 def _lag(stamp: str) -> float | None:

@@ -145,7 +145,10 @@ def feed_frames(script: list[tuple[str, int]]) -> None:
             before = subscriber.state.cursor
             await subscriber.feed(frame)
             after = subscriber.state.cursor
-            assert before is None or (after is not None and after >= before), (before, after)
+            assert before is None or (after is not None and after.value >= before.value), (
+                before,
+                after,
+            )
 
     _LOOP.run_until_complete(run())
     assert delivered == sorted(set(delivered)), delivered

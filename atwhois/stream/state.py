@@ -1,0 +1,69 @@
+"""What `/_health` and `/metrics` say about one event stream (`StreamState`), kept by its
+`Subscriber` (and sent up by a child process that runs one)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cursors import Position, Time
+
+
+@dataclass
+class StreamState:
+    """What `/_health` and `/metrics` say about the stream."""
+
+    url: str
+    connected: bool = False
+    cursor: Position | None = None
+    reconnects: int = 0
+    events: Counter[str] = field(default_factory=Counter)  # by type, skipped ones included
+    malformed: int = 0
+    outdated_cursor: int = 0
+    backwards: int = 0  # frames whose seq was not after the cursor
+    implausible: int = 0  # frames whose seq no source can have sent (not applied)
+    gaps: int = 0  # stored cursors not plausible, repaired by starting from the present
+    lag_s: float | None = None  # now minus the last event's own time
+    last_error: str | None = None
+    role: str | None = None  # "relay" or "pds", once the host said which
+    pds_host: str | None = None  # a PDS's own host name (of its did:web)
+    progress_at: float = field(default_factory=time.monotonic)  # a complete message
+    stall_after: float = 90.0
+
+    def problem(self, now: float | None = None) -> str | None:
+        """Why this stream is not followed (None: it is): no complete message for longer
+        than `stall_after` seconds, connected or not."""
+        idle = (now or time.monotonic()) - self.progress_at
+        if idle <= self.stall_after:
+            return None
+        why = f": {self.last_error}" if self.last_error else ""
+        return f"no progress from the event stream {self.url} for {idle:.0f} s{why}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "connected": self.connected,
+            "cursor": None if self.cursor is None else self.cursor.value,
+            "cursor_kind": kind_of(self.cursor),
+            "reconnects": self.reconnects,
+            "events": dict(self.events),
+            "malformed": self.malformed,
+            "outdated_cursor": self.outdated_cursor,
+            "backwards": self.backwards,
+            "implausible": self.implausible,
+            "gaps": self.gaps,
+            "lag_s": None if self.lag_s is None else round(self.lag_s, 3),
+            "last_error": self.last_error,
+            "role": self.role,
+            "pds_host": self.pds_host,
+            "problem": self.problem(),
+        }
+
+
+def kind_of(position: Position | None) -> str | None:
+    """What a cursor is, in words: "seq", "time" (None: no cursor)."""
+    if position is None:
+        return None
+    return "time" if isinstance(position, Time) else "seq"

@@ -110,3 +110,24 @@ async def test_v2_events_after_a_v1_time_are_applied_and_the_cursor_becomes_a_se
     await _fed(subscriber, [3, 4, 4, 2])
     assert applied == [3, 4] and subscriber.state.cursor == Seq(4)
     assert subscriber.state.backwards == 1  # 4 again is the cursor's own (inclusive); 2 is not
+
+
+async def test_v1_messages_sharing_a_time_are_all_applied() -> None:
+    """The reference stamps a whole batch of events with one witnessed time, so v1 messages
+    may share a `time_us`: the second is in order, not "backwards" (which closed the
+    connection and asked again from the microsecond after, losing it); a lower one is not."""
+    applied: list[int] = []
+
+    async def on_event(event: IdentityEvent | AccountEvent) -> None:
+        applied.append(event.seq)
+
+    def v1(time_us: int, kind: str) -> bytes:
+        body = {"did": DID, "seq": 1, "time": "2026-05-25T00:00:00Z"}
+        body |= {"active": True} if kind == "account" else {}
+        return json.dumps({"did": DID, "time_us": time_us, "kind": kind, kind: body}).encode()
+
+    subscriber = Subscriber("ws://jetstream.test", on_event, MemoryCursor(), wire=JETSTREAM)
+    frames = [v1(NOW_US, "identity"), v1(NOW_US, "account"), v1(NOW_US - 1, "identity")]
+    assert [await subscriber.feed(frame) for frame in frames] == [True, True, False]
+    assert applied == [NOW_US, NOW_US] and subscriber.state.cursor == Time(NOW_US)
+    assert JETSTREAM.resume(Time(NOW_US)) == str(NOW_US + 1)  # nothing applied twice

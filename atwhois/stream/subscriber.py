@@ -23,13 +23,14 @@ What it does with a frame:
   a body that names none) is a failure, said in `last_error`, asked again after a back-off,
   never a gap (F-CUR-5).
 - a malformed frame: counted and skipped (a stranger's bytes never stop the stream).
-- a `seq` not after the cursor (the relay went back, or restarted with lower numbers): an
-  upstream fault, counted and reported; the event is not applied, the connection is closed
-  and opened again, with back-off, from our cursor. A relay that lost its numbers answers
-  that with `FutureCursor`, and only then is it followed from its present (it said so). A
-  Jetstream v2 instance starts a seq it has not reached yet at its live tip without a word:
-  a resumed connection whose first event is below our cursor is that, a gap (F-CUR-3), and
-  is followed from there.
+- a `seq` not after the cursor (the relay went back, or restarted with lower numbers; a
+  Jetstream v1 time at the cursor's own is not that: the reference gives a whole batch of
+  events one time): an upstream fault, counted and reported; the event is not applied,
+  the connection is closed and opened again, with back-off, from our cursor. A relay that
+  lost its numbers answers that with `FutureCursor`, and only then is it followed from its
+  present (it said so). A Jetstream v2 instance starts a seq it has not reached yet at its
+  live tip without a word: a resumed connection whose first event is below our cursor is
+  that, a gap (F-CUR-3), and is followed from there.
 - a cursor no source can have sent (F-CUR-1, `Wire.plausible`: a Jetstream time more than
   `FUTURE_MARGIN` ahead of now or before 10^15 µs, a Jetstream v2 seq of 10^15 or more, a
   relay's seq past 2^53): counted (`implausible`), not applied, the cursor not moved: one
@@ -70,7 +71,7 @@ from atwhois.foundation import Backoff
 from atwhois.foundation.version import agent
 from atwhois.resolver.untrusted import parse_json
 
-from .cursors import Cursor, Position
+from .cursors import Cursor, Position, Time
 from .frames import (
     MESSAGE_CHARS,
     NAME_CHARS,
@@ -368,7 +369,8 @@ class Subscriber:
             return None
         if self.wire.inclusive and position == cursor:
             return True  # the event at the cursor, sent again: applied already
-        if position.value > cursor.value:
+        # v1 messages may share a time_us: the reference stamps a batch of events with one time
+        if position.value > cursor.value or (isinstance(position, Time) and position == cursor):
             return None
         if self.wire.inclusive and asked == cursor:
             # a v2 instance starts a seq it has not reached at its live tip, without a word

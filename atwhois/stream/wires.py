@@ -51,8 +51,10 @@ def _jetstream_time(position: Position) -> bool:
 
 
 def _after_time(position: Position) -> str | None:
-    """Jetstream replays from a time, inclusive: from the microsecond after the last applied.
-    A seq is never sent to a v1 instance (it would read it as one of its own seqs)."""
+    """Jetstream replays from a time, inclusive: from the microsecond after the last applied
+    (nothing applied twice; as the reference gives a batch of events one time, a connection
+    lost inside a batch misses the batch's rest: v1 has no finer cursor, v2's seq has). A
+    seq is never sent to a v1 instance (it would read it as one of its own seqs)."""
     return str(position.value + 1) if isinstance(position, Time) else None
 
 

@@ -1,9 +1,11 @@
-"""subscribeRepos frames as a relay sends them, made with libipld's DAG-CBOR encoder: for
-the decoder's tests, its fuzz target and `bench/stream_decode.py`."""
+"""subscribeRepos frames as a relay sends them, made with libipld's DAG-CBOR encoder (a
+commit's blocks a CAR file holding its record): for the decoder's tests, its fuzz target,
+`bench/stream_decode.py`, and the CAR files of the PDS check's tests."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import random
 from typing import Any
 
@@ -33,11 +35,37 @@ def account(seq: int, active: bool, status: str | None = None, did: str = DID) -
     return frame({"op": 1, "t": "#account"}, body)
 
 
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def cid(block: bytes, codec: int = 0x71) -> bytes:
+    """A CIDv1 of `block` (DAG-CBOR unless `codec` says otherwise), SHA-256, as bytes."""
+    return bytes([1]) + varint(codec) + bytes([0x12, 32]) + hashlib.sha256(block).digest()
+
+
+def car(*blocks: tuple[bytes, bytes]) -> bytes:
+    """A CAR v1 file of these (CID, block) pairs, with no roots (as `getBlocks` sends)."""
+    header = libipld.encode_dag_cbor({"roots": [], "version": 1})
+    sections = b"".join(varint(len(name) + len(b)) + name + b for name, b in blocks)
+    return varint(len(header)) + header + sections
+
+
 def commit(seq: int, blocks: int = 3000, rng: random.Random | None = None) -> bytes:
-    """A #commit as a relay sends it: a CAR slice of `blocks` bytes, one op or a few."""
+    """A #commit as a relay sends it: one op or a few, creating a post whose record is in
+    the commit's CAR slice of about `blocks` bytes (the rest a block of tree-like bytes)."""
     rng = rng or random.Random(seq)
+    record = libipld.encode_dag_cbor(
+        {"$type": "app.bsky.feed.post", "createdAt": TIME, "text": f"post {seq}"}
+    )
+    filler = libipld.encode_dag_cbor({"e": rng.randbytes(max(0, blocks - len(record) - 90))})
     ops = [
-        {"action": "create", "path": f"app.bsky.feed.post/3k{seq:010d}{i}", "cid": CID}
+        {"action": "create", "path": f"app.bsky.feed.post/3k{seq:010d}{i}", "cid": cid(record)}
         for i in range(rng.randint(1, 3))
     ]
     body = {
@@ -48,7 +76,7 @@ def commit(seq: int, blocks: int = 3000, rng: random.Random | None = None) -> by
         "commit": CID,
         "rev": f"3k{seq:011d}",
         "since": None,
-        "blocks": rng.randbytes(blocks),
+        "blocks": car((cid(record), record), (cid(filler), filler)),
         "ops": ops,
         "blobs": [],
         "time": TIME,

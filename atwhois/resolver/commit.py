@@ -77,6 +77,12 @@ def _block(section: bytes) -> tuple[bytes, bytes]:
     return section[: at + size], section[at + size :]
 
 
+def car_blocks(car: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Each block of a CAR v1 file, after its CID (as bytes). Raises `InvalidCommit`."""
+    for section in _sections(car):
+        yield _block(section)
+
+
 def read_commit(car: bytes, cid: str) -> Commit:
     """The commit `cid` names, from a CAR file of blocks. Raises `InvalidCommit`."""
     try:
@@ -86,10 +92,9 @@ def read_commit(car: bytes, cid: str) -> Commit:
             f"the latest commit's CID {cid[:80]!r} is not a CID", "R-CAR-2"
         ) from None
     digest = wanted["hash"]["digest"]
-    for count, section in enumerate(_sections(car), 1):
+    for count, (name, block) in enumerate(car_blocks(car), 1):
         if count > _MAX_BLOCKS:
             raise InvalidCommit(f"more than {_MAX_BLOCKS} blocks for one CID", "R-CAR-1")
-        name, block = _block(section)
         if name[-32:] != digest:
             continue
         if hashlib.sha256(block).digest() != digest:

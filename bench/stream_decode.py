@@ -4,8 +4,9 @@ identity resolver acts on) against the atproto SDK's way (`Frame.from_bytes`, th
 commits with 0.5 to 6 KB of blocks, identity, account and sync events), interleaved, medians
 of R rounds. Only a correct decoding counts: every frame must yield its sequence number.
 
-Jetstream beside it: the same stream re-encoded as Jetstream's JSON (`devnet.jetstream`;
-its commits carry their operation, not the record), decoded by `stream.decode_jetstream`
+Jetstream beside it: the same stream re-encoded as Jetstream's v1 JSON (`devnet.jetstream_wire`,
+the reference's encoding: a message per commit operation, with its record), decoded by
+`stream.decode_jetstream`
 and applied through `Subscriber.feed`, against the raw library (`json.loads`, nothing
 checked). The daemon asks a Jetstream for no commits, so what it decodes is the identity
 and account messages; the rate over every kind is the upper bound of its cost.
@@ -30,7 +31,7 @@ from atwhois.stream.cursors import MemoryCursor
 from atwhois.stream.frames import decode_jetstream
 from atwhois.stream.subscriber import Subscriber
 from atwhois.stream.wires import JETSTREAM, Wire
-from devnet.jetstream import jetstream_message
+from devnet.jetstream_wire import events
 from devnet.relay_frames import stream
 
 TARGET = 3.0  # events/s over the SDK's, on the same core
@@ -112,8 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     frames = stream(args.frames)
     megabytes = sum(map(len, frames)) / 1e6
-    encoded = (jetstream_message(frame, 1_000_000 + n) for n, frame in enumerate(frames))
-    messages = [json.dumps(m).encode() for m in encoded if m is not None]
+    encoded = (e.v1(10**15 + n, n + 1) for n, frame in enumerate(frames) for e in events(frame))
+    messages = [m for m in encoded if m is not None]
     rates: dict[str, list[float]] = {
         "stream.decode (libipld)": [],
         "decoded and applied": [],

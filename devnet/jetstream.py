@@ -1,23 +1,39 @@
-"""A Jetstream stand-in: no Jetstream server is on the registries, so this one re-encodes a
-real event stream (the test network's PDS's `subscribeRepos`) as Jetstream's JSON, as
-Jetstream does a relay's. The events come from the real PDS; only the encoding is ours.
+"""A Jetstream stand-in: no Jetstream server is on the registries, so this one follows a real
+event stream (the test network's PDS's `subscribeRepos`) as the reference Jetstream
+(github.com/bluesky-social/jetstream at 9a30defd224e9058814a7d6ce8d9e4fc48d5493c) follows a
+relay's, and serves it as the reference does. The events come from the real PDS; every
+byte put on the wire is the reference's encoders' (`devnet.jetstream_wire`, checked against
+frames rebuilt from the reference's code in `tests/vectors/jetstream/frames.json`).
 
-Each frame the PDS sends becomes one message, `{"did", "time_us", "kind", …}`: `identity`
-and `account` with the firehose body's fields, `commit` with its repository operations
-(their action and path). `time_us` is when the stand-in received it, in microseconds,
-strictly increasing. `GET /subscribe?cursor=T` replays the kept messages from `T` on
-(inclusive, as Jetstream does), then goes on live; without a cursor, live only.
-`wantedCollections` filters commits by collection; identity and account messages are sent
-whatever it asks, as Jetstream sends them.
+Each firehose frame becomes the reference's events (one per commit operation), each given
+the instance's own `seq` (from `first_seq`: two stand-ins number theirs apart, as two
+instances do) and the time it was witnessed, in microseconds: one for a frame's events (the
+reference stamps each batch it reads with one time), increasing from frame to frame. Both
+endpoints take one cursor namespace, as the reference's `internal/subscribe/cursor.go` does:
+below 10^15 a seq, replayed inclusive (one not reached yet starts at the live tip, without
+a word); from 10^15 a time, translated to the first event witnessed then or after (a future
+one: the live tip). The instance keeps events from its retention floor on (`forget_before`
+raises it); without a cursor, it serves from its live tip.
 
-Jetstream v2 (`/xrpc/network.bsky.jetstream.subscribeEvents`, the `xrpc.v1.json`
-framing) is served from the same events: each gets the instance's own `seq` (from
-`first_seq`: two stand-ins number theirs apart, as two instances do), `kinds` filters them,
-and `cursor` is a seq replayed inclusive, or (1e15 and more) a time in microseconds. The
-stand-in keeps events from its retention floor on (`forget_before` raises it): a seq cursor
-below it is refused before the upgrade (HTTP 400 `CursorTooOld`); a time cursor below it is
-clamped to it with `#info OutdatedCursor`; a seq past the next one starts at the live tip
-with `#info FutureCursor`. `v2=False` serves v1 alone, as an instance not yet upgraded.
+- `/subscribe` (v1): each event as `Encode` writes it (`did`, `time_us`, `cursor` with the
+  seq, `kind`, the body; no `#sync`); `wantedCollections` filters commits only; a cursor
+  below the floor is clamped up to it without a word; no subprotocol; a refusal is plain
+  text.
+- `/xrpc/network.bsky.jetstream.subscribeEvents` (v2, unless `v2=False`, an instance not
+  upgraded yet): `{"$type":"message","payload":...}` frames; `kinds` filters (a kind not in
+  the lexicon, a legacy parameter: HTTP 400 `InvalidRequest`); `xrpc.v1.json` echoed only
+  when offered; a seq cursor below the floor is refused before the upgrade (HTTP 400
+  `CursorTooOld`, the reference's JSON envelope and message); a time cursor at or before the
+  oldest event kept is clamped to it and said first in an `#info OutdatedCursor` (no seq);
+  `zstdDictionary` is refused as `UnknownZstdDictionary` (the stand-in has no dictionary);
+  `fail_next` makes the next connection end, after some frames, with an error frame
+  (`ConsumerTooSlow`, `InternalError`, the reference's messages) and a close without a
+  goodbye (its `CloseNow`). Pre-upgrade checks run before the upgrade is looked at, as the
+  reference's do: the same URL asked plainly gets the same 400 (426 otherwise).
+
+The events kept play the reference's sealed archive (a time cursor is looked up in it; with
+none, it starts at the floor, said as clamped, as the reference's does from seq 1). Not
+modelled: the `dids` and `collections` filters of v2, compression.
 
 It runs on its own thread and loop, so a test may use it from anywhere.
 """
@@ -25,36 +41,73 @@ It runs on its own thread and loop, so a test may use it from anywhere.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
+import re
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import aiohttp
-import libipld
 from aiohttp import web
 
+from . import jetstream_wire as wire
+
 V2_PATH = "/xrpc/network.bsky.jetstream.subscribeEvents"
-V2_TYPE = "network.bsky.jetstream.subscribeEvents#"
 KINDS = ("commit", "identity", "account", "sync")
+TIME_FROM = 10**15  # the reference's line between a seq cursor and a time cursor
+DICTIONARY_ID = 20260811  # the reference's current zstd dictionary (its header's ID)
+OPTIONS = "subscribe: invalid options"
+TOMBSTONES = {  # the v1 names v2 refuses, with the reference's reasons
+    "wantedDids": "wantedDids is the legacy /subscribe parameter; use dids",
+    "wantedCollections": "wantedCollections is the legacy /subscribe parameter; use collections",
+    "requireHello": "requireHello is not supported on this endpoint; it is server-push only "
+    "(subscriber-sourced messages were removed)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """An event the instance keeps: its seq, when it was witnessed, what it is, and its
+    frames on each endpoint (None: not sent on v1)."""
+
+    seq: int
+    time_us: int
+    event: wire.Upstream
+    v1: bytes | None
+    v2: bytes
+
+
+@dataclass
+class Failure:
+    """An error frame to end a connection with, after `after` frames."""
+
+    code: str
+    after: int
+    sent: int = field(default=0)
+
+
+class Refused(Exception):
+    """A request refused before the upgrade, with the reference's error name and message."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name, self.message = name, message
 
 
 class JetstreamStandIn:
     def __init__(self, firehose: str, *, first_seq: int = 1, v2: bool = True) -> None:
         self.firehose = firehose.rstrip("/") + "/xrpc/com.atproto.sync.subscribeRepos"
-        self.kept: list[tuple[int, str, dict[str, Any]]] = []  # time_us, kind, message
-        self.seqs: list[int] = []  # each kept message's v2 seq, in the same order
+        self.kept: list[Kept] = []
         self.next_seq = self.floor = first_seq
         self.v2 = v2
-        self.forgotten = False  # events below the floor were dropped
-        self.cursors: list[str | None] = []  # the v2 cursors asked for, in order
+        self.cursors: list[str | None] = []  # the cursor each v2 upgrade asked from
+        self.cursors_v1: list[str | None] = []  # each v1 upgrade's
+        self.asked_plainly: list[str | None] = []  # v2 requests without an upgrade
+        self.protocols: list[str] = []  # the subprotocol each v2 connection got ("": none)
         self.connected = threading.Event()  # to the PDS
-        # each subscriber's queue of live messages (None: the stand-in stops)
-        self._clients: set[asyncio.Queue[tuple[int, str, dict[str, Any]] | None]] = set()
-        self._clients_v2: set[asyncio.Queue[tuple[int, tuple[int, str, dict[str, Any]]] | None]]
-        self._clients_v2 = set()
+        self._failures: list[Failure] = []
+        self._clients: set[asyncio.Queue[Kept | None]] = set()  # live queues; None: stop
         self._last_us = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -78,6 +131,15 @@ class JetstreamStandIn:
         self._thread.join(10)
         self._loop.close()
 
+    def forget_before(self, seq: int) -> None:
+        """The retention floor rises to `seq`: what came before is no longer kept."""
+        asyncio.run_coroutine_threadsafe(self._forget(seq), self._loop).result(10)
+
+    def fail_next(self, code: str, after: int = 0) -> None:
+        """The next v2 connection sends `after` frames, then the error frame `code` (as the
+        reference's subscriber loop does: ConsumerTooSlow, InternalError) and closes."""
+        self._loop.call_soon_threadsafe(self._failures.append, Failure(code, after))
+
     # --- on the stand-in's own loop ---------------------------------------------------
 
     async def _start(self) -> int:
@@ -97,8 +159,6 @@ class JetstreamStandIn:
             self._reader.cancel()
         for client in self._clients:
             client.put_nowait(None)
-        for live in self._clients_v2:
-            live.put_nowait(None)
         await asyncio.sleep(0.05)  # the subscribers' handlers end, then the server
         if self._runner is not None:
             await self._runner.cleanup()
@@ -114,152 +174,214 @@ class JetstreamStandIn:
                     self._publish(message.data)
 
     def _publish(self, frame: bytes) -> None:
-        self._last_us = max(self._last_us + 1, int(time.time() * 1_000_000))
-        message = jetstream_message(frame, self._last_us)
-        if message is None:
+        made = wire.events(frame)
+        if not made:
             return
-        entry = (self._last_us, message["kind"], message)
-        self.kept.append(entry)
-        self.seqs.append(self.next_seq)
-        self.next_seq += 1
-        for client in self._clients:
-            client.put_nowait(entry)
-        for live in self._clients_v2:
-            live.put_nowait((self.seqs[-1], entry))
-
-    async def _subscribe(self, request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
-        wanted = set(request.query.getall("wantedCollections", []))
-        cursor = request.query.get("cursor")
-        live: asyncio.Queue[tuple[int, str, dict[str, Any]] | None] = asyncio.Queue()
-        self._clients.add(live)
-        try:
-            backlog = [e for e in self.kept if cursor is not None and e[0] >= int(cursor)]
-            for entry in backlog:
-                await self._send(ws, entry, wanted)
-            sent = backlog[-1][0] if backlog else 0
-            await _send_live(ws, live, sent, lambda entry: self._send(ws, entry, wanted))
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            self._clients.discard(live)
-        return ws
-
-    def forget_before(self, seq: int) -> None:
-        """The retention floor rises to `seq`: what came before is no longer kept."""
-        asyncio.run_coroutine_threadsafe(self._forget(seq), self._loop).result(10)
+        # one witnessed time for a frame's events: the reference stamps each batch it reads
+        # with one (here a batch is a frame), so v1 messages may share a time_us
+        self._last_us = max(self._last_us + 1, int(time.time() * 1_000_000))
+        for event in made:
+            seq, self.next_seq = self.next_seq, self.next_seq + 1
+            kept = Kept(
+                seq,
+                self._last_us,
+                event,
+                event.v1(self._last_us, seq),
+                event.v2(seq, self._last_us),
+            )
+            self.kept.append(kept)
+            for client in self._clients:
+                client.put_nowait(kept)
 
     async def _forget(self, seq: int) -> None:
-        keep = [i for i, s in enumerate(self.seqs) if s >= seq]
-        self.forgotten = self.forgotten or len(keep) < len(self.seqs)
-        self.kept = [self.kept[i] for i in keep]
-        self.seqs = [self.seqs[i] for i in keep]
+        self.kept = [kept for kept in self.kept if kept.seq >= seq]
         self.floor = max(self.floor, seq)
 
-    async def _subscribe_v2(self, request: web.Request) -> web.StreamResponse:
-        kinds = set(request.query.getall("kinds", [])) or set(KINDS)
-        if not kinds <= set(KINDS):
-            return web.json_response({"error": "InvalidRequest"}, status=400)
-        cursor = request.query.get("cursor")
-        self.cursors.append(cursor)
-        notice, start = None, self.next_seq  # the live tip
-        if cursor is not None:
-            asked = int(cursor)
-            if asked >= 10**15:  # a time: the first event witnessed then or after
-                pairs = zip(self.seqs, self.kept, strict=True)
-                first = next((s for s, e in pairs if e[0] >= asked), None)
-                start = self.next_seq if first is None else first
-                if self.forgotten and (not self.kept or asked < self.kept[0][0]):
-                    notice = "OutdatedCursor"
-            elif asked < self.floor:
-                message = f"cursor {asked} is below the retention floor {self.floor}"
-                return web.json_response({"error": "CursorTooOld", "message": message}, status=400)
-            elif asked > self.next_seq:
-                notice = "FutureCursor"
-            else:
-                start = asked
-        ws = web.WebSocketResponse(protocols=("xrpc.v1.json",))
-        await ws.prepare(request)
-        live: asyncio.Queue[tuple[int, tuple[int, str, dict[str, Any]]] | None] = asyncio.Queue()
-        self._clients_v2.add(live)
+    def _start_at(self, raw: str | None, *, v2: bool) -> tuple[int, bool]:
+        """Where a cursor starts (`ResolveCursor`), and whether a time was clamped to the
+        oldest event kept. Raises `Refused`."""
+        if not raw:
+            return self.next_seq, False
+        if not re.fullmatch(r"[+-]?[0-9]+", raw) or not -(2**63) <= int(raw) < 2**63:
+            raise Refused("InvalidRequest", f"subscribe: invalid cursor: {json.dumps(raw)}")
+        asked = int(raw)
+        if asked < 0:
+            raise Refused("InvalidRequest", f"subscribe: invalid cursor: negative value {asked}")
+        if asked < TIME_FROM:
+            if asked >= self.next_seq:
+                return self.next_seq, False  # the live tip, without a word
+            if max(asked, 1) >= self.floor:
+                return max(asked, 1), False
+            if not v2:
+                return self.floor, False
+            floor = f"cursor {asked} below lookback floor {self.floor}"
+            too_old = f"subscribe: cursor too old: {floor}; re-backfill from your last seq"
+            raise Refused("CursorTooOld", too_old)
+        kept = list(self.kept)  # the archive the time is looked up in
+        if asked > time.time() * 1_000_000:
+            return self.next_seq, False
+        start, clamped = 0, False  # an empty archive: from its floor, said as clamped
+        if kept and asked > kept[-1].time_us:
+            start = self.next_seq
+        elif kept and asked <= kept[0].time_us:
+            start, clamped = kept[0].seq, True
+        elif kept:
+            start = next(k.seq for k in kept if k.time_us >= asked)
+        if start < max(self.floor, 1):
+            start, clamped = max(self.floor, 1), True
+        return start, clamped
+
+    async def _subscribe(self, request: web.Request) -> web.StreamResponse:
         try:
-            if notice is not None:
-                info = {"$type": V2_TYPE + "info", "name": notice, "message": f"from {start}"}
-                await ws.send_str(json.dumps({"$type": "event", "payload": info}))
+            start, _ = self._start_at(request.query.get("cursor"), v2=False)
+        except Refused as refused:  # v1 answers in plain text
+            return web.Response(status=400, text=refused.message + "\n")
+        wanted = request.query.getall("wantedCollections", [])
+        self.cursors_v1.append(request.query.get("cursor"))
+
+        def frame(kept: Kept) -> bytes | None:
+            collection = kept.event.carried.get("collection", "")
+            if kept.event.kind == "commit" and wanted and not _matches(collection, wanted):
+                return None
+            return kept.v1
+
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await self._serve(ws, request, start, frame, None)
+        return ws
+
+    async def _subscribe_v2(self, request: web.Request) -> web.StreamResponse:
+        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+        (self.cursors if upgrade else self.asked_plainly).append(request.query.get("cursor"))
+        try:
+            kinds = _checked(request)
+            start, clamped = self._start_at(request.query.get("cursor"), v2=True)
+        except Refused as refused:
+            body = wire.http_error(refused.name, refused.message)
+            return web.Response(status=400, body=body, content_type="application/json")
+        if not upgrade:
+            return web.Response(status=426, text="WebSocket protocol violation\n")
+        ws = web.WebSocketResponse(protocols=(wire.SUBPROTOCOL,))
+        await ws.prepare(request)
+        self.protocols.append(ws.ws_protocol or "")
+        if clamped:
+            said = f"requested timestamp cursor below retention floor; starting at seq {start}"
+            await ws.send_str(wire.v2_info("OutdatedCursor", said).decode())
+        failure = self._failures.pop(0) if self._failures else None
+        chosen = set(kinds) or set(KINDS)
+        await self._serve(
+            ws, request, start, lambda kept: kept.v2 if kept.event.kind in chosen else None, failure
+        )
+        return ws
+
+    async def _serve(
+        self,
+        ws: web.WebSocketResponse,
+        request: web.Request,
+        start: int,
+        frame: Callable[[Kept], bytes | None],
+        failure: Failure | None,
+    ) -> None:
+        """What is kept from `start` on, then what comes live, each as `frame` writes it (a
+        live event also in the backlog is not sent twice), until the stand-in stops or the
+        connection ends (`failure`: with its error frame)."""
+        live: asyncio.Queue[Kept | None] = asyncio.Queue()
+        self._clients.add(live)
+        # the peer's frames are read (its close answered, as the reference's CloseRead does);
+        # once it is gone, the live loop ends
+        reader = asyncio.ensure_future(_read_until_closed(ws, live))
+        try:
+            backlog = [kept for kept in self.kept if kept.seq >= start]
             sent = start - 1
-            for seq, entry in zip(list(self.seqs), list(self.kept), strict=True):
-                if seq >= start:
-                    await self._send_v2(ws, seq, entry, kinds)
-                    sent = seq
-            await _send_live(ws, live, sent, lambda item: self._send_v2(ws, *item, kinds))
+            for kept in backlog:
+                if not await self._send(ws, request, kept, frame, failure):
+                    return
+                sent = kept.seq
+            while not ws.closed:
+                item = await live.get()
+                if item is None:
+                    await ws.close()
+                    return
+                if item.seq > sent and not await self._send(ws, request, item, frame, failure):
+                    return
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            self._clients_v2.discard(live)
-        return ws
+            reader.cancel()
+            self._clients.discard(live)
 
-    @staticmethod
-    async def _send_v2(
-        ws: web.WebSocketResponse, seq: int, entry: tuple[int, str, dict[str, Any]], kinds: set[str]
-    ) -> None:
-        time_us, kind, message = entry
-        if kind not in kinds:
-            return
-        when = datetime.datetime.fromtimestamp(time_us / 1e6, datetime.UTC).isoformat()
-        payload = {"$type": V2_TYPE + kind, "seq": seq, "did": message["did"], "time": when}
-        payload[kind] = message[kind]
-        await ws.send_str(json.dumps({"$type": "event", "payload": payload}))
-
-    @staticmethod
     async def _send(
-        ws: web.WebSocketResponse, entry: tuple[int, str, dict[str, Any]], wanted: set[str]
-    ) -> None:
-        _, kind, message = entry
-        if kind == "commit" and wanted and message["commit"]["collection"] not in wanted:
-            return
-        await ws.send_str(json.dumps(message))
+        self,
+        ws: web.WebSocketResponse,
+        request: web.Request,
+        kept: Kept,
+        frame: Callable[[Kept], bytes | None],
+        failure: Failure | None,
+    ) -> bool:
+        """One event to a subscriber; False when the connection ended instead."""
+        body = frame(kept)
+        if body is None:
+            return True
+        if failure is not None and failure.sent == failure.after:
+            if failure.code == "ConsumerTooSlow":
+                behind = f"{max(0, self.next_seq - kept.seq)} events behind the tip"
+                said = f"reading below the floor rate {behind}; reconnect with cursor={kept.seq}"
+            else:
+                said = "stream read failed; reconnect"
+            await ws.send_str(wire.v2_error(failure.code, said).decode())
+            if request.transport is not None:
+                request.transport.close()  # CloseNow: no close frame
+            return False
+        await ws.send_str(body.decode())
+        if failure is not None:
+            failure.sent += 1
+        return True
 
 
-Live = TypeVar("Live", bound=tuple[Any, ...])
+async def _read_until_closed(ws: web.WebSocketResponse, live: asyncio.Queue[Kept | None]) -> None:
+    async for _ in ws:
+        pass
+    live.put_nowait(None)
 
 
-async def _send_live(
-    ws: web.WebSocketResponse,
-    live: asyncio.Queue[Live | None],
-    sent: int,
-    send: Callable[[Live], Awaitable[None]],
-) -> None:
-    """What comes on `live` past `sent` (a consumer's backlog went already: a live item
-    also in it is not sent twice), each by `send`, until None closes the socket."""
-    while not ws.closed:
-        item = await live.get()
-        if item is None:
-            await ws.close()
-            return
-        if item[0] > sent:  # each comes once: only the backlog's may come again
-            await send(item)
+def _checked(request: web.Request) -> list[str]:
+    """A v2 request's kinds, after the checks the reference makes before its upgrade, in its
+    order (compression, then the filter). Raises `Refused`."""
+    query = request.query
+    zstd = "zstd" in request.headers.get("Socket-Encoding", "")
+    if query.get("compress") == "true" or zstd:
+        raise Refused(
+            "InvalidRequest",
+            "compress=true / Socket-Encoding: zstd is the /subscribe (v1) opt-in; this endpoint "
+            "uses zstdDictionary=<id> with the dictionary from getZstdDictionary",
+        )
+    if query.get("zstdDictionary"):
+        asked = query["zstdDictionary"]
+        if not asked.isdigit() or int(asked) == 0 or int(asked) >= 2**32:
+            raise Refused(
+                "InvalidRequest", "zstdDictionary must be a positive integer zstd dictionary ID"
+            )
+        raise Refused(
+            "UnknownZstdDictionary",
+            f"unknown zstd dictionary id {int(asked)}; current dictionary id is {DICTIONARY_ID} "
+            "(fetch it via getZstdDictionary and reconnect)",
+        )
+    for name, why in TOMBSTONES.items():
+        if name in query:
+            raise Refused("InvalidRequest", f"{OPTIONS}: {why}")
+    kinds = query.getall("kinds", [])
+    if len(kinds) > 4:
+        raise Refused("InvalidRequest", f"{OPTIONS}: too many kinds values: {len(kinds)} > 4")
+    for kind in kinds:
+        if kind not in KINDS:
+            valid = "(valid: commit, identity, account, sync)"
+            raise Refused("InvalidRequest", f"{OPTIONS}: unknown kind {json.dumps(kind)} {valid}")
+    return kinds
 
 
-def jetstream_message(frame: bytes, time_us: int) -> dict[str, Any] | None:
-    """A subscribeRepos frame as Jetstream writes it (None: a kind it does not send)."""
-    header, body = libipld.decode_dag_cbor_multi(frame)
-    kind = {"#identity": "identity", "#account": "account", "#commit": "commit"}.get(
-        header.get("t", "")
+def _matches(collection: str, wanted: list[str]) -> bool:
+    """v1's `wantedCollections`: a name, or a prefix ending in `.*`."""
+    return any(
+        collection == name or (name.endswith(".*") and collection.startswith(name[:-1]))
+        for name in wanted
     )
-    did = body.get("did") or body.get("repo")
-    if kind is None or not isinstance(did, str):
-        return None
-    message: dict[str, Any] = {"did": did, "time_us": time_us, "kind": kind}
-    if kind == "commit":
-        ops = body.get("ops") or [{}]
-        path = str(ops[0].get("path", "/"))
-        message["commit"] = {
-            "rev": body.get("rev"),
-            "operation": ops[0].get("action"),
-            "collection": path.split("/")[0],
-            "rkey": path.split("/")[-1],
-        }
-    else:
-        message[kind] = {k: v for k, v in body.items() if isinstance(v, str | int | bool)}
-    return message

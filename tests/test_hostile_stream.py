@@ -27,7 +27,7 @@ from atwhois.stream.follower import Follower
 from atwhois.stream.subscriber import Subscriber
 from atwhois.stream.wires import PATH
 from devnet import relay_frames as f
-from devnet.jetstream import jetstream_message
+from devnet.jetstream_wire import events
 from devnet.network import DevnetState
 from tests.support.clock import Clock
 from tests.support.waiting import eventually, while_running
@@ -410,8 +410,6 @@ async def test_a_cursor_no_source_can_send_is_a_counted_fault_and_a_stored_one_i
     later event was "backwards", across restarts). A stored cursor of 2^63-1 (written by an
     earlier version) is repaired on load: the stream is asked from its present (no cursor),
     the gap counted and told, so that what the daemon holds is re-verified."""
-    import json as json_module
-
     from atwhois.stream.wires import JETSTREAM
 
     now_us = int(time.time() * 1_000_000)
@@ -420,8 +418,8 @@ async def test_a_cursor_no_source_can_send_is_a_counted_fault_and_a_stored_one_i
     async def script(ws: web.WebSocketResponse, _: web.Request, connection: int) -> None:
         for index, time_us in enumerate(times):
             frame = f.identity(index + 1, handle=f"j{index}.example.com")
-            message = jetstream_message(frame, time_us)
-            await ws.send_str(json_module.dumps(message))
+            (event,) = events(frame)  # as the reference's v1 encoder writes it
+            await ws.send_str((event.v1(time_us, 0) or b"").decode())
 
     stream = await serve_stream(Stream(script))
     stream_path = stream.url  # the Jetstream stand-in answers on the relay's path too

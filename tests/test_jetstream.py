@@ -110,7 +110,9 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
     devnet: DevnetState, tmp_path: Path, v2: bool
 ) -> None:
     """On an instance with Jetstream v2 (issue 57) the daemon follows subscribeEvents, its
-    cursor the instance's seq, resumed inclusive; on one without, /subscribe (v1)."""
+    cursor the instance's seq, resumed inclusive; on one without, /subscribe (v1), its
+    cursor the message's time. The stand-in sends what the reference Jetstream sends (issue
+    65): v2's `message` frames, v1's messages with `cursor`."""
     name = f"jet{uuid.uuid4().hex[:8]}"
     did = create_account(devnet.pds_url, name)
     first, second, third, fourth = (
@@ -158,7 +160,7 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
             assert after["events"]["#identity"] == 1
             assert after["cursor"] > before["cursor"] and after["backwards"] == 0
         if v2:  # the instance no longer holds what follows the stored seq (CursorTooOld)
-            until(lambda: jetstream.seqs[-1] >= after["cursor"], 5)
+            until(lambda: jetstream.kept[-1].seq >= after["cursor"], 5)
             jetstream.forget_before(jetstream.next_seq + 1)
             with running_daemon(devnet.env(), tmp_path / "c.log", *args) as daemon:
                 until(lambda: _stream(daemon)["gaps"] == 1, 10)  # /_health says so
@@ -168,7 +170,13 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
     assert applied.get("#identity", 0) >= 3 and applied.get("#account", 0) >= 2
     if v2:  # the stored seq, asked again (inclusive); never a time, never v1's path
         assert jetstream.cursors[0] is None and str(before["cursor"]) in jetstream.cursors[1:]
-        assert before["cursor"] < 10**15
+        assert before["cursor"] < 10**15 and jetstream.cursors_v1 == []
+        # the refusal's 400 was asked again plainly, for its XRPC error name (CursorTooOld)
+        assert jetstream.asked_plainly == [str(after["cursor"])]
+        assert set(jetstream.protocols) == {"xrpc.v1.json"}  # offered, echoed
+    else:  # the microsecond after the stored time (inclusive replay), on /subscribe
+        assert jetstream.cursors_v1[0] is None
+        assert str(before["cursor"] + 1) in jetstream.cursors_v1[1:]
 
 
 def _revalidated(text: str) -> float:
@@ -178,11 +186,10 @@ def _revalidated(text: str) -> float:
 def _sent(jetstream: JetstreamStandIn, handle: str, v2: bool = False) -> int | None:
     """The cursor of the identity event that named `handle` (None: not sent yet): its time
     in microseconds (v1), or its seq at this instance (v2)."""
-    kept = list(zip(list(jetstream.seqs), list(jetstream.kept), strict=False))
     sent = [
-        seq if v2 else entry[0]
-        for seq, entry in kept
-        if entry[1] == "identity" and entry[2]["identity"].get("handle") == handle
+        kept.seq if v2 else kept.time_us
+        for kept in list(jetstream.kept)
+        if kept.event.kind == "identity" and kept.event.carried.get("handle") == handle
     ]
     return sent[0] if sent else None
 
@@ -190,11 +197,12 @@ def _sent(jetstream: JetstreamStandIn, handle: str, v2: bool = False) -> int | N
 async def test_v2_gaps_a_cursor_too_old_an_outdated_time_and_another_instances_seq(
     devnet: DevnetState,
 ) -> None:
-    """Issue 57, F-CUR-3: a seq below the instance's retention floor is refused before the upgrade
-    (CursorTooOld), a time below it is clamped (#info OutdatedCursor), a seq past its next
-    one starts at its tip (#info FutureCursor): each is a gap, handed to `on_gap` (the
-    daemon re-verifies what it holds) and counted for /_health, never skipped silently.
-    A cursor is stored by the instance's URL: another instance starts at its tip."""
+    """Issue 57, F-CUR-3: a seq below the instance's retention floor is refused before the
+    upgrade (CursorTooOld, read from the 400's XRPC error), a time below it is clamped (#info
+    OutdatedCursor), a seq past its next one starts at its live tip without a word (the
+    first event comes below the cursor): each is a gap, handed to `on_gap` (the daemon
+    re-verifies what it holds) and counted for /_health, never skipped silently. A cursor is
+    stored by the instance's URL: another instance starts at its tip."""
     name = f"jg{uuid.uuid4().hex[:8]}"
     did = create_account(devnet.pds_url, name)
     session = httpx.post(
@@ -243,9 +251,10 @@ async def test_v2_gaps_a_cursor_too_old_an_outdated_time_and_another_instances_s
         again = follower(one.url)
         await while_running(again.run(), lambda: again.state.gaps == 1 and again.state.connected)
         assert one.cursors[-2:] == [str(seen.value), None]  # refused, then from the present
+        assert one.asked_plainly == [str(seen.value)]  # the 400 read for its error name
         assert gaps == ["gap"]
 
-        time_us = one.kept[0][0] - 2 if one.kept else 10**15 + 1  # asked from the µs after
+        time_us = one.kept[0].time_us - 2 if one.kept else 10**15 + 1  # asked: the µs after
         stored = StoreCursor(store, one.url, JETSTREAM2.stored)
         await stored.save(Time(time_us if time_us >= 10**15 else 10**15 + 1))
         clamped = follower(one.url)

@@ -49,10 +49,10 @@ from atwhois.resolver.plc.operation import BadOperation, parse_operation
 from atwhois.server import routes
 from atwhois.stream import MalformedFrame
 from atwhois.stream import decode as decode_frame
-from atwhois.stream.frames import decode_jetstream
+from atwhois.stream.frames import decode_jetstream, decode_jetstream_v2
 from devnet import relay_frames
 from devnet.atwhois import error_name
-from devnet.jetstream import jetstream_message
+from devnet.jetstream_wire import events
 from devnet.synthetic_plc import export_lines
 
 from . import fuzz_dnssec
@@ -213,12 +213,21 @@ def flipped_or_random(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
 
 
 frames = flipped_or_random(FRAMES)
-# Jetstream's JSON for the same frames: mutated as JSON, and as bytes
-JETSTREAM_MESSAGES = [m for n, f in enumerate(FRAMES) if (m := jetstream_message(f, 10**15 + n))]
-jetstream_messages = st.one_of(
-    mutated_json(JETSTREAM_MESSAGES).map(lambda value: json.dumps(value).encode()),
-    flipped_or_random([json.dumps(m).encode() for m in JETSTREAM_MESSAGES]),
-)
+# Jetstream's JSON for the same frames, as the reference writes them on v1 and on v2 (with
+# the frames rebuilt from its code: info, error, unknown types): mutated as JSON, and as bytes
+JETSTREAM_EVENTS = [(n, e) for n, f in enumerate(FRAMES) for e in events(f)]
+JETSTREAM_MESSAGES = [m for n, e in JETSTREAM_EVENTS if (m := e.v1(10**15 + n, n + 1))]
+_VECTORS = Path(__file__).parents[1] / "vectors" / "jetstream" / "frames.json"
+JETSTREAM_V2 = [e.v2(n + 1, 10**15 + n) for n, e in JETSTREAM_EVENTS] + [
+    v["frame"].encode() for v in json.loads(_VECTORS.read_text())["frames"] if "status" not in v
+]
+
+
+def _json_and_bytes(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
+    return st.one_of(
+        mutated_json([json.loads(s) for s in seeds]).map(lambda value: json.dumps(value).encode()),
+        flipped_or_random(seeds),
+    )
 
 
 def _frame(raw: bytes, decoder: Callable[[bytes], object] = decode_frame) -> None:
@@ -377,8 +386,13 @@ TARGETS = [
     Target("event stream frames", frames, _frame),
     Target(
         "Jetstream messages",
-        jetstream_messages,
+        _json_and_bytes(JETSTREAM_MESSAGES),
         functools.partial(_frame, decoder=decode_jetstream),
+    ),
+    Target(
+        "Jetstream v2 frames",
+        _json_and_bytes(JETSTREAM_V2),
+        functools.partial(_frame, decoder=decode_jetstream_v2),
     ),
     Target("cache entries", flipped_or_random(ENTRIES), _entry),
     Target("PDS commit blocks", flipped_or_random([COMMIT_CAR]), _commit),

@@ -260,6 +260,7 @@ async def test_v2_gaps_a_cursor_too_old_an_outdated_time_and_another_instances_s
         clamped = follower(one.url)
         await while_running(clamped.run(), lambda: clamped.state.gaps == 1)
         assert clamped.state.outdated_cursor == 1 and gaps == ["gap", "gap"]
+        assert clamped.state.events["#info"] == 1  # the info itself carried no seq, moved none
 
         await stored.save(Seq(one.next_seq + 1000))
         ahead = follower(one.url)

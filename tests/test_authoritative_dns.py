@@ -9,7 +9,6 @@ every answer an hour: `devnet.unbound`) between atwhois and Knot, and change the
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 import dns.flags
@@ -242,11 +241,8 @@ async def test_refresh_and_a_claim_see_past_the_caching_resolver(devnet: DevnetS
         ttl = _txt_ttl(devnet.dns_server_caching, f"_atproto.{handle}.")
         assert 60 < ttl <= HELD_SECONDS  # ... past the zone's TTL of 60 s
 
-        started = time.monotonic()
         fresh = await resolver.refresh(handle)
-        took = time.monotonic() - started
     assert fresh.status == Status.VERIFIED and fresh.did == new, fresh.dns
-    assert took < 1.0, took
     assert fresh.dns.via == "the zone's nameserver ns.test (127.0.0.1)"
     assert fresh.dns.stale_resolver == f"did={old}"
     assert "dns_stale_resolver" in fresh.warnings
@@ -263,15 +259,15 @@ async def test_refresh_and_a_claim_see_past_the_caching_resolver(devnet: DevnetS
         account.set_handle(other)
         devnet.set_txt(other, [f"did={account.did}"])
         revalidator = Revalidator(cached)
-        started = time.monotonic()
         await revalidator.claimed(account.did, other, "#identity seq 12 from the PDS")
-        await eventually(lambda: not revalidator._running, 5)
-        took = time.monotonic() - started
+        await eventually(lambda: not revalidator._running, 10)
+        # settled by its first re-check (the zone's answer), not by re-checks until the
+        # resolver's held answer expires
+        assert revalidator.revalidations == 1
         report = await cached.lookup(account.did)
         await revalidator.stop()
         assert (await resolver_lookup(config, other)).did == earlier  # still kept there
     assert report.status == Status.VERIFIED and report.declared_handle == other, report.dns
-    assert took < 1.0, took
     assert report.dns.via == "the zone's nameserver ns.test (127.0.0.1)"
     assert report.dns.stale_resolver == f"did={earlier}"
 
@@ -307,16 +303,14 @@ def test_refresh_identity_at_the_daemon(devnet: DevnetState, tmp_path: Path) -> 
         resolve = daemon.url + XRPC + "resolveHandle"
         assert httpx.get(resolve, params={"handle": handle}).json()["did"] == old
         devnet.set_txt(handle, [f"did={new}"])
-        started = time.monotonic()
         refreshed = httpx.post(
             daemon.url + XRPC + "refreshIdentity",
             json={"identifier": handle},
             headers={"Authorization": f"Bearer {TOKEN}"},
             timeout=10,
         )
-        took = time.monotonic() - started
         assert refreshed.status_code == 200, refreshed.text
-        assert refreshed.json()["did"] == new and took < 1.0, (refreshed.json(), took)
+        assert refreshed.json()["did"] == new, refreshed.json()
         report = httpx.get(daemon.url + f"/v1/identity/{handle}").json()
     assert report["did"] == new
     assert report["evidence"]["dns"]["via"] == "the zone's nameserver ns.test (127.0.0.1)"

@@ -179,12 +179,10 @@ async def test_stale_while_revalidate(devnet_config: Config) -> None:
     async with CachedResolver(resolver, MemoryStore(clock=clock), clock=clock) as c:
         await c.lookup("slow.test")  # DNS answers after 1.5 s (the HTTPS method is quick)
         clock.now += Policy().verified.fresh + 1
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         stale = await asyncio.gather(*(c.lookup("slow.test") for _ in range(10)))
-        assert loop.time() - started < 0.2  # served at once, not after the slow refresh
         assert {s.cache.state for s in stale} == {"stale"}
-        assert (await c.stats())["refreshing"] == 1  # one refresh for ten stale answers
+        # served at once: the one refresh for the ten is still under way (DNS takes 1.5 s)
+        assert (await c.stats())["refreshing"] == 1
         while (await c.stats())["refreshing"]:
             await asyncio.sleep(0.05)
         assert (await c.lookup("slow.test")).cache.state == "fresh"

@@ -233,7 +233,8 @@ def test_a_trickling_page_ends_at_its_deadline_and_stop_is_bounded(
         started = time.monotonic()
         with pytest.raises(UpstreamTimeout, match=r"no whole answer within 1\.5 s"):
             follower.catch_up()
-        assert time.monotonic() - started < 3.0
+        # given up at 1.5 s: the trickle itself would take minutes
+        assert time.monotonic() - started < 5.0
         follower.start()
         until(lambda: follower.state.problem() is not None, 10)  # stalled, or failed
         until(lambda: "no whole answer" in str(follower.state.problem()), 10)
@@ -243,7 +244,7 @@ def test_a_trickling_page_ends_at_its_deadline_and_stop_is_bounded(
         stopper = threading.Thread(target=_stopping(follower))
         stopper.start()
         stopper.join(10)
-        assert time.monotonic() - started < 4.0
+        assert time.monotonic() - started < 5.0  # STOP_WAIT (3 s); the read would go on
 
 
 def test_a_hanging_upstream_is_a_stall_health_reports(

@@ -461,7 +461,7 @@ async def test_a_daemon_that_misbehaves_is_a_transient_failure_within_the_deadli
         await remote.aclose()
     assert huge.status is Status.UNAVAILABLE and "over 4194304 bytes" in (huge.error or "")
     assert trickle.status is Status.UNAVAILABLE and "within 1.0s" in (trickle.error or "")
-    assert waited < 3  # the deadline (1 s) plus one read's timeout at most
+    assert waited < 5  # the deadline (1 s); the trickle would take 10 s
     assert moved.status is Status.UNAVAILABLE and "did not answer" in (moved.error or "")
 
 

@@ -530,7 +530,8 @@ async def test_a_real_redis_outage_is_survived(tmp_path: Path) -> None:
             assert await value(tier, "h:alice.test") == b"v"
             await tier.put("h:bob.test", b"w", time.time() + 60)
             assert await value(tier, "h:bob.test") == b"w"
-            assert time.monotonic() - started < 2  # refused fast, then not asked for a second
+            # refused fast, then not asked for a second (no connect timeout per operation)
+            assert time.monotonic() - started < 5
             assert await tier.health()
             server.start()
             await asyncio.sleep(1.1)

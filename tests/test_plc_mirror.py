@@ -598,7 +598,7 @@ async def test_p_api_2_a_mirror_reads_its_upstream_again_before_it_denies_a_did(
     told: list[list[str]] = []
     store = SqliteMirrorStore(tmp_path / "mirror.db")
     follower = Follower(Replica(store), export, interval=60, page_size=5, on_applied=told.append)
-    api = MirrorApi(store, follower.state, poke=follower.poke)
+    api = MirrorApi(store, follower.state, waits=follower.waits)
     follower.start()
     try:
         until(lambda: follower.state.caught_up_at is not None, 10)

@@ -180,7 +180,7 @@ def mirror_api_from(values: Values, store: SqlMirrorStore, follower: Follower) -
         store,
         follower.state,
         profile=values.plc_mirror_profile,
-        poke=follower.poke,
+        waits=follower.waits,
         stream_backlog=values.plc_mirror_stream_backlog,
         stream_timeout=values.plc_mirror_stream_timeout,
         stream_consumers=values.plc_mirror_stream_consumers,

@@ -41,17 +41,18 @@ from .records import InForce, StoredOp
 from .state import MirrorState
 from .store import SqlMirrorStore, read_from
 from .stream import BACKLOG, MAX_CONSUMERS, SEND_TIMEOUT, ExportStream
+from .waits import Ended, Waits
 
 PROFILES = ("directory", "reference")
 _JSON = "application/json; charset=utf-8"
 _DID_JSON = "application/did+ld+json; charset=utf-8"
 EXPORT_MAX = 1000
 DOCUMENT_CACHE = 65536  # documents kept made, by the seq of the op in force (about 1 KiB each)
-# How long a question about a DID the mirror does not know waits for the follower's next
-# read of the upstream (which starts at most a poke gap after the last one, and takes a
-# round trip): past that, the mirror answers the 404 it has, as not current.
+# How long a question about a DID the mirror does not know waits for the follower to be
+# able to answer it (`waits`: an operation for it applied, or a read of the upstream that
+# began after it, which starts at most a poke gap after the last one and takes a round
+# trip): past that, the mirror answers the 404 it has, as not current.
 CURRENT_WAIT = 3.0
-_CURRENT_CHECK = 0.02  # seconds between looks at whether that read is done
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,7 @@ class Reply:
     body: bytes
     content_type: str = _JSON
     headers: dict[str, str] = field(default_factory=dict)
-    unregistered: bool = False  # a 404 for a DID the mirror does not know (yet)
+    unregistered: str | None = None  # the DID, in a 404 for one the mirror does not know (yet)
 
 
 def _message(status: int, text: str) -> Reply:
@@ -69,7 +70,7 @@ def _message(status: int, text: str) -> Reply:
 
 def _unregistered(did: str) -> Reply:
     body = json.dumps({"message": f"DID not registered: {did}"}).encode()
-    return Reply(404, body, unregistered=True)
+    return Reply(404, body, unregistered=did)
 
 
 def _json(value: Any, content_type: str = _JSON) -> Reply:
@@ -113,19 +114,20 @@ class MirrorApi:
         state: MirrorState,
         *,
         profile: str = defaults.PLC_MIRROR_PROFILE,
-        poke: Callable[[], None] | None = None,
+        waits: Waits | None = None,
         stream_backlog: int = BACKLOG,
         stream_timeout: float = SEND_TIMEOUT,
         stream_consumers: int = MAX_CONSUMERS,
     ) -> None:
-        """`poke`: asks the follower in this process to read the upstream now (a DID it
-        does not know may have been created since its last read)."""
+        """`waits`: the follower's in this process, which holds a question about a DID the
+        mirror does not know (it may have been created since the last read) until it can
+        answer it."""
         if profile not in PROFILES:
             raise UnknownProfile(f"PLC mirror profile must be one of {', '.join(PROFILES)}")
         self.store = store
         self.state = state
         self.profile = profile
-        self._poke = poke
+        self.waits = waits
         self._documents: OrderedDict[int, bytes] = OrderedDict()
         self.stream = ExportStream(
             store,
@@ -275,18 +277,20 @@ class MirrorApi:
     ) -> Reply:
         """`answer`, off the event loop when the store is a network database. A DID the
         mirror does not know may have been created since it last read the upstream (a
-        sign-up looked up at once): the follower here reads it again, and the question is
-        answered once it has, or after `wait` seconds with the 404 the mirror has, which
-        then says it is not current (P-API-2)."""
+        sign-up looked up at once): the question waits (`waits`) until the follower here
+        can answer it, at most `wait` seconds, and the store is read again; a 404 then
+        says whether it is current (P-API-2)."""
         asked_at = time.time()
+        waits = self.waits
+        mark = waits.mark() if waits is not None else 0
         reply = await self._answer(method, path, query, asked_at)
-        # a follower whose last poll failed would not read the upstream any sooner: the 404
-        # is answered at once, as not current
-        can_read_again = (
-            self._poke is not None and self.state.role == "writer" and self.state.last_error is None
-        )
-        if reply.unregistered and can_read_again and await self._current_for(asked_at, wait):
+        give_up = time.monotonic() + wait
+        while waits is not None and reply.unregistered is not None:
+            ended = await waits.until_known(reply.unregistered, asked_at, mark, give_up)
+            mark = waits.mark()
             reply = await self._answer(method, path, query, asked_at)
+            if ended is not Ended.MAYBE:
+                break
         return reply
 
     async def _answer(
@@ -295,17 +299,6 @@ class MirrorApi:
         return await read_from(
             self.store, functools.partial(self.answer, method, path, query, asked_at)
         )
-
-    async def _current_for(self, asked_at: float, wait: float) -> bool:
-        """Pokes the follower and waits until its view is complete as of `asked_at`."""
-        assert self._poke is not None
-        self._poke()
-        give_up = time.monotonic() + wait
-        while not self.state.current_for(asked_at):
-            if time.monotonic() >= give_up:
-                return False
-            await asyncio.sleep(_CURRENT_CHECK)
-        return True
 
     async def mirror_report(self, request: web.Request) -> web.Response:
         try:

@@ -35,6 +35,7 @@ from .replica import Page, PageResult, Replica
 from .state import STALL_AFTER, MirrorState
 from .upstream import PAGE_SIZE, Upstream, UpstreamFault, newest_seq, order_page
 from .upstream_stream import FUTURE, OUTDATED, StreamClosed, StreamUnavailable, UpstreamStream
+from .waits import Waits
 
 STOP_WAIT = 3.0  # seconds `stop` waits for the follower's thread, whatever the upstream does
 # A poke (a reader asked about a DID the mirror does not know) starts a poll early, but polls
@@ -86,6 +87,8 @@ class Follower:
         self._stop = threading.Event()
         self._wake = threading.Event()  # set: poll now (a poke, or stopping)
         self._thread: threading.Thread | None = None
+        # questions about DIDs the mirror does not know, told of what each read brings
+        self.waits = Waits(self.state, self.poke)
 
     def catch_up(self) -> MirrorState:
         """Read the export to its end (a backfill, or `--once`). A page is fetched while
@@ -131,22 +134,27 @@ class Follower:
         if in_hand is not None:
             result = self._commit(*in_hand, pipelined=False)
             changed += result.touched if live else []
+        done = fault is None and not self._stop.is_set()
+        if done:
+            # complete as of when the read began, once what it read is written; an upstream
+            # that is itself a mirror, only as of its own view when it answered the last
+            # page (P-API-2). Said before the DIDs are told: one asked about is then
+            # answered as current
+            self.replica.flush()
+            age = self.upstream.view_age
+            self._caught_up(None if age is None else min(began, asked - age))
         self._tell_applied(changed)
         if fault is not None:  # what the page had is judged and kept; then the fault
             state.faults += 1
             raise UpstreamFault(f"{self.upstream.url}/export {fault}")
-        if not self._stop.is_set():
-            # complete as of when the read began; an upstream that is itself a mirror, only
-            # as of its own view when it answered the last page (P-API-2)
-            age = self.upstream.view_age
-            self._caught_up(None if age is None else min(began, asked - age))
+        if done:
             self._compare_documents(result.touched)
         return state
 
     def _caught_up(self, complete: float | None) -> None:
         """The upstream read to its end: the mirror holds what the directory had at
         `complete` (None: not known; the mirror's view stays as of its last complete read),
-        stored for the processes that read this store."""
+        stored for the processes that read this store; the questions waiting are told."""
         state = self.state
         state.caught_up_at = state.progress_at = time.time()
         if complete is not None and complete > (state.complete_as_of or 0.0):
@@ -155,12 +163,15 @@ class Follower:
         if state.complete_as_of is not None:
             meta["complete_as_of"] = repr(state.complete_as_of)
         self.replica.store.write(Batch(meta=meta))
+        self.waits.read_ended()
 
     def _tell_applied(self, dids: list[str]) -> None:
         """The DIDs whose state changed, once their pages are written (readers see them)."""
         self.replica.flush()
-        if dids and self.on_applied is not None:
-            self.on_applied(dids)
+        if dids:
+            self.waits.applied(dids)
+            if self.on_applied is not None:
+                self.on_applied(dids)
 
     def _recover(self) -> None:
         """After a failure mid-backfill: the verifiers saw pages that may not be stored,
@@ -218,6 +229,7 @@ class Follower:
                 logging.getLogger("atwhois.mirror").warning(
                     json.dumps({"event": "mirror_error", "error": self.state.last_error})
                 )
+                self.waits.read_ended()  # no read comes before the back-off
                 self._stop.wait(backoff.next())
                 continue
             backoff.reset()

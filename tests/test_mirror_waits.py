@@ -3,24 +3,28 @@ held until the follower can answer it (an operation for the DID applied, or a re
 upstream that began after the question), woken by the follower's word rather than by looking
 again and again, the store read again after; one poke for any number of questions, a bound
 on how many are held. First with the follower played by hand, then with a real one polling
-a list of lines."""
+a list of lines, then with a real one following a stream the test feeds."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import queue
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from atwhois.mirror import Follower, MirrorApi, MirrorState, Replica
+from atwhois.mirror import Follower, MirrorApi, MirrorState, Replica, Upstream
 from atwhois.mirror.api import Reply
 from atwhois.mirror.backends import SqliteMirrorStore
 from atwhois.mirror.follow import POKE_GAP
 from atwhois.mirror.records import InForce
+from atwhois.mirror.upstream_stream import UpstreamStream
 from atwhois.mirror.waits import Waits
+from atwhois.resolver.errors import UpstreamFailure
 from atwhois.resolver.response import MIRROR_HEADER
 from devnet.synthetic_plc import export_lines
 from tests.support.waiting import eventually, until
@@ -182,5 +186,108 @@ async def test_a_flood_of_unknown_dids_costs_the_upstream_a_read_a_poke_gap(
             assert time.monotonic() - started >= POKE_GAP
         assert follower.waits.waiting == 0
     finally:
+        follower.stop()
+        store.close()
+
+
+def sequenced(lines: list[str]) -> list[str]:
+    """Export lines in the `seq` format (`sequenced_op`), numbered from 1."""
+    return [
+        json.dumps({"type": "sequenced_op", **json.loads(line), "seq": n})
+        for n, line in enumerate(lines, 1)
+    ]
+
+
+class SeqExport(Upstream):
+    """An upstream's `/export?after=<seq>`, counting the requests."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("https://upstream.test")
+        self.lines, self.requests = [line.encode() for line in lines], 0
+
+    def page(self, after: str, count: int = 1000) -> list[bytes]:
+        self.requests += 1
+        return [line for line in self.lines if json.loads(line)["seq"] > int(after)][:count]
+
+    def document(self, did: str) -> dict[str, object] | None:
+        raise UpstreamFailure("not served here")
+
+
+class FedStream(UpstreamStream):
+    """The upstream's stream as the test feeds it; pings answered while `pong` is set."""
+
+    def __init__(self) -> None:
+        super().__init__("https://upstream.test")
+        self.messages: queue.Queue[bytes] = queue.Queue()
+        self.pong = threading.Event()
+        self.pong.set()
+
+    def open(self, cursor: str) -> None:
+        return None
+
+    def receive(self, most: int, wait: float) -> list[bytes]:
+        lines: list[bytes] = []
+        try:
+            lines.append(self.messages.get(timeout=wait))
+            while len(lines) < most:
+                lines.append(self.messages.get_nowait())
+        except queue.Empty:
+            pass
+        return lines
+
+    def alive(self) -> bool:
+        return self.pong.wait(30)
+
+    def close(self) -> None:
+        return None
+
+
+async def test_a_stream_follower_answers_an_op_in_flight_and_proves_an_absence(
+    tmp_path: Path,
+) -> None:
+    """P-API-4, stream mode. A clean look proves the view complete as of when it was sent
+    (no margin taken off) and the header current while the stream is proven. A question
+    about a DID whose operation is in the upstream's export but not yet sent by the stream
+    waits for it and is answered 200 (it waited out its bound before); one about a DID
+    nobody registered is answered after the next look, 404 current=yes. An operation the
+    export shows and the stream never sends is a stall: the question waiting is answered
+    not current, and so is every answer after."""
+    lines = sequenced(LINES)
+    export, stream = SeqExport(lines[:2]), FedStream()
+    store = SqliteMirrorStore(tmp_path / "mirror.db")
+    follower = Follower(Replica(store), export, interval=60, stream=stream)
+    api = MirrorApi(store, follower.state, waits=follower.waits)
+    state = follower.state
+    follower.start()
+    try:
+        until(lambda: state.caught_up_at is not None, 10)
+        follower.poke()  # past the rest after the backfill: the stream, and its first look
+        until(lambda: state.stream_proven, 10)
+        assert state.complete_as_of == state.caught_up_at  # the look's own time
+        known = await api.run("GET", f"/{DIDS[0]}", {})
+        assert known.status == 200 and "current=yes" in header(known)
+
+        stream.pong.clear()  # the next look waits for its ping until the test lets it
+        export.lines.append(lines[2].encode())  # in the upstream, in flight on the stream
+        in_flight = asyncio.ensure_future(api.run("GET", f"/{DIDS[2]}", {}, wait=60))
+        await eventually(lambda: follower.waits.waiting == 1)
+        stream.messages.put(lines[2].encode())
+        stream.pong.set()
+        found = await in_flight
+        assert found.status == 200
+
+        asked = time.time()
+        absent = await api.run("GET", f"/{STRANGER}", {}, wait=60)
+        assert absent.status == 404 and "current=yes" in header(absent)
+        assert state.complete_as_of is not None and state.complete_as_of >= asked
+
+        export.lines.append(lines[3].encode())  # never sent: the stream stalls
+        stalled = await api.run("GET", f"/{DIDS[3]}", {}, wait=60)
+        assert stalled.status == 404 and "current=no" in header(stalled)
+        assert state.stream_stalls >= 1 and not state.stream_proven
+        later = await api.run("GET", f"/{DIDS[0]}", {})
+        assert later.status == 200 and "current=no" in header(later)
+    finally:
+        stream.pong.set()
         follower.stop()
         store.close()

@@ -38,7 +38,7 @@ from atwhois.resolver.syntax import check_plc_did
 from atwhois.resolver.untrusted import BadNumber, parse_count
 
 from .records import InForce, StoredOp
-from .state import MirrorState
+from .state import MirrorState, unconfirmed
 from .store import SqlMirrorStore, read_from
 from .stream import BACKLOG, MAX_CONSUMERS, SEND_TIMEOUT, ExportStream
 from .waits import Ended, Waits
@@ -148,7 +148,9 @@ class MirrorApi:
         # How current the answer is, taken before the read: the follower may finish a read
         # of the upstream meanwhile, and a view complete after the read began would vouch
         # for rows (or pages) it did not see
-        provenance = self.state.provenance(asked_at or time.time())
+        asked_at = asked_at or time.time()
+        provenance = self.state.provenance(asked_at)
+        confirmed = self.state.current_for(asked_at)  # what a 404's absence rests on
         if parts == ["export"] and reading:
             reply = self._export(query)
             reply.headers[MIRROR_HEADER] = provenance
@@ -170,7 +172,8 @@ class MirrorApi:
             reply = self._backfilling()
         else:
             reply = self._about(did, parts[1:])
-        reply.headers[MIRROR_HEADER] = provenance
+        absent = reply.unregistered is not None and not confirmed
+        reply.headers[MIRROR_HEADER] = unconfirmed(provenance) if absent else provenance
         return reply
 
     def _backfilling(self) -> Reply:

@@ -38,9 +38,10 @@ from .upstream_stream import FUTURE, OUTDATED, StreamClosed, StreamUnavailable, 
 from .waits import Waits
 
 STOP_WAIT = 3.0  # seconds `stop` waits for the follower's thread, whatever the upstream does
-# A poke (a reader asked about a DID the mirror does not know) starts a poll early, but polls
-# start at least this many seconds apart: 404s asked in a flood cost the upstream at most
-# one more request a second.
+# A poke (a reader asked about a DID the mirror does not know) starts a poll (following a
+# stream: a look at the export past the cursor) early, but reads of the export start at
+# least this many seconds apart: 404s asked in a flood cost the upstream at most one more
+# request a second.
 POKE_GAP = 1.0
 NOTIFY_CHUNK = 10_000  # DIDs told to `on_applied` at once, at most, while catching up
 DOCUMENT_CHECKS = 16  # upstream documents compared per poll, once caught up
@@ -48,6 +49,9 @@ STREAM_FLUSH = 0.05  # seconds a stream's messages gather before they are verifi
 # how long the stream may take to send what the upstream's export already shows (an atwhois
 # upstream sends a stored operation within a tick, 0.05 s): past it, the stream is stalled
 STREAM_MARGIN = 0.25
+# how long after a clean look a proven stream says `current=yes`, in intervals: a look comes
+# every interval, and one may be late or slow without the header going back and forth
+PROVEN_FOR = 2
 STREAM_RECHECK = 600.0  # seconds before an upstream without a stream is asked again
 NO_STREAM, STOPPED = "no_stream", "stopped"  # how a stream ended, besides its close reasons
 
@@ -77,6 +81,7 @@ class Follower:
         self.state = MirrorState.of(upstream.url, replica.store)
         # a poll waits out its interval and may take a whole answer's deadline: not a stall
         self.state.stall_after = max(stall_after, 2 * interval + upstream.deadline)
+        self.state.proven_for = PROVEN_FOR * interval
         self._progress = progress
         self._check_documents = check_documents
         self._suspects: list[str] = []  # disagreed once: checked again after the next poll
@@ -151,12 +156,14 @@ class Follower:
             self._compare_documents(result.touched)
         return state
 
-    def _caught_up(self, complete: float | None) -> None:
-        """The upstream read to its end: the mirror holds what the directory had at
-        `complete` (None: not known; the mirror's view stays as of its last complete read),
-        stored for the processes that read this store; the questions waiting are told."""
+    def _caught_up(self, complete: float | None, at: float | None = None) -> None:
+        """The upstream read to its end (at `at`, or now): the mirror holds what the
+        directory had at `complete` (None: not known; the mirror's view stays as of its
+        last complete read), stored for the processes that read this store; the questions
+        waiting are told."""
         state = self.state
-        state.caught_up_at = state.progress_at = time.time()
+        state.progress_at = time.time()
+        state.caught_up_at = at or state.progress_at
         if complete is not None and complete > (state.complete_as_of or 0.0):
             state.complete_as_of = complete
         meta = {"caught_up_at": repr(state.caught_up_at)}
@@ -262,20 +269,20 @@ class Follower:
         self._no_stream_since = None
         self.state.source = "stream"
         try:
-            quiet_since = time.time()
+            unproven = True  # current only once a look proves it: at once, a poke gap on
             while not self._stop.is_set():
-                lines = self.stream.receive(self.page_size, STREAM_FLUSH)
-                if lines:
+                if lines := self.stream.receive(self.page_size, STREAM_FLUSH):
                     self._apply_streamed(lines)
-                    quiet_since = time.time()
-                    continue
-                # quiet: the upstream's export proves the stream current once an interval,
-                # and at once for a reader waiting on a DID the mirror does not know (a poke)
-                if self._wake.is_set() or time.time() - quiet_since > self.interval:
+                # the upstream's export proves the stream once an interval, busy or quiet,
+                # and a poke gap after the last read for a question waiting on a DID the
+                # mirror does not know (a poke): whatever the stream is sending meanwhile
+                since = time.time() - self._read_began
+                asked = unproven or self._wake.is_set()
+                if since >= self.interval or (asked and since >= min(POKE_GAP, self.interval)):
                     self._wake.clear()
-                    self._prove_current()
+                    unproven = False
+                    self._look()
                     self.state.last_error = None
-                    quiet_since = time.time()
             return STOPPED
         except StreamClosed as closed:
             if closed.reason == OUTDATED:
@@ -293,7 +300,7 @@ class Follower:
             raise
         finally:
             self.stream.close()
-            self.state.source = "poll"
+            self.state.source, self.state.stream_proven = "poll", False
 
     def _apply_streamed(self, lines: list[bytes]) -> None:
         """Messages as a page's lines: in order after the cursor, verified, stored with the
@@ -313,31 +320,40 @@ class Follower:
             self.state.faults += 1
             raise UpstreamFault(f"{self.stream.url} {fault}")
 
-    def _prove_current(self) -> None:
-        """P-API-4: a quiet stream proves nothing by itself: a ping answered proves the connection,
-        not that the upstream stored nothing since. The upstream's export, asked for one
-        operation after the cursor, does: when it has none, the mirror holds what the
-        upstream had when it was asked (an upstream that is itself a mirror: as of its own
-        view, P-API-2). When it has one that the stream does not send within a margin, the
-        stream is stalled: given up (and opened again with back-off), the mirror not
+    def _look(self) -> None:
+        """P-API-4: a quiet stream proves nothing by itself: a ping answered proves the
+        connection, not that the upstream stored nothing since. The upstream's export,
+        asked for one operation after the cursor, does. When it has none (a clean look),
+        the mirror held, when the upstream answered, everything the upstream had when the
+        look was sent: complete as of then (an upstream that is itself a mirror: as of its
+        own view, P-API-2), and current while the stream stays open (`stream_proven`).
+        When it has one, the stream must send it within a margin: then the stream is
+        alive, but the mirror proves no more than it did (it may be far behind); if not,
+        the stream is stalled: given up (and opened again with back-off), the mirror not
         current meanwhile, its health saying why."""
         assert self.stream is not None
         if not self.stream.alive():
             raise UpstreamFailure(f"{self.stream.url}: no answer to a ping")
-        asked = time.time()
+        asked = self._read_began = time.time()
         newer = self.upstream.page(self.state.cursor or "0", 1)
         self.state.saw(newest_seq(newer))
-        age = self.upstream.view_age if self.stream.from_mirror else None
-        if newer:
-            if lines := self.stream.receive(self.page_size, STREAM_MARGIN):
+        if not newer:
+            age = self.upstream.view_age
+            self._caught_up(None if age is None else asked - age, at=asked)
+            self.state.stream_proven = True
+            return
+        self.state.stream_proven = False
+        give_up = time.monotonic() + STREAM_MARGIN
+        while not self._holds(newer[0]) and (left := give_up - time.monotonic()) > 0:
+            if lines := self.stream.receive(self.page_size, min(left, STREAM_FLUSH)):
                 self._apply_streamed(lines)
-            if not self._holds(newer[0]):
-                self.state.stream_stalls += 1
-                raise UpstreamFailure(
-                    f"{self.stream.url} is stalled: the upstream's export holds an operation "
-                    f"after the cursor {self.state.cursor} that its stream did not send"
-                )
-        self._caught_up(asked - STREAM_MARGIN if age is None else asked - age)
+        if not self._holds(newer[0]):
+            self.state.stream_stalls += 1
+            raise UpstreamFailure(
+                f"{self.stream.url} is stalled: the upstream's export holds an operation "
+                f"after the cursor {self.state.cursor} that its stream did not send"
+            )
+        self.waits.read_ended()  # the questions still waiting poke again
 
     def _holds(self, line: bytes) -> bool:
         """Whether the cursor is at or past the export line's seq (one that does not parse

@@ -47,6 +47,12 @@ class MirrorState:
     stall_after: float = STALL_AFTER
     # how it follows (`stream`: the upstream's /export/stream, `poll`: paged /export)
     source: str = "poll"
+    # following a stream: its last look at the upstream's export past the cursor was clean
+    # (P-API-4), and the stream is still open; `caught_up_at` is then when that look was sent
+    stream_proven: bool = False
+    # how long after the view a proven stream still says `current=yes` (the follower makes
+    # it twice its interval: a look comes every interval; one may be late or slow)
+    proven_for: float = 0.0
     stream_errors: int = 0  # streams that ended in a failure (reconnected with back-off)
     stream_stalls: int = 0  # streams given up because the export held what they did not send
     # what this mirror's own /export/stream serves (`mirror.stream`)
@@ -76,13 +82,25 @@ class MirrorState:
             self.upstream_seq = seq
 
     def current_for(self, asked_at: float) -> bool:
-        """Whether the mirror's view is complete as of `asked_at` (a request's arrival): its
-        404 then confirms absence (P-API-2)."""
+        """Whether the mirror's view is complete as of `asked_at` (a request's arrival): a
+        read of the upstream began after it (P-API-2); its 404 then confirms absence."""
         return self.complete_as_of is not None and self.complete_as_of >= asked_at
+
+    def said_current(self, asked_at: float) -> bool:
+        """What the header's `current` says of an answer to a question that came at
+        `asked_at`: complete as of it, or following a stream whose last look was clean,
+        at most `proven_for` before (P-API-4): what it sent since is held, but for what it
+        has in flight (`follow.STREAM_MARGIN`) and a stall since that look (the next look
+        finds it). Never for a 404 of a DID it does not know (`unconfirmed`)."""
+        view = self.complete_as_of
+        if view is None:
+            return False
+        return view + (self.proven_for if self.stream_proven else 0.0) >= asked_at
 
     def behind_seconds(self, now: float | None = None) -> float | None:
         """At most how far behind the upstream: the time since the export was last read
-        to its end (None while backfilling)."""
+        to its end; following a stream, since the last clean look at the export past the
+        cursor was sent (P-API-4). None while backfilling."""
         if self.caught_up_at is None:
             return None
         return max(0.0, (now or time.time()) - self.caught_up_at)
@@ -109,7 +127,7 @@ class MirrorState:
         now = time.time()
         behind = self.behind_seconds(now)
         lag = f"behind={behind:.1f}s" if behind is not None else "behind=backfilling"
-        current = "yes" if self.current_for(asked_at) else "no"
+        current = "yes" if self.said_current(asked_at) else "no"
         view = self.complete_as_of
         complete = "none" if view is None else f"{math.ceil(max(0.0, now - view) * 10) / 10}s"
         return (
@@ -216,3 +234,11 @@ class MirrorState:
         for reason, n in sorted(self.stream_closed.items()):
             closed.add_metric([reason], n)
         yield closed
+
+
+def unconfirmed(provenance: str) -> str:
+    """The header of a 404 for a DID the mirror does not know, read from a view that was not
+    complete as of the question (`current_for`, taken before the read): `current=no`, even
+    while its stream is proven (P-API-2: an absence is confirmed only by a read of the
+    upstream that began after the question; the stream may have the DID in flight)."""
+    return provenance.replace("; current=yes;", "; current=no;")

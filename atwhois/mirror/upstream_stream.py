@@ -15,7 +15,6 @@ from websockets.sync.client import ClientConnection, connect
 
 from atwhois.foundation.version import agent
 from atwhois.resolver.errors import UpstreamFailure
-from atwhois.resolver.response import MIRROR_HEADER
 
 # The reasons a stream is closed with (P-API-3), which the follower tells apart.
 FUTURE, OUTDATED, TOO_SLOW = "FutureCursor", "OutdatedCursor", "ConsumerTooSlow"
@@ -45,9 +44,6 @@ class UpstreamStream:
         self.url = urlunsplit((scheme, parts.netloc, parts.path + "/export/stream", "", ""))
         self.user_agent = user_agent or agent()
         self._socket: ClientConnection | None = None
-        # the upstream said it is an atwhois mirror (`Atwhois-Plc-Mirror` on the handshake):
-        # what it sends is its view, which may be behind the directory's (P-API-2)
-        self.from_mirror = False
 
     def open(self, cursor: str) -> None:
         """Connects from `cursor` (a seq). Raises `StreamUnavailable` when the upstream has
@@ -71,8 +67,6 @@ class UpstreamStream:
             raise UpstreamFailure(f"{self.url}: HTTP {status}") from None
         except (OSError, TimeoutError, websockets.exceptions.WebSocketException) as err:
             raise UpstreamFailure(f"{self.url}: {type(err).__name__}: {err}") from None
-        handshake = self._socket.response
-        self.from_mirror = handshake is not None and MIRROR_HEADER in handshake.headers
 
     def receive(self, most: int, wait: float) -> list[bytes]:
         """Up to `most` messages: those that come within `wait` seconds of the first look

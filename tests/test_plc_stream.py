@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -21,6 +22,7 @@ from atwhois.mirror import Follower, Replica, Upstream
 from atwhois.mirror.backends import SqliteMirrorStore
 from atwhois.mirror.upstream import UpstreamFault
 from atwhois.mirror.upstream_stream import OUTDATED, UpstreamStream
+from atwhois.resolver.did import mirror_fields
 from devnet.atwhois import Daemon
 from devnet.network import DevnetState
 from devnet.pds import free_port
@@ -334,3 +336,53 @@ def test_a_stream_that_stalls_while_the_upstream_moves_is_not_current(
                 until(lambda: answered(200), 20)
         finally:
             stand_in.stop()
+
+
+@pytest.mark.parametrize("follows", ["auto", "off"], ids=["stream", "poll"])
+def test_a_new_did_asked_at_once_is_served_not_denied(
+    devnet: DevnetState, tmp_path: Path, follows: str
+) -> None:
+    """P-API-2, P-API-4, read after write: mirror A polls the reference directory; mirror B
+    follows A's stream (or polls A), resting 5 s between reads. A DID is made at the
+    directory, A asked about it (which reads the directory for it), and B asked three times
+    at once the moment A has answered: the operation is in B's upstream, on its way. Every
+    answer of B's is a 200: a 404 is allowed only when B did not hold the operation even
+    after it answered (its cursor, read right after, before the operation's seq at A),
+    which a question held until the operation is applied never gives. Then B, quiet, says
+    it is current, and how old the look that proves it is (stream), within its bound."""
+    interval = 5.0
+    a_port = free_port()
+    a_url = f"http://127.0.0.1:{a_port}"
+    following_a = {**devnet.env(), "ATWHOIS_PLC_URL": a_url}
+    b_args = ("--plc-mirror-stream", follows, "--plc-mirror-interval", str(interval))
+    with mirror(devnet.env(), tmp_path, "a", a_port) as a:
+        caught_up(a.url, devnet.plc_url)
+        with mirror(following_a, tmp_path, "b", free_port(), *b_args) as b:
+            caught_up(b.url, a_url)
+            source = "stream" if follows == "auto" else "poll"
+            until(lambda: health(b.url)["source"] == source, 20)
+            statuses: list[int] = []
+            for _ in range(6):
+                did = new_account(devnet)
+                assert httpx.get(f"{a.url}/{did}", timeout=10).status_code == 200
+                with ThreadPoolExecutor(3) as pool:
+                    asked = [pool.submit(httpx.get, f"{b.url}/{did}", timeout=10) for _ in "abc"]
+                    answers = [question.result() for question in asked]
+                held = int(str(health(b.url)["cursor"]))
+                seq = next(s for s, d, _ in ops(a_url) if d == did)
+                for answer in answers:
+                    statuses.append(answer.status_code)
+                    if answer.status_code == 404:  # a wrong answer if B held it, even after
+                        assert held < seq, (did, held, seq, answer.headers)
+                        assert "current=no" in answer.headers["atwhois-plc-mirror"]
+            assert statuses == [200] * 18, statuses  # and B never took its whole bound
+            if follows == "auto":  # P-API-4: a proven stream, quiet, says it is current
+                known = f"{b.url}/{did}"
+                until(
+                    lambda: (
+                        "current=yes" in httpx.get(known, timeout=10).headers["atwhois-plc-mirror"]
+                    ),
+                    3 * interval,
+                )
+                said = mirror_fields(httpx.get(known, timeout=10).headers["atwhois-plc-mirror"])
+                assert float(said["behind"].removesuffix("s")) <= 2 * interval, said

@@ -153,14 +153,15 @@ class Follower:
             state.faults += 1
             raise UpstreamFault(f"{self.upstream.url}/export {fault}")
         if done:
+            # after the DIDs: a question its DID's operation ended does not poke again
+            self.waits.read_ended()
             self._compare_documents(result.touched)
         return state
 
     def _caught_up(self, complete: float | None, at: float | None = None) -> None:
         """The upstream read to its end (at `at`, or now): the mirror holds what the
         directory had at `complete` (None: not known; the mirror's view stays as of its
-        last complete read), stored for the processes that read this store; the questions
-        waiting are told."""
+        last complete read), stored for the processes that read this store."""
         state = self.state
         state.progress_at = time.time()
         state.caught_up_at = at or state.progress_at
@@ -170,7 +171,6 @@ class Follower:
         if state.complete_as_of is not None:
             meta["complete_as_of"] = repr(state.complete_as_of)
         self.replica.store.write(Batch(meta=meta))
-        self.waits.read_ended()
 
     def _tell_applied(self, dids: list[str]) -> None:
         """The DIDs whose state changed, once their pages are written (readers see them)."""
@@ -341,6 +341,7 @@ class Follower:
             age = self.upstream.view_age
             self._caught_up(None if age is None else asked - age, at=asked)
             self.state.stream_proven = True
+            self.waits.read_ended()
             return
         self.state.stream_proven = False
         give_up = time.monotonic() + STREAM_MARGIN

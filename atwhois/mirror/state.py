@@ -120,7 +120,9 @@ class MirrorState:
     def provenance(self, asked_at: float) -> str:
         """The `Atwhois-Plc-Mirror` header of an answer to a request that came at
         `asked_at`: what a lookup through the mirror cites, whether the mirror had read its
-        upstream since (`current`: its 404 is then a confirmed absence), and how long ago
+        upstream since, or follows a stream proven recently (`current`, `said_current`; a
+        404 says yes only on such a read, `unconfirmed`: it is then a confirmed absence),
+        how long ago it last read its upstream to the end (`behind`), and how long ago
         the view it answers from was complete (`complete`, rounded up; `none` before its
         first complete read): what a mirror following this one counts itself complete
         from (P-API-2)."""

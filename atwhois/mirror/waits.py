@@ -104,17 +104,17 @@ class Waits:
     async def until_known(self, did: str, asked_at: float, mark: int, give_up: float) -> Ended:
         """Holds a question about `did`, which the store did not have when it was read
         after `mark`, until the follower can answer it, or `give_up` (monotonic) passes."""
+        left = give_up - time.monotonic()
         if self.refuses():
             return Ended.FAILED
+        if left <= 0:  # first: a question read again after a MAYBE keeps its bound
+            return Ended.TIMEOUT
         if self._told != mark:
             return Ended.MAYBE
         if self.state.current_for(asked_at):
             return Ended.CURRENT
         if self.waiting >= self.limit:
             return Ended.FULL
-        left = give_up - time.monotonic()
-        if left <= 0:
-            return Ended.TIMEOUT
         waiter = _Waiter(asked_at, asyncio.get_running_loop().create_future())
         self._by_did.setdefault(did, []).append(waiter)
         self.waiting += 1

@@ -1,6 +1,8 @@
-"""subscribeRepos frames as a relay sends them, made with libipld's DAG-CBOR encoder (a
-commit's blocks a CAR file holding its record): for the decoder's tests, its fuzz target,
-`bench/stream_decode.py`, and the CAR files of the PDS check's tests."""
+"""subscribeRepos frames as a relay (indigo) and a PDS send them, made with libipld's
+DAG-CBOR encoder, whose canonical key order is cbor-gen's (a commit's blocks a CAR file
+holding its record): for the decoder's tests, its fuzz target, `bench/stream_decode.py`,
+and the CAR files of the PDS check's tests. What they make is held to the reference's own
+frames, rebuilt in `tests/vectors/firehose/frames.json` (`tests/test_stream_frames.py`)."""
 
 from __future__ import annotations
 
@@ -21,15 +23,20 @@ def frame(header: dict[str, Any], body: dict[str, Any]) -> bytes:
     return bytes(libipld.encode_dag_cbor(header)) + bytes(libipld.encode_dag_cbor(body))
 
 
-def identity(seq: int, did: str = DID, handle: str | None = "alice.example.com") -> bytes:
-    body: dict[str, Any] = {"seq": seq, "did": did, "time": TIME}
+def identity(
+    seq: int, did: str = DID, handle: str | None = "alice.example.com", time: str = TIME
+) -> bytes:
+    """The relay's #identity: `handle` only when it verified it."""
+    body: dict[str, Any] = {"seq": seq, "did": did, "time": time}
     if handle is not None:
         body["handle"] = handle
     return frame({"op": 1, "t": "#identity"}, body)
 
 
-def account(seq: int, active: bool, status: str | None = None, did: str = DID) -> bytes:
-    body: dict[str, Any] = {"seq": seq, "did": did, "time": TIME, "active": active}
+def account(
+    seq: int, active: bool, status: str | None = None, did: str = DID, time: str = TIME
+) -> bytes:
+    body: dict[str, Any] = {"seq": seq, "did": did, "time": time, "active": active}
     if status is not None:
         body["status"] = status
     return frame({"op": 1, "t": "#account"}, body)
@@ -95,12 +102,19 @@ def sync(seq: int, rng: random.Random) -> bytes:
     return frame({"op": 1, "t": "#sync"}, body)
 
 
-def info(name: str = "OutdatedCursor") -> bytes:
-    return frame({"op": 1, "t": "#info"}, {"name": name, "message": "cursor too old"})
+# what the reference PDS says with each (packages/pds subscribeRepos.ts)
+OUTDATED_MESSAGE = "Requested cursor exceeded limit. Possibly missing events"
+FUTURE_MESSAGE = "Cursor in the future."
 
 
-def error(name: str = "FutureCursor") -> bytes:
-    return frame({"op": -1}, {"error": name, "message": "cursor in the future"})
+def info(name: str = "OutdatedCursor", message: str = OUTDATED_MESSAGE) -> bytes:
+    return frame({"op": 1, "t": "#info"}, {"name": name, "message": message})
+
+
+def error(name: str = "FutureCursor", message: str = FUTURE_MESSAGE) -> bytes:
+    """An error frame: its header has no `t`; its `message` is always there, "" when the
+    sender says nothing (the relay's ConsumerTooSlow)."""
+    return frame({"op": -1}, {"error": name, "message": message})
 
 
 def stream(count: int, seed: int = 7) -> list[bytes]:

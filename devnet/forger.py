@@ -15,6 +15,8 @@ longest suffix wins); QTYPE is a type's name or `*`. The steps, in their order:
 - `{"strip": true}`: every RRSIG, NSEC and NSEC3 removed, and the DO bit cleared;
 - `{"deny": true}`: the answer emptied (a DS becomes "no DS");
 - `{"drop_denials": true}`: the authority's NSEC, NSEC3 and their RRSIGs removed;
+- `{"drop_soa": true}`: the authority's SOA removed (a negative answer that does not say
+  which zone it comes from);
 - `{"nsec3": {...}}`: unsigned NSEC3 records put first in the authority (`hostile_nsec3`).
 """
 
@@ -92,6 +94,8 @@ def forge(
             response.answer = []
         if step.get("drop_denials"):
             response.authority = [r for r in response.authority if not _is_denial(r)]
+        if step.get("drop_soa"):
+            response.authority = [r for r in response.authority if r.rdtype != dns.rdatatype.SOA]
         if "nsec3" in step:
             response.authority[:0] = hostile_nsec3(**step["nsec3"])
     wire = response.to_wire(max_size=65535)

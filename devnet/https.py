@@ -172,6 +172,10 @@ class HttpsHosts:
     ) -> bool | None:
         path = target.split("?")[0]
         fault = self._faults.of(host) if self._faults is not None else None
+        if isinstance(fault, dict):  # an answer written out: a status, its headers, a body
+            headers = list(fault.get("headers", {}).items())
+            body = fault.get("body", "").encode()
+            return await _send(writer, int(fault["status"]), body, headers)
         if fault == "503":
             return await _send(writer, 503, b"try later")
         if fault == "html":
@@ -274,6 +278,7 @@ _REASONS = {
     301: "Moved Permanently",
     302: "Found",
     404: "Not Found",
+    429: "Too Many Requests",
     503: "Service Unavailable",
 }
 

@@ -121,9 +121,10 @@ class DevnetState:
         (`devnet.forger`); an empty dict makes it an honest resolver again."""
         write_faults(Path(self.workdir) / "dns-forgeries.json", forgeries)
 
-    def set_https_faults(self, faults: dict[str, str]) -> None:
-        """Hosts the TLS server mistreats: "503", "html" (a 200 page), "reset", "hang";
-        `"*"` stands for every other host."""
+    def set_https_faults(self, faults: dict[str, Any]) -> None:
+        """Hosts the TLS server mistreats: "503", "html" (a 200 page), "reset", "hang", or
+        an answer written out, `{"status": 429, "headers": {"Retry-After": "3"}, "body":
+        ""}` (a redirect: 302 and its Location); `"*"` stands for every other host."""
         write_faults(Path(self.workdir) / "https-faults.json", faults)
 
     def submit(self, name: str, op: str, **fields: str) -> None:

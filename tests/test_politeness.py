@@ -9,57 +9,15 @@ from __future__ import annotations
 import asyncio
 import bisect
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from atwhois.resolver import Resolver, Status
 from devnet.network import DevnetState
-
-
-class PlcStandIn:
-    """The reference directory's answers, passed on by a process of its own that notes
-    when each request arrived (`tests.support.counting_directory`)."""
-
-    def __init__(self, upstream: str, log: Path) -> None:
-        with log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.counting_directory", upstream],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 20
-        while not log.read_text().startswith("listening "):
-            assert self.process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.02)
-        self.url = f"http://127.0.0.1:{log.read_text().split()[1]}"
-
-    def _arrivals(self) -> dict[str, list[Any]]:
-        answer: dict[str, list[Any]] = httpx.get(self.url + "/_standin/arrivals").json()
-        return answer
-
-    @property
-    def times(self) -> list[float]:
-        """When each request arrived (time.monotonic, as this process reads it too)."""
-        return [float(t) for t in self._arrivals()["times"]]
-
-    @property
-    def agents(self) -> set[str]:
-        return set(self._arrivals()["agents"])
-
-    def refuse(self, count: int) -> None:
-        """The next `count` requests are answered 429 with Retry-After: 3."""
-        httpx.post(self.url + "/_standin/refuse", params={"count": str(count)}).raise_for_status()
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
+from tests.support.counting_directory import PlcStandIn
 
 
 @pytest.fixture

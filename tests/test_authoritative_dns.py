@@ -9,6 +9,7 @@ every answer an hour: `devnet.unbound`) between atwhois and Knot, and change the
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import dns.flags
@@ -16,6 +17,7 @@ import dns.message
 import dns.name
 import dns.query
 import dns.rcode
+import dns.rdatatype
 import dns.rrset
 import httpx
 import pytest
@@ -24,6 +26,7 @@ from atwhois.cache import CachedResolver, MemoryStore
 from atwhois.cache.revalidate import Revalidator
 from atwhois.resolver import Config, Identity, Outcome, Resolver, Status
 from atwhois.resolver.config import Nameserver
+from atwhois.resolver.dns import DnsClient
 from atwhois.resolver.dns_authority import authoritative_txt, nameservers_in, zone_in
 from atwhois.resolver.errors import UpstreamFailure, UpstreamTimeout
 from atwhois.resolver.response import AuthoritativeTxt
@@ -316,3 +319,37 @@ def test_refresh_identity_at_the_daemon(devnet: DevnetState, tmp_path: Path) -> 
     assert report["evidence"]["dns"]["via"] == "the zone's nameserver ns.test (127.0.0.1)"
     assert report["evidence"]["dns"]["stale_resolver"] == f"did={old}"
     assert "dns_stale_resolver" in report["warnings"]
+
+
+async def test_a_deep_name_costs_ten_ns_questions_at_most(
+    devnet: DevnetState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """H-DNS-9 (issue 66): a zone whose negative answers carry no SOA (the forging resolver
+    drops it) had the walk ask an NS question a label: a refused token naming a deep handle
+    cost over a hundred. Ten at most; past them the zone is not heard, and the resolver's
+    answer stands, saying why (H-DNS-10)."""
+    suffix = f"deep{os.urandom(4).hex()}.test"
+    handle = ".".join(["a"] * 40) + "." + suffix
+    alice = devnet.did("alice")
+    devnet.set_txt(handle, [f"did={alice}"])
+    asked: list[dns.name.Name] = []
+    ask = DnsClient.ask
+
+    async def counting(
+        client: DnsClient, name: dns.name.Name, rdtype: dns.rdatatype.RdataType
+    ) -> dns.message.Message:
+        if rdtype == dns.rdatatype.NS:
+            asked.append(name)
+        return await ask(client, name, rdtype)
+
+    monkeypatch.setattr(DnsClient, "ask", counting)
+    devnet.set_forgeries({f"*.{suffix}. NS": [{"drop_soa": True}]})
+    config = devnet.config(dns_servers=(Nameserver.parse(devnet.dns_server_forging),))
+    try:
+        async with Resolver(config) as resolver:
+            report = await resolver.refresh(handle)
+    finally:
+        devnet.set_forgeries({})
+    assert len(asked) == 10, [str(name) for name in asked]
+    assert report.dns.outcome == Outcome.OK and report.dns.did == alice
+    assert report.dns.via is not None and "within 10 NS questions" in report.dns.via

@@ -1,6 +1,7 @@
 """The pace of requests per host (`foundation.pace`), over a clock the test moves: a burst,
 then one turn every 1/rate seconds; a host's Retry-After parks it; idle hosts are
-forgotten, so memory follows the hosts asked lately, not every host ever asked."""
+forgotten, so memory follows the hosts asked lately, not every host ever asked. And what
+the pace is told: `Retry-After` (POL-RA-1)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import email.utils
 import pytest
 
 from atwhois.foundation import pace as pace_module
-from atwhois.foundation.pace import HostPace, retry_after
+from atwhois.foundation.pace import HostPace
+from atwhois.resolver.untrusted import retry_after
+
+CAP = 300.0
 
 
 class Clock:
@@ -65,10 +69,32 @@ def test_idle_hosts_are_forgotten_past_the_bound(monkeypatch: pytest.MonkeyPatch
     assert len(pace._buckets) == 2 and pace.parked_for("h0.example") == pytest.approx(55)
 
 
-def test_retry_after_reads_seconds_and_dates() -> None:
-    assert retry_after("3") == 3.0 and retry_after(" 120 ") == 120.0
-    date = email.utils.formatdate(1_000_060, usegmt=True)
-    assert retry_after(date, now=1_000_000) == pytest.approx(60)
-    assert retry_after(date, now=1_000_100) == 0.0
-    assert retry_after(None) is None and retry_after("") is None
-    assert retry_after("soon") is None and retry_after("-1") is None
+def test_retry_after_reads_seconds_and_dates_bounded_to_the_cap() -> None:
+    """POL-RA-1."""
+    read = lambda text: retry_after(text, cap=CAP, now=1_000_000)  # noqa: E731
+    assert read("3") == 3.0 and read(" 120 ") == 120.0 and read("3600") == CAP
+    assert read(email.utils.formatdate(1_000_060, usegmt=True)) == pytest.approx(60)
+    assert read(email.utils.formatdate(1_000_000 - 100, usegmt=True)) == 0.0  # past: none
+    assert read("Fri, 31 Dec 9999 23:59:59 GMT") == CAP
+    assert read("9" * 5000) == CAP  # past what int() reads: over any cap all the same
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,
+        "",
+        "soon",
+        "-1",
+        "3.5",
+        "1 2",
+        "²",  # a digit to str.isdigit(), not to float()
+        "٣",  # an Arabic-Indic three
+        "Mon, 01 Jan 99999999999 00:00:00 GMT",  # a year that overflows
+        "Mon, 32 Jan 2020 00:00:00 GMT",
+        "Mon, 01 Jan 2020 24:61:61 GMT",
+    ],
+)
+def test_a_retry_after_that_is_not_one_is_none_never_an_exception(text: str | None) -> None:
+    """POL-RA-1: read as no Retry-After at all."""
+    assert retry_after(text, cap=CAP) is None

@@ -90,20 +90,3 @@ class HostPace:
             full = bucket.tokens + (now - bucket.at) * rate >= max(1.0, rate * self.burst_seconds)
             if full and bucket.parked_until <= now:
                 del self._buckets[host]
-
-
-def retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds a `Retry-After` header asks for: delta-seconds, or an HTTP date; None when
-    absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    from email.utils import parsedate_to_datetime
-
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))

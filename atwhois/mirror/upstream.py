@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import httpx
 
 from atwhois.foundation.bounded import BoundedBody
-from atwhois.foundation.pace import HostPace, retry_after
+from atwhois.foundation.pace import MAX_PARK, HostPace
 from atwhois.foundation.version import agent
 from atwhois.resolver.config import AUDIT_LOG_MAX_BYTES, DOCUMENT_MAX_BYTES
 from atwhois.resolver.did import view_age
@@ -24,7 +24,7 @@ from atwhois.resolver.errors import ResponseTooLarge, UpstreamFailure, UpstreamT
 from atwhois.resolver.fetch import host_of, parked
 from atwhois.resolver.plc.audit import parse_time
 from atwhois.resolver.response import MIRROR_HEADER
-from atwhois.resolver.untrusted import parse_json
+from atwhois.resolver.untrusted import parse_json, retry_after
 
 PAGE_SIZE = 1000  # the reference's most per page
 PAGE_MAX_BYTES = 64 * 1024 * 1024
@@ -88,7 +88,7 @@ class Upstream:
                         body.deadline = 0.0
                     body.add(chunk)
                 provenance = response.headers.get(MIRROR_HEADER)
-                pause = retry_after(response.headers.get("Retry-After"))
+                pause = retry_after(response.headers.get("Retry-After"), cap=MAX_PARK)
                 if self.pace is not None and response.status_code in (429, 503) and pause:
                     self.pace.park(self._host, pause)
                 return response.status_code, body.value(), provenance

@@ -27,7 +27,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from atwhois.foundation.bounded import BoundedBody
-from atwhois.foundation.pace import HostPace, retry_after
+from atwhois.foundation.pace import MAX_PARK, HostPace
 
 from .addresses import embedded_ipv4
 from .config import Config
@@ -42,6 +42,7 @@ from .errors import (
 )
 from .response import MIRROR_HEADER, Response
 from .tls import tls_context
+from .untrusted import retry_after
 
 _REDIRECTS = {301, 302, 303, 307, 308}
 _STRANGER_KEEPALIVE = 0.25  # seconds an idle connection to a guarded host is kept
@@ -254,7 +255,8 @@ class Fetcher:
         for hop in range(max_redirects + 1):
             self._check_url(url)
             status, headers, body = await self._get_once(url, max_bytes, accept)
-            if status in (429, 503) and (pause := retry_after(headers.get("Retry-After"))):
+            pause = retry_after(headers.get("Retry-After"), cap=MAX_PARK)
+            if status in (429, 503) and pause:
                 self.pace.park(host_of(url), pause)
             location = headers.get("Location")
             if status not in _REDIRECTS or location is None:

@@ -1,10 +1,14 @@
 """Parsing what strangers send: one place that turns every way JSON can fail — bad bytes,
 bad syntax, a key given twice, and nesting deep enough to exhaust Python's recursion limit
-(a 64 KiB body of `[[[[…` does) — into a `ValueError`."""
+(a 64 KiB body of `[[[[…` does) — into a `ValueError`; the numbers they send (counts, and
+the pause a `Retry-After` header asks for) read in the forms allowed only."""
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
+import time
 from typing import Any
 
 import orjson
@@ -72,3 +76,25 @@ def parse_count(text: str, *, name: str, low: int = 0, high: int = INT64_MAX) ->
     if not low <= value <= high:
         raise BadNumber(f"{name} must be a whole number from {low} to {high}")
     return value
+
+
+def retry_after(value: str | None, *, cap: float, now: float | None = None) -> float | None:
+    """The seconds a `Retry-After` header asks for (POL-RA-1): delta-seconds in ASCII digits
+    or an HTTP date (RFC 9110 §10.2.3), at most `cap`, a date past 0. None when absent or
+    unreadable, never an exception: `²` passes `str.isdigit()` and fails `float()`, `int()`
+    refuses more than 4,300 digits, and a date in the year 99999999999 overflows."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        # a number of more digits than any cap needs is over it
+        return min(float(int(text)) if len(text) <= 15 else cap, cap)
+    try:
+        parts = email.utils.parsedate_tz(text)
+        if parts is None:
+            return None
+        # datetime refuses what no calendar has (month 13, second 61, a fifth digit of year)
+        when = datetime.datetime(*parts[:6], tzinfo=datetime.UTC).timestamp() - (parts[9] or 0)
+    except (ValueError, OverflowError, TypeError, IndexError):
+        return None
+    return min(max(0.0, when - (time.time() if now is None else now)), cap)

@@ -1,8 +1,8 @@
 """Fuzzing every parser that takes a stranger's bytes: identifiers, TXT records, well-known
-bodies, DID documents, PLC operations, audit logs and export lines, XRPC query strings and
-bodies, the TOML configuration, DNSSEC responses and the walk over them (`fuzz_dnssec`); and
-the followers of hostile sources (`fuzz_hostile`): export page sequences, stream frame
-sequences, the mirror's read API queries.
+bodies, `Retry-After` headers, DID documents, PLC operations, audit logs and export lines,
+XRPC query strings and bodies, the TOML configuration, DNSSEC responses and the walk over
+them (`fuzz_dnssec`); and the followers of hostile sources (`fuzz_hostile`): export page
+sequences, stream frame sequences, the mirror's read API queries.
 
 Each target is a Hypothesis strategy (random input, and real inputs from the vectors with
 parts swapped for random ones) and a function that may fail only in the classified ways the
@@ -338,6 +338,25 @@ tokens = st.one_of(
 )
 
 
+def _retry_after(text: str) -> None:
+    """Any host's `Retry-After`: seconds within the cap, or None (POL-RA-1), never an error."""
+    from atwhois.resolver.untrusted import retry_after
+
+    pause = retry_after(text, cap=300.0)
+    assert pause is None or 0.0 <= pause <= 300.0
+
+
+RETRY_AFTER_SEEDS = [
+    "3",
+    "3600",
+    "Sun, 06 Nov 1994 08:49:37 GMT",
+    "Sunday, 06-Nov-94 08:49:37 GMT",
+    "Sun Nov  6 08:49:37 1994",
+    "Fri, 31 Dec 9999 23:59:59 +0000",
+    "Mon, 01 Jan 99999999999 00:00:00 GMT",
+    "²",
+]
+
 TOML_SEEDS = [
     'cache = "memory:"\nttl_verified = "1:3600"\n',
     'dev = true\nplc_url = "https://plc.directory"\nport = 2584\n',
@@ -370,6 +389,15 @@ TARGETS = [
             st.text(max_size=40).map(lambda t: (" \n" + t + "\r\n").encode("utf-8", "replace")),
         ),
         _well_known,
+    ),
+    Target(
+        "Retry-After headers",
+        st.one_of(
+            mutated_text(RETRY_AFTER_SEEDS),
+            st.integers(min_value=-(10**40), max_value=10**40).map(str),
+            st.text(max_size=60),
+        ),
+        _retry_after,
     ),
     Target("DID documents", documents, _document),
     Target(

@@ -1,7 +1,8 @@
 """The pace of requests per host (`foundation.pace`), over a clock the test moves: a burst,
-then one turn every 1/rate seconds; a host's Retry-After parks it; idle hosts are
-forgotten, so memory follows the hosts asked lately, not every host ever asked. And what
-the pace is told: `Retry-After` (POL-RA-1)."""
+then one turn every 1/rate seconds; a host's Retry-After parks it, for the cap at most,
+and a probe ends the park (POL-PARK-1); idle hosts are forgotten, so memory follows the
+hosts asked lately, not every host ever asked. And what the pace reads: `Retry-After`
+(POL-RA-1), a URL's host (POL-PACE-1)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from atwhois.foundation import pace as pace_module
 from atwhois.foundation.pace import HostPace
+from atwhois.resolver.fetch import host_of
 from atwhois.resolver.untrusted import retry_after
 
 CAP = 300.0
@@ -26,7 +28,7 @@ class Clock:
 
 def test_a_burst_then_one_turn_every_1_over_rate_seconds() -> None:
     clock = Clock()
-    pace = HostPace(lambda _: 100.0, burst_seconds=0.1, clock=clock)
+    pace = HostPace(lambda _: 100.0, max_park=CAP, burst_seconds=0.1, clock=clock)
     assert [pace.admit("plc.example") for _ in range(10)] == [0.0] * 10  # the burst
     assert pace.admit("plc.example") == pytest.approx(0.01)  # nothing taken: a turn is free
     assert pace.admit("plc.example", again=True) == pytest.approx(0.01)  # in 0.01 s
@@ -44,23 +46,53 @@ def test_a_burst_then_one_turn_every_1_over_rate_seconds() -> None:
 
 def test_a_parked_host_gets_no_turn_until_its_pause_ends() -> None:
     clock = Clock()
-    pace = HostPace(lambda _: 10.0, clock=clock, kind_of=lambda host: "web")
+    pace = HostPace(lambda _: 10.0, max_park=CAP, clock=clock, kind_of=lambda host: "web")
     pace.park("a.example", 3)
     assert pace.admit("a.example") is None and pace.parked_for("a.example") == 3
+    assert "wait 3.0 s more (Retry-After)" in pace.refusal("a.example")
     clock.now += 2.9
     assert pace.admit("a.example") is None and pace.parked_for("a.example") == pytest.approx(0.1)
     assert pace.admit("b.example") == 0.0  # other hosts are not parked
+    assert pace.parked() == {"a.example": pytest.approx(0.1)}
     clock.now += 0.1
     assert pace.admit("a.example") == 0.0 and pace.parked_for("a.example") == 0
-    pace.park("a.example", 10**9)  # a pause past the bound is the bound
-    assert pace.parked_for("a.example") == pace_module.MAX_PARK
+    assert pace.parked() == {}
     assert pace.counts["web"] == {"requests": 2, "throttled": 0, "parked": 2}
+
+
+def test_a_pause_lasts_the_cap_at_most_then_one_probe_asks_whether_it_is_over() -> None:
+    """POL-PARK-1: an hour asked is the cap (here 300 s); then one request goes, the others
+    wait for its answer, refused as parked; a 429 to the probe parks the host again (as
+    long as the last pause when it says none), an answer ends the park."""
+    clock = Clock()
+    pace = HostPace(lambda _: 10.0, max_park=CAP, burst_seconds=1.0, clock=clock)
+    pace.answered("plc.example", refused=True, pause=3600)
+    assert pace.parked_for("plc.example") == CAP
+    clock.now += CAP
+    assert pace.admit("plc.example") == 0.0  # the probe
+    assert pace.admit("plc.example") is None and pace.admit("plc.example") is None
+    assert "one request asks whether it is over" in pace.refusal("plc.example")
+    assert pace.parked() == {}  # the pause is over: only its probe is awaited
+    pace.answered("plc.example", refused=True)  # a 429 with no Retry-After it can read
+    assert pace.parked_for("plc.example") == CAP  # again, as long as the last pause
+    clock.now += CAP
+    assert pace.admit("plc.example") == 0.0  # the next probe
+    pace.unanswered("plc.example")  # no answer (a deadline): the next request probes
+    assert pace.admit("plc.example") == 0.0
+    pace.answered("plc.example", refused=False)  # answered: the park is over
+    assert [pace.admit("plc.example") for _ in range(2)] == [0.0, 0.0]  # all may go
+    assert pace.counts["plc.example"]["parked"] == 2
+    # answers to requests sent before a pause neither end it nor park the host again
+    pace.park("plc.example", 5)
+    pace.answered("plc.example", refused=False)
+    pace.answered("plc.example", refused=True)
+    assert pace.parked_for("plc.example") == 5
 
 
 def test_idle_hosts_are_forgotten_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pace_module, "MAX_BUCKETS", 100)
     clock = Clock()
-    pace = HostPace(lambda _: 1.0, burst_seconds=1.0, clock=clock)
+    pace = HostPace(lambda _: 1.0, max_park=CAP, burst_seconds=1.0, clock=clock)
     for n in range(100):
         pace.admit(f"h{n}.example")
     pace.park("h0.example", 60)
@@ -98,3 +130,22 @@ def test_retry_after_reads_seconds_and_dates_bounded_to_the_cap() -> None:
 def test_a_retry_after_that_is_not_one_is_none_never_an_exception(text: str | None) -> None:
     """POL-RA-1: read as no Retry-After at all."""
     assert retry_after(text, cap=CAP) is None
+
+
+def test_the_directory_is_one_host_whatever_its_url_says() -> None:
+    """POL-PACE-1: case, the scheme's own port and the path are not part of the host."""
+    hosts = {
+        host_of(url)
+        for url in (
+            "https://plc.directory",
+            "https://PLC.Directory:443/",
+            "https://user@plc.directory/did:plc:abc",
+            "HTTPS://plc.directory:443",
+        )
+    }
+    assert hosts == {"plc.directory"}
+    assert host_of("http://127.0.0.1:8080/x") == "127.0.0.1:8080"
+    assert host_of("http://127.0.0.1:80/") == "127.0.0.1"
+    assert host_of("https://plc.directory:80") == "plc.directory:80"
+    assert host_of("https://[::1]:443/") == "[::1]" and host_of("http://[::1]:9/") == "[::1]:9"
+    assert host_of("https://plc.directory:99999/") == "plc.directory:99999"  # not a port

@@ -1,8 +1,9 @@
-"""Polite upstreams (issue 57) on the test network: a stand-in in front of the reference
-PLC directory records when each request reaches it and, on command, answers 429 with
-Retry-After. A directory that asks for a pause gets no request until it ends, and no
-answer meanwhile is an absence; a burst of 2,000 distinct lookups keeps to the configured
-rate at the directory, as measured there."""
+"""Polite upstreams (issues 57 and 66) on the test network: a stand-in in front of the
+reference PLC directory records when each request reaches it and, on command, answers 429
+with a Retry-After. A directory that asks for a pause gets no request until it ends, and no
+answer meanwhile is an absence; a pause lasts the cap at most and /_health names it; a
+burst of 2,000 distinct lookups keeps to the configured rate at the directory, as measured
+there; a redirect to the directory goes at its pace."""
 
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from atwhois.resolver import Resolver, Status
+from atwhois.resolver.fetch import host_of, shared_pace
+from devnet.atwhois import running_daemon
 from devnet.network import DevnetState
 from tests.support.counting_directory import PlcStandIn
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -109,3 +114,63 @@ async def test_the_mirrors_backfill_keeps_the_same_pauses(
         assert len(standin.times) == 2
     finally:
         upstream.close()
+
+
+def test_a_directory_asking_for_an_hour_is_parked_the_cap_at_most_and_health_names_it(
+    devnet: DevnetState, standin: PlcStandIn, tmp_path: Path
+) -> None:
+    """POL-PARK-1, POL-PARK-2 (issue 66): one 429 with Retry-After: 3600 parked the directory
+    for an hour (every lookup needing it answered 502) while /_health said ok. Parked for
+    the cap (here 5 s) at most: /_health is not ok and names it meanwhile, nothing reaches
+    it, and then one request asks (the probe) and lookups are answered again."""
+    standin.refuse(1, retry_after="3600")
+    env = {**devnet.env(), "ATWHOIS_PLC_URL": standin.url, "ATWHOIS_MAX_PARK": "5"}
+    alice = {"did": devnet.did("alice")}
+    with (
+        running_daemon(env, tmp_path / "d.log", "--cache", "memory:") as daemon,
+        httpx.Client(base_url=daemon.url, timeout=30) as client,
+    ):
+        resolve = "/xrpc/com.atproto.identity.resolveDid"
+        assert client.get(resolve, params=alice).status_code == 502  # the 429
+        health = client.get("/_health").json()
+        assert health["ok"] is False and health["status"] == "degraded", health
+        [reason] = health["reasons"]
+        assert f"upstream {host_of(standin.url)} parked" in reason, reason
+        bob = client.get(resolve, params={"did": devnet.did("bob")})
+        assert bob.status_code == 502 and "Retry-After" in bob.json()["message"]
+        assert len(standin.times) == 1  # nothing reached it meanwhile
+        until(lambda: client.get(resolve, params=alice).status_code == 200, timeout=60)
+        assert len(standin.times) == 2  # the probe: it answered, the park is over
+        assert client.get(resolve, params={"did": devnet.did("bob")}).status_code == 200
+        health = client.get("/_health").json()
+        assert health["ok"] is True and health["reasons"] == [], health
+
+
+async def test_a_redirect_to_the_directory_goes_at_its_pace_and_is_counted_as_it(
+    devnet: DevnetState, standin: PlcStandIn
+) -> None:
+    """POL-PACE-1 (issue 66): a handle's well-known that redirects to the directory sent it
+    requests its pace never counted nor held back (600 lookups: 600 requests, counters 0).
+    Each hop goes at its own host's pace: counted as the directory's, and refused while the
+    directory is parked."""
+    config = devnet.config(plc_url=standin.url, plc_rate=297.0)
+    directory = host_of(standin.url)
+    handles = [f"redir{os.urandom(4).hex()}.bulk.test" for _ in range(3)]
+    to_directory = {"status": 302, "headers": {"Location": f"{standin.url}/{devnet.did('alice')}"}}
+    devnet.set_https_faults(dict.fromkeys(handles, to_directory))
+    try:
+        async with Resolver(config) as resolver:
+            for handle in handles[:2]:
+                await resolver.lookup(handle)  # its well-known: the directory's JSON, not a DID
+            pace = shared_pace(config)
+            assert standin.paths == [f"/{devnet.did('alice')}"] * 2
+            assert pace.counts[directory]["requests"] == 2  # each hop, as the directory's
+            standin.refuse(1, retry_after="30")
+            parked = await resolver.lookup(devnet.did("bob"))  # parks the directory
+            assert parked.status is Status.UNAVAILABLE and len(standin.times) == 3
+            redirected = await resolver.lookup(handles[2])
+            assert len(standin.times) == 3  # its hop to the parked directory was not sent
+            assert "Retry-After" in (redirected.https.error or ""), redirected.https
+            assert pace.counts[directory]["parked"] == 1
+    finally:
+        devnet.set_https_faults({})

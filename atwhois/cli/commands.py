@@ -307,6 +307,7 @@ COMMANDS = [
         [
             "plc_url",
             "plc_db",
+            "max_park",
             "plc_mirror_interval",
             "plc_mirror_workers",
             "plc_mirror_replays",
@@ -328,7 +329,7 @@ COMMANDS = [
         "compare the local PLC mirror with its upstream, DID by DID (/log/audit and the "
         "document): ops removed upstream, refused here, missing, nullified or ordered "
         "otherwise; exit 0 the same, 1 different, 3 some not compared",
-        ["plc_url", "plc_db", "plc_rate", "contact_url"],
+        ["plc_url", "plc_db", "plc_rate", "max_park", "contact_url"],
         _compare_arguments,
     ),
     Command(

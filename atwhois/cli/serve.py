@@ -44,6 +44,7 @@ from atwhois.server.audits_pages import AuditPages
 from atwhois.server.lifecycle import ConnectionLimit, runner_settings, serve_until_stopped
 from atwhois.server.memory import TLS_READ_BUFFER, trim_periodically
 from atwhois.server.metrics import pace_families
+from atwhois.server.operations import parked_upstreams
 from atwhois.server.request_log import MalformedRequestLog
 from atwhois.server.routes import MIRROR, SERVICE_AUTH
 from atwhois.server.service import Service, Settings
@@ -131,6 +132,7 @@ def build_daemon(
     service = Service(cached, service_settings)
     service.metric_sources.append(cached.histories.metrics)
     service.metric_sources.append(pace_families(shared_pace(config)))
+    service.health_problems.append(parked_upstreams(shared_pace(config)))
     hooks.small_tls_buffers(TLS_READ_BUFFER)
     if moved := hooks.missing():  # an aiohttp newer than the bound: say what no longer holds
         logging.getLogger("atwhois.serve").warning(

@@ -177,7 +177,8 @@ class Values:
     plc_rate: float = _setting(
         RESOLUTION,
         "requests per second to the PLC directory, with a second's burst (a 429 or 503 with "
-        "Retry-After parks it until then: answers meanwhile are unavailable, never absent)",
+        "Retry-After parks it, for max_park at most: answers meanwhile are unavailable, never "
+        "absent)",
         _RESOLVER.plc_rate,
         metavar="PER_SECOND",
         low=0.1,
@@ -190,6 +191,15 @@ class Values:
         metavar="PER_SECOND",
         low=0.1,
         high=1_000_000,
+    )
+    max_park: float = _setting(
+        RESOLUTION,
+        "the longest pause a host's Retry-After gets (lookups, the PLC mirror, plc compare); "
+        "then one request asks whether it is over before the others follow",
+        _RESOLVER.max_park,
+        metavar="SECONDS",
+        low=0.1,
+        high=3600,
     )
     contact_url: str | None = _setting(
         RESOLUTION,

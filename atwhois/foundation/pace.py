@@ -1,8 +1,12 @@
 """How fast atwhois asks one upstream host: a rate per host, with bursts (a token bucket
-each), and hosts that asked for a pause (`Retry-After` on a 429 or 503) parked until then.
-Sync 1.1 asks services to rate-limit identity resolution per host; Bluesky's own resolver
-limits its PLC client to 300 requests/s. Pure over a clock: the fetchers wait or refuse as
-it says.
+each), and hosts that asked for a pause (`Retry-After` on a 429 or 503) parked. Sync 1.1
+asks services to rate-limit identity resolution per host; Bluesky's own resolver limits its
+PLC client to 300 requests/s. Pure over a clock: the fetchers wait or refuse as it says.
+
+A pause lasts at most `max_park` seconds (POL-PARK-1): a directory that asks for an hour
+would otherwise take every lookup that needs it away for an hour, on the word of one
+answer. When it ends, one request goes first (the probe): an answer ends the park, another
+429 or 503 parks the host again, and the requests meanwhile are refused as parked.
 
 Memory is bounded by the hosts seen lately, not by every host ever asked: a bucket that has
 refilled is the same as none, and is dropped."""
@@ -13,16 +17,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-MAX_PARK = 3600.0  # seconds a host may park us at most (a Retry-After of a week is a fault)
 _EPSILON = 1e-9
 MAX_BUCKETS = 65_536  # hosts held at once; past that, the full (idle) ones are dropped
+# How long a probe may be out before another request may probe instead (its answer, or
+# its failure, ends it sooner): the longest deadline of any request (the mirror's page).
+PROBE_LEASE = 120.0
+COUNTS = ("requests", "throttled", "parked")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Bucket:
+    rate: float
+    burst: float
     tokens: float
     at: float
-    parked_until: float = 0.0
+    parked_until: float = 0.0  # 0: not parked; past: the pause is over, its probe unanswered
+    pause: float = 0.0  # the last pause's length: a probe refused without one parks as long
+    probe_until: float = 0.0  # the probe sent may be answered until then
+
+    def refill(self, now: float) -> None:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
 
 
 @dataclass
@@ -31,6 +46,7 @@ class HostPace:
     worth at once after a quiet spell."""
 
     rate_of: Callable[[str], float]
+    max_park: float = field(kw_only=True)  # seconds a pause lasts at most (POL-PARK-1)
     burst_seconds: float = 0.1  # a burst of a tenth of a second's requests at once
     clock: Callable[[], float] = time.monotonic
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # host kind -> counts
@@ -39,54 +55,94 @@ class HostPace:
 
     def admit(self, host: str, *, again: bool = False) -> float | None:
         """A turn at `host` now: 0 when it is taken (a request may go), else the seconds
-        until one is free (nothing taken: ask `again` then), or None while the host's
-        pause lasts (`parked_for` says how long). A turn is taken when the request goes,
-        never reserved ahead: a caller woken late (a busy machine) finds the bucket as
-        time left it, so what goes out in any second is a burst and the rate at most."""
+        until one is free (nothing taken: ask `again` then), or None when the request may
+        not go now (`refusal` says why): the host's pause lasts, or its probe is out. A
+        turn is taken when the request goes, never reserved ahead: a caller woken late (a
+        busy machine) finds the bucket as time left it, so what goes out in any second is
+        a burst and the rate at most."""
         now = self.clock()
-        rate = self.rate_of(host)
-        bucket = self._bucket(host, rate, now)
-        counts = self.counts.setdefault(
-            self.kind_of(host), {"requests": 0, "throttled": 0, "parked": 0}
-        )
-        if bucket.parked_until > now:
+        bucket = self._bucket(host, self.rate_of(host), now)
+        counts = self.counts.setdefault(self.kind_of(host), dict.fromkeys(COUNTS, 0))
+        if bucket.parked_until and (bucket.parked_until > now or bucket.probe_until > now):
             if not again:
                 counts["parked"] += 1
             return None
         if bucket.tokens >= 1 - _EPSILON:  # a token refilled to the float's last bit
             bucket.tokens -= 1
+            if bucket.parked_until:  # the pause is over: this request is its probe
+                bucket.probe_until = now + PROBE_LEASE
             counts["requests"] += 1
             return 0.0
         if not again:
             counts["throttled"] += 1
-        return (1 - bucket.tokens) / rate
+        return (1 - bucket.tokens) / bucket.rate
+
+    def refusal(self, host: str) -> str:
+        """Why `admit` refused a turn at `host` just now."""
+        left = self.parked_for(host)
+        if left:
+            return f"asked atwhois to wait {left:.1f} s more (Retry-After)"
+        return "asked atwhois to wait (Retry-After); one request asks whether it is over"
+
+    def answered(self, host: str, *, refused: bool, pause: float | None = None) -> None:
+        """What `host` answered a request sent to it: `refused` for a 429 or 503, with the
+        pause its Retry-After asks (None: none it could read). A pause parks the host; a
+        probe refused without one parks it as long as the last pause; any other answer
+        once the pause is over ends the park (POL-PARK-1)."""
+        if refused and pause is not None:
+            self.park(host, pause)
+            return
+        bucket = self._buckets.get(host)
+        if bucket is None or not bucket.parked_until or bucket.parked_until > self.clock():
+            return  # not parked; or answers to requests sent before the pause
+        if refused:
+            self.park(host, bucket.pause)
+        else:
+            bucket.parked_until = bucket.probe_until = 0.0
+
+    def unanswered(self, host: str) -> None:
+        """A request to `host` got no answer (a connection refused, a deadline): a probe
+        out is over, and the next request probes again."""
+        bucket = self._buckets.get(host)
+        if bucket is not None:
+            bucket.probe_until = 0.0
 
     def park(self, host: str, seconds: float) -> None:
-        """The host said to come back in `seconds` (at most `MAX_PARK`)."""
+        """The host said to come back in `seconds` (at most `max_park`)."""
         now = self.clock()
         bucket = self._bucket(host, self.rate_of(host), now)
-        bucket.parked_until = max(bucket.parked_until, now + min(max(seconds, 0.0), MAX_PARK))
+        bucket.pause = min(max(seconds, 0.0), self.max_park)
+        bucket.parked_until = max(bucket.parked_until, now + bucket.pause)
+        bucket.probe_until = 0.0
 
     def parked_for(self, host: str) -> float:
         bucket = self._buckets.get(host)
         return max(0.0, bucket.parked_until - self.clock()) if bucket else 0.0
 
+    def parked(self) -> dict[str, float]:
+        """The hosts whose pause lasts, and the seconds it has left."""
+        now = self.clock()
+        return {
+            host: bucket.parked_until - now
+            for host, bucket in self._buckets.items()
+            if bucket.parked_until > now
+        }
+
     def _bucket(self, host: str, rate: float, now: float) -> _Bucket:
-        burst = max(1.0, rate * self.burst_seconds)
         bucket = self._buckets.get(host)
         if bucket is None:
             if len(self._buckets) >= MAX_BUCKETS:
                 self._drop_idle(now)
-            bucket = self._buckets[host] = _Bucket(burst, now)
+            burst = max(1.0, rate * self.burst_seconds)
+            bucket = self._buckets[host] = _Bucket(rate, burst, burst, now)
         else:
-            bucket.tokens = min(burst, bucket.tokens + (now - bucket.at) * rate)
-            bucket.at = now
+            bucket.refill(now)
         return bucket
 
     def _drop_idle(self, now: float) -> None:
-        """Forget the hosts whose bucket has refilled and whose pause is over."""
-        for host, bucket in list(self._buckets.items()):
-            rate = self.rate_of(host)
-            full = bucket.tokens + (now - bucket.at) * rate >= max(1.0, rate * self.burst_seconds)
-            if full and bucket.parked_until <= now:
-                del self._buckets[host]
+        """Forget the hosts whose bucket has refilled, not parked nor probed (one whose pause
+        ended unasked is asked as a probe would be: by the next request)."""
+        for key, bucket in list(self._buckets.items()):
+            full = bucket.tokens + (now - bucket.at) * bucket.rate >= bucket.burst
+            if full and bucket.parked_until <= now and bucket.probe_until <= now:
+                del self._buckets[key]

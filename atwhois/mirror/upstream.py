@@ -16,12 +16,12 @@ from typing import Any, NamedTuple
 import httpx
 
 from atwhois.foundation.bounded import BoundedBody
-from atwhois.foundation.pace import MAX_PARK, HostPace
+from atwhois.foundation.pace import HostPace
 from atwhois.foundation.version import agent
 from atwhois.resolver.config import AUDIT_LOG_MAX_BYTES, DOCUMENT_MAX_BYTES
 from atwhois.resolver.did import view_age
 from atwhois.resolver.errors import ResponseTooLarge, UpstreamFailure, UpstreamTimeout
-from atwhois.resolver.fetch import host_of, parked
+from atwhois.resolver.fetch import host_of, refused
 from atwhois.resolver.plc.audit import parse_time
 from atwhois.resolver.response import MIRROR_HEADER
 from atwhois.resolver.untrusted import parse_json, retry_after
@@ -74,6 +74,7 @@ class Upstream:
         self._take_turn()
         try:
             with self._client.stream("GET", self.url + path, params=params) as response:
+                self._heard(response)
                 body = BoundedBody(
                     cap,
                     lambda _: ResponseTooLarge(f"{self.url}{path}: over {cap} bytes"),
@@ -87,13 +88,21 @@ class Upstream:
                     if self.closing.is_set():  # given up: as if its deadline had passed
                         body.deadline = 0.0
                     body.add(chunk)
-                provenance = response.headers.get(MIRROR_HEADER)
-                pause = retry_after(response.headers.get("Retry-After"), cap=MAX_PARK)
-                if self.pace is not None and response.status_code in (429, 503) and pause:
-                    self.pace.park(self._host, pause)
-                return response.status_code, body.value(), provenance
+                return response.status_code, body.value(), response.headers.get(MIRROR_HEADER)
         except httpx.HTTPError as err:
+            if self.pace is not None:  # no answer: a probe out is over
+                self.pace.unanswered(self._host)
             raise UpstreamFailure(f"{self.url}: {type(err).__name__}: {err}") from None
+
+    def _heard(self, response: httpx.Response) -> None:
+        """What the directory answered, told to the pace: a pause it asked for (at most the
+        pace's cap, POL-PARK-1), or an answer that ends a park whose probe this was."""
+        if self.pace is None:
+            return
+        busy = response.status_code in (429, 503)
+        text = response.headers.get("Retry-After") if busy else None
+        pause = retry_after(text, cap=self.pace.max_park)
+        self.pace.answered(self._host, refused=busy, pause=pause)
 
     def _take_turn(self) -> None:
         """Waits for a turn at the directory's rate; refuses while it asked for a pause."""
@@ -104,7 +113,7 @@ class Upstream:
             self.closing.wait(wait)
             wait = self.pace.admit(self._host, again=True)
         if wait is None:
-            raise parked(self.pace, self._host, self.url)
+            raise refused(self.pace, self._host, self.url)
 
     def page(self, after: str, count: int = PAGE_SIZE) -> list[bytes]:
         status, body, provenance = self._answer("/export", {"count": str(count), "after": after})

@@ -112,6 +112,9 @@ class Config:
     # a host's Retry-After parks it (`foundation.pace`).
     plc_rate: float = 300.0
     host_rate: float = 20.0
+    # A pause a host asks for lasts at most this long, then one request asks whether it is
+    # over (POL-PARK-1): an hour asked once would take every lookup of the host for an hour.
+    max_park: float = 300.0
     document_max_bytes: int = DOCUMENT_MAX_BYTES
     audit_log_max_bytes: int = AUDIT_LOG_MAX_BYTES
     user_agent: str = USER_AGENT
@@ -126,7 +129,7 @@ class Config:
                 raise InvalidInput(
                     f"{name} must be true or false, not {getattr(self, name)!r}", "config"
                 )
-        for name in ("dns_timeout", "https_timeout", "document_timeout"):
+        for name in ("dns_timeout", "https_timeout", "document_timeout", "max_park"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise InvalidInput(f"{name} must be a number of seconds", "config")

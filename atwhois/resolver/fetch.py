@@ -6,7 +6,10 @@
   second, rebinding DNS answer is never asked for;
 - speaks HTTPS only (plain http only for localhost in development);
 - has one overall deadline (a body trickled byte by byte cannot outlive it), a size cap
-  enforced while streaming, and a redirect cap with every hop checked again.
+  enforced while streaming, and a redirect cap with every hop checked again;
+- keeps to the pace of the host each request goes to, every hop of a redirect at its own
+  host's (POL-PACE-1): a stranger's well-known that redirects to the PLC directory is a
+  request to the directory, at its rate, and its 429 parks it as any other would.
 
 It is built on aiohttp's client, whose connector takes a resolver of our own (its public
 hook for the connection step). Connections are pooled by host name, so a connection
@@ -27,7 +30,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from atwhois.foundation.bounded import BoundedBody
-from atwhois.foundation.pace import MAX_PARK, HostPace
+from atwhois.foundation.pace import HostPace
 
 from .addresses import embedded_ipv4
 from .config import Config
@@ -216,13 +219,11 @@ class Fetcher:
         accept: str = "*/*",
     ) -> Response:
         """Fetch `url`; any status comes back, transport trouble raises a classified error.
-        The host's pace comes first: a host that asked for a pause gets nothing meanwhile
-        (a transient failure, never an absence), and a turn past the rate is waited for
-        within the deadline."""
-        host = host_of(url)
+        Each request's host's pace comes first: a host that asked for a pause gets nothing
+        meanwhile (a transient failure, never an absence), and a turn past the rate is
+        waited for within the deadline."""
         try:
             async with asyncio.timeout(timeout):
-                await self._turn(host, url)
                 async with self._polite(url):
                     return await self._follow(url, max_bytes, max_redirects, accept)
         except TimeoutError:
@@ -233,7 +234,7 @@ class Fetcher:
         queue on its lock, each taking its turn when it goes)."""
         wait = self.pace.admit(host)
         if wait is None:
-            raise parked(self.pace, host, _origin(url))
+            raise refused(self.pace, host, _origin(url))
         if not wait:
             return
         if len(self._waiting) > _WAITING_HOSTS:  # the hosts nobody waits at any more
@@ -243,7 +244,7 @@ class Fetcher:
                 await asyncio.sleep(wait)
                 wait = self.pace.admit(host, again=True)
                 if wait is None:
-                    raise parked(self.pace, host, _origin(url))
+                    raise refused(self.pace, host, _origin(url))
 
     def _polite(self, url: str) -> contextlib.AbstractAsyncContextManager[object]:
         """Waits for a turn at the host (the first hop's: redirects stay in that turn)."""
@@ -254,10 +255,7 @@ class Fetcher:
     async def _follow(self, url: str, max_bytes: int, max_redirects: int, accept: str) -> Response:
         for hop in range(max_redirects + 1):
             self._check_url(url)
-            status, headers, body = await self._get_once(url, max_bytes, accept)
-            pause = retry_after(headers.get("Retry-After"), cap=MAX_PARK)
-            if status in (429, 503) and pause:
-                self.pace.park(host_of(url), pause)
+            status, headers, body = await self._paced(url, max_bytes, accept)
             location = headers.get("Location")
             if status not in _REDIRECTS or location is None:
                 return Response(url, status, body, headers.get(MIRROR_HEADER))
@@ -270,6 +268,23 @@ class Fetcher:
             else f"more than {max_redirects} redirects"
         )
         raise InvalidData(f"{_origin(url)}: {limit} [H-WK-6]")
+
+    async def _paced(
+        self, url: str, max_bytes: int, accept: str
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """One request, at its host's pace: a turn first, then what the host answered told
+        to the pace (a pause asked, a probe answered or not)."""
+        host = host_of(url)
+        await self._turn(host, url)
+        try:
+            status, headers, body = await self._get_once(url, max_bytes, accept)
+        except BaseException:  # a deadline's cancellation too: a probe out is over
+            self.pace.unanswered(host)
+            raise
+        busy = status in (429, 503)
+        pause = retry_after(headers.get("Retry-After"), cap=self.pace.max_park) if busy else None
+        self.pace.answered(host, refused=busy, pause=pause)
+        return status, headers, body
 
     def _check_url(self, url: str) -> None:
         """Scheme and, for an address written in the URL (a redirect may carry one), the
@@ -311,19 +326,20 @@ class Fetcher:
             raise UpstreamFailure(f"{_origin(url)}: {_describe(err)}") from None
 
 
-_PACES: dict[tuple[str, float, float], HostPace] = {}
+_PACES: dict[tuple[str, float, float, float], HostPace] = {}
 
 
 def shared_pace(config: Config) -> HostPace:
-    """One pace per host for every fetcher of this process with these rates (a daemon's
+    """One pace per host for every fetcher of this process with these settings (a daemon's
     lookups and its audits ask the same directory: together they keep to its rate). The
     PLC directory's host is counted by its name; every other host as `web`."""
     plc_host = host_of(config.plc_url)
-    key = (plc_host, config.plc_rate, config.host_rate)
+    key = (plc_host, config.plc_rate, config.host_rate, config.max_park)
     pace = _PACES.get(key)
     if pace is None:
         pace = _PACES[key] = HostPace(
             lambda host: config.plc_rate if host == plc_host else config.host_rate,
+            max_park=config.max_park,
             kind_of=lambda host: host if host == plc_host else "web",
         )
     return pace
@@ -332,17 +348,28 @@ def shared_pace(config: Config) -> HostPace:
 _WAITING_HOSTS = 1024  # hosts with a waiting room kept before the empty ones are dropped
 
 
-def parked(pace: HostPace, host: str, where: str) -> UpstreamFailure:
-    """The failure of a request not sent: `host` asked for a pause (Retry-After) that has
-    not ended (the PLC mirror's upstream says the same)."""
-    left = pace.parked_for(host)
-    return UpstreamFailure(f"{where}: asked atwhois to wait {left:.1f} s more (Retry-After)")
+def refused(pace: HostPace, host: str, where: str) -> UpstreamFailure:
+    """The failure of a request not sent (the PLC mirror's upstream says the same): `host`
+    asked for a pause (Retry-After) that has not ended, or its probe is out. Transient:
+    never an absence."""
+    return UpstreamFailure(f"{where}: {pace.refusal(host)}")
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def host_of(url: str) -> str:
-    """What a pace is kept for: the host and its port, as the URL names them (the PLC
-    mirror's upstream is paced by the same name)."""
-    return urlsplit(url).netloc.rpartition("@")[2].lower()
+    """What a pace is kept for: the host in lower case, and its port unless the scheme's
+    own (POL-PACE-1): `https://PLC.directory:443/` and `https://plc.directory` are one host,
+    for the lookups, a redirect's hop and the PLC mirror's upstream alike."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # a port that is not one: the URL fails when asked, paced as written
+        return parts.netloc.rpartition("@")[2].lower()
+    name = parts.hostname or ""
+    name = f"[{name}]" if ":" in name else name
+    return name if port in (None, _DEFAULT_PORTS.get(parts.scheme.lower())) else f"{name}:{port}"
 
 
 def _origin(url: str) -> str:

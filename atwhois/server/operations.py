@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily
 
 from atwhois.cache import CachedResolver
 from atwhois.cache.stores import TieredStore
+from atwhois.foundation.pace import HostPace
 
 from . import openapi
 from .answers import AnswerCache
@@ -87,6 +88,23 @@ class Served(Protocol):
     metric_sources: list[Families]
     exposition: Exposition
     routes: list[Route]
+
+
+def parked_upstreams(pace: HostPace) -> Callable[[], list[str]]:
+    """A check for `/_health`: each upstream of the operator's (the PLC directory, counted
+    by its name) that asked for a pause, named while it lasts (POL-PARK-2): the lookups
+    that need it are unavailable meanwhile. A stranger's host (`web`) that asks is none of
+    the daemon's health: anyone could make it unhealthy with a 429 of their own."""
+
+    def problems() -> list[str]:
+        return [
+            f"upstream {host} parked: it asked for a pause (Retry-After); "
+            f"lookups that need it are unavailable for {left:.0f} s more"
+            for host, left in sorted(pace.parked().items())
+            if pace.kind_of(host) == host
+        ]
+
+    return problems
 
 
 class Operations:

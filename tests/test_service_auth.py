@@ -65,6 +65,22 @@ async def test_a_thousand_bad_tokens_for_one_did_cost_one_directory_fetch() -> N
     assert world.asked["plc"] - asked == 1 and verifier.refreshes == 1
 
 
+async def test_a_token_refused_under_a_document_resolved_for_it_is_not_refreshed() -> None:
+    """SA-SIG-2 (issue 66): a document resolved for this very token is as fresh as a refresh
+    would make it: a bad signature from an issuer not cached cost the directory the same
+    document twice, milliseconds apart; once now."""
+    world = World()
+    did = world.add("alice.example.org")
+    head, _, signature = world.service_token(did, AUDIENCE).rpartition(".")
+    bad = f"{head}.{'A' if signature[0] != 'A' else 'B'}{signature[1:]}"
+    async with world.cached() as cached:
+        verifier = ServiceAuthVerifier(cached)
+        asked = world.asked["plc"]
+        refused = await verifier.verify(bad, EXPECTED)
+    assert (refused.outcome, refused.rule) == ("invalid", "SA-SIG-1") and not refused.refreshed
+    assert world.asked["plc"] - asked == 1 and verifier.refreshes == 0
+
+
 async def test_an_issuer_that_cannot_be_resolved_is_unavailable_never_invalid() -> None:
     world = World()
     did = world.add("alice.example.org")

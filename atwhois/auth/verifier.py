@@ -106,7 +106,11 @@ class ServiceAuthVerifier:
             return Verification("invalid", err.rule, err.reason)
         identity = await self.directory.lookup(token.issuer)
         verification = _judged(token, identity, refreshed=False)
-        if verification.outcome == "invalid" and verification.rule in _FIXED_BY_A_REFRESH:
+        if (
+            verification.outcome == "invalid"
+            and verification.rule in _FIXED_BY_A_REFRESH
+            and _kept(identity)
+        ):
             fresh = await self._refresh(token.issuer)
             if fresh is not None:
                 verification = _judged(token, fresh, refreshed=True)
@@ -172,6 +176,12 @@ class ServiceAuthVerifier:
             "Tokens refused because their jti was seen before from the same issuer.",
             value=self.replays,
         )
+
+
+def _kept(identity: Identity) -> bool:
+    """Whether the document came from a cache (SA-SIG-2 refreshes a kept one only: one
+    resolved for this token is as fresh as a refresh would make it)."""
+    return identity.cache is not None and identity.cache.cached
 
 
 @functools.lru_cache(maxsize=PARSED_KEPT)

@@ -1,8 +1,8 @@
 """The pace of requests per host (`foundation.pace`), over a clock the test moves: a burst,
 then one turn every 1/rate seconds; a host's Retry-After parks it, for the cap at most,
-and a probe ends the park (POL-PARK-1); idle hosts are forgotten, so memory follows the
-hosts asked lately, not every host ever asked. And what the pace reads: `Retry-After`
-(POL-RA-1), a URL's host (POL-PACE-1)."""
+and a probe ends the park (POL-PARK-1); a kind of work keeps to its share (POL-BUDGET-1);
+idle hosts are forgotten, so memory follows the hosts asked lately, not every host ever
+asked. And what the pace reads: `Retry-After` (POL-RA-1), a URL's host (POL-PACE-1)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import email.utils
 import pytest
 
 from atwhois.foundation import pace as pace_module
-from atwhois.foundation.pace import HostPace
+from atwhois.foundation.pace import SERVICE_AUTH, HostPace, charged_to
 from atwhois.resolver.fetch import host_of
 from atwhois.resolver.untrusted import retry_after
 
@@ -41,7 +41,12 @@ def test_a_burst_then_one_turn_every_1_over_rate_seconds() -> None:
     assert [pace.admit("plc.example") for _ in range(10)] == [0.0] * 10
     assert pace.admit("plc.example") > 0
     assert pace.admit("other.example") == 0.0  # every host has its own
-    assert pace.counts["plc.example"] == {"requests": 21, "throttled": 3, "parked": 0}
+    assert pace.counts["plc.example"] == {
+        "requests": 21,
+        "throttled": 3,
+        "parked": 0,
+        "over_budget": 0,
+    }
 
 
 def test_a_parked_host_gets_no_turn_until_its_pause_ends() -> None:
@@ -57,7 +62,7 @@ def test_a_parked_host_gets_no_turn_until_its_pause_ends() -> None:
     clock.now += 0.1
     assert pace.admit("a.example") == 0.0 and pace.parked_for("a.example") == 0
     assert pace.parked() == {}
-    assert pace.counts["web"] == {"requests": 2, "throttled": 0, "parked": 2}
+    assert pace.counts["web"] == {"requests": 2, "throttled": 0, "parked": 2, "over_budget": 0}
 
 
 def test_a_pause_lasts_the_cap_at_most_then_one_probe_asks_whether_it_is_over() -> None:
@@ -87,6 +92,28 @@ def test_a_pause_lasts_the_cap_at_most_then_one_probe_asks_whether_it_is_over() 
     pace.answered("plc.example", refused=False)
     pace.answered("plc.example", refused=True)
     assert pace.parked_for("plc.example") == 5
+
+
+def test_a_kind_of_work_keeps_to_its_share_and_is_refused_at_once_past_it() -> None:
+    """POL-BUDGET-1: the work charged to service-auth tokens takes a tenth of the host's
+    rate, from a bucket of its own besides the host's; past it, or while the host has no
+    turn, it is refused (never told to wait); the lookups keep the rest."""
+    clock = Clock()
+    pace = HostPace(lambda _: 100.0, max_park=CAP, shares={SERVICE_AUTH: 0.1}, clock=clock)
+    with charged_to(SERVICE_AUTH):
+        assert pace.admit("plc.example") == 0.0  # its burst: one request
+        assert pace.admit("plc.example") is None
+        assert "for service_auth is spent" in pace.refusal("plc.example")
+    assert [pace.admit("plc.example") for _ in range(9)] == [0.0] * 9  # the lookups' turns
+    clock.now += 0.1  # a tenth of a second: the token's bucket has one turn again...
+    assert [pace.admit("plc.example") for _ in range(10)] == [0.0] * 10
+    with charged_to(SERVICE_AUTH):
+        assert pace.admit("plc.example") is None  # ...but the host has none: refused
+        clock.now += 0.01
+        assert pace.admit("plc.example") == 0.0
+    assert pace.admit("plc.example") == pytest.approx(0.01)  # a lookup waits its turn
+    assert pace.counts["plc.example"]["over_budget"] == 2
+    assert pace.counts["plc.example"]["requests"] == 21
 
 
 def test_idle_hosts_are_forgotten_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,8 @@ reference PLC directory records when each request reaches it and, on command, an
 with a Retry-After. A directory that asks for a pause gets no request until it ends, and no
 answer meanwhile is an absence; a pause lasts the cap at most and /_health names it; a
 burst of 2,000 distinct lookups keeps to the configured rate at the directory, as measured
-there; a redirect to the directory goes at its pace."""
+there; a redirect to the directory goes at its pace; a flood of refused service-auth
+tokens leaves the lookups their share of it."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from atwhois.resolver import Resolver, Status
 from atwhois.resolver.fetch import host_of, shared_pace
 from devnet.atwhois import running_daemon
 from devnet.network import DevnetState
+from tests.support import metrics
 from tests.support.counting_directory import PlcStandIn
-from tests.support.waiting import until
+from tests.support.tokens import AUDIENCE, forged_token
+from tests.support.waiting import eventually, until
 
 
 @pytest.fixture
@@ -174,3 +177,53 @@ async def test_a_redirect_to_the_directory_goes_at_its_pace_and_is_counted_as_it
             assert pace.counts[directory]["parked"] == 1
     finally:
         devnet.set_https_faults({})
+
+
+def _random_plc() -> str:
+    return f"did:plc:{os.urandom(15).hex()[:24].translate(_BASE32)}"
+
+
+def test_a_flood_of_refused_tokens_leaves_the_lookups_their_share(
+    devnet: DevnetState, standin: PlcStandIn, tmp_path: Path
+) -> None:
+    """POL-BUDGET-1 (issue 66): every caller is anonymous, and a token's issuer is resolved
+    before its signature is checked, so 60 callers sending refused tokens (each naming
+    another did:plc) kept 60 requests queued at the directory's pace (5/s) ahead of the
+    lookups, which waited past their deadline: 502. The tokens' work keeps to its share (a
+    tenth), refused at once past it: the lookups asked meanwhile are answered."""
+    env = {**devnet.env(), "ATWHOIS_PLC_URL": standin.url, "ATWHOIS_PLC_RATE": "5"}
+    honest = [_random_plc() for _ in range(6)]
+    with running_daemon(env, tmp_path / "d.log", "--cache", "memory:") as daemon:
+
+        async def run() -> tuple[list[str], list[httpx.Response]]:
+            limits = httpx.Limits(max_connections=100)
+            done = asyncio.Event()
+            async with httpx.AsyncClient(base_url=daemon.url, timeout=60, limits=limits) as c:
+
+                async def flood() -> list[str]:
+                    outcomes = []
+                    while not done.is_set():
+                        body = {"token": forged_token(_random_plc()), "audience": AUDIENCE}
+                        answer = await c.post("/v1/verify/service-auth", json=body)
+                        outcomes.append(answer.json()["outcome"])
+                    return outcomes
+
+                floods = [asyncio.ensure_future(flood()) for _ in range(60)]
+                under_way = lambda: asyncio.to_thread(lambda: bool(standin.times))  # noqa: E731
+                await eventually(under_way)  # the flood reached the directory
+                lookups = await asyncio.gather(*(c.get(f"/v1/identity/{did}") for did in honest))
+                done.set()
+                return [o for outcomes in await asyncio.gather(*floods) for o in outcomes], lookups
+
+        outcomes, lookups = asyncio.run(run())
+        statuses = [lookup.json()["status"] for lookup in lookups]
+        assert statuses == ["did_not_found"] * 6, [lookup.json()["error"] for lookup in lookups]
+        assert set(outcomes) == {"invalid", "unavailable"}  # some had their share, most none
+        text = httpx.get(f"{daemon.url}/metrics", timeout=10).text
+        refused = metrics.value(
+            text,
+            "atwhois_upstream_host_requests_total",
+            host=host_of(standin.url),
+            pace="over_budget",
+        )
+        assert refused == outcomes.count("unavailable")

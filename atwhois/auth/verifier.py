@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from atwhois.cache.stores import MemoryStore, Store, StoreUnavailable
 from atwhois.foundation.lru import Lru
+from atwhois.foundation.pace import SERVICE_AUTH, charged_to
 from atwhois.resolver.directory import Directory
 from atwhois.resolver.identity import Identity
 from atwhois.resolver.outcome import Status
@@ -94,7 +95,10 @@ class ServiceAuthVerifier:
     async def verify(self, text: str, expected: Expected, *, replay: bool = False) -> Verification:
         """The outcome for `text` as `expected` receives it; `replay`: refuse a nonce seen
         before from the same issuer within its token's lifetime (SA-JTI-2)."""
-        verification = await self._verify(text, expected, replay)
+        # Whoever sent it, what a token makes atwhois ask upstream (its issuer's resolution,
+        # before it is known refused; SA-SIG-2's refresh) keeps to its share (POL-BUDGET-1).
+        with charged_to(SERVICE_AUTH):
+            verification = await self._verify(text, expected, replay)
         self.outcomes[verification.outcome, verification.rule or ""] += 1
         return verification
 

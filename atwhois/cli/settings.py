@@ -201,6 +201,16 @@ class Values:
         low=0.1,
         high=3600,
     )
+    service_auth_share: float = _setting(
+        RESOLUTION,
+        "the share of each host's rate that the resolutions service-auth tokens cause (their "
+        "issuers', a refresh after a refused signature) may take; past it they are refused "
+        "at once (unavailable), the rest left to lookups",
+        _RESOLVER.service_auth_share,
+        metavar="FRACTION",
+        low=0.01,
+        high=1,
+    )
     contact_url: str | None = _setting(
         RESOLUTION,
         "where the operators of the hosts atwhois asks can reach you: sent in the User-Agent "

@@ -8,21 +8,44 @@ would otherwise take every lookup that needs it away for an hour, on the word of
 answer. When it ends, one request goes first (the probe): an answer ends the park, another
 429 or 503 parks the host again, and the requests meanwhile are refused as parked.
 
+Every lookup comes from a caller nobody authenticated, so the line between kinds of work
+is drawn by what the work is for (POL-BUDGET-1): requests made `charged_to` a kind with a
+share (the resolutions a refused service-auth token causes) take a turn from the host's
+bucket and from one of their own at that share of the host's rate; when either is empty
+they are refused at once, never queued: a flood of them cannot take the lookups' turns,
+nor hold their requests waiting.
+
 Memory is bounded by the hosts seen lately, not by every host ever asked: a bucket that has
 refilled is the same as none, and is dropped."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 _EPSILON = 1e-9
-MAX_BUCKETS = 65_536  # hosts held at once; past that, the full (idle) ones are dropped
+MAX_BUCKETS = 65_536  # buckets held at once; past that, the full (idle) ones are dropped
 # How long a probe may be out before another request may probe instead (its answer, or
 # its failure, ends it sooner): the longest deadline of any request (the mirror's page).
 PROBE_LEASE = 120.0
-COUNTS = ("requests", "throttled", "parked")
+LOOKUPS = "lookups"  # the work nothing charges elsewhere: lookups, audits, the mirror
+SERVICE_AUTH = "service_auth"  # the resolutions a service-auth token causes (POL-BUDGET-1)
+COUNTS = ("requests", "throttled", "parked", "over_budget")
+# Tasks copy the context they are started in: a resolution started for a token is its work.
+_WORK: ContextVar[str] = ContextVar("atwhois_work", default=LOOKUPS)
+
+
+@contextlib.contextmanager
+def charged_to(kind: str) -> Iterator[None]:
+    """The requests made within (and by the tasks started within) are `kind`'s work."""
+    token = _WORK.set(kind)
+    try:
+        yield
+    finally:
+        _WORK.reset(token)
 
 
 @dataclass(slots=True)
@@ -43,32 +66,44 @@ class _Bucket:
 @dataclass
 class HostPace:
     """`rate_of(host)`: requests per second for a host; a host may send `burst_seconds`
-    worth at once after a quiet spell."""
+    worth at once after a quiet spell. `shares`: a kind of work's share of each host's
+    rate (a kind not named takes what the host's bucket has)."""
 
     rate_of: Callable[[str], float]
     max_park: float = field(kw_only=True)  # seconds a pause lasts at most (POL-PARK-1)
+    shares: Mapping[str, float] = field(default_factory=dict)
     burst_seconds: float = 0.1  # a burst of a tenth of a second's requests at once
     clock: Callable[[], float] = time.monotonic
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # host kind -> counts
     kind_of: Callable[[str], str] = lambda host: host  # what a host is counted as
-    _buckets: dict[str, _Bucket] = field(default_factory=dict)
+    # (host, "") -> the host's bucket; (host, kind) -> a kind of work's budget at it
+    _buckets: dict[tuple[str, str], _Bucket] = field(default_factory=dict)
 
     def admit(self, host: str, *, again: bool = False) -> float | None:
         """A turn at `host` now: 0 when it is taken (a request may go), else the seconds
         until one is free (nothing taken: ask `again` then), or None when the request may
-        not go now (`refusal` says why): the host's pause lasts, or its probe is out. A
-        turn is taken when the request goes, never reserved ahead: a caller woken late (a
-        busy machine) finds the bucket as time left it, so what goes out in any second is
-        a burst and the rate at most."""
+        not go now (`refusal` says why): the host's pause lasts, its probe is out, or the
+        work's share is spent. A turn is taken when the request goes, never reserved
+        ahead: a caller woken late (a busy machine) finds the bucket as time left it, so
+        what goes out in any second is a burst and the rate at most."""
         now = self.clock()
-        bucket = self._bucket(host, self.rate_of(host), now)
+        bucket = self._bucket(host, "", self.rate_of(host), now)
         counts = self.counts.setdefault(self.kind_of(host), dict.fromkeys(COUNTS, 0))
         if bucket.parked_until and (bucket.parked_until > now or bucket.probe_until > now):
             if not again:
                 counts["parked"] += 1
             return None
-        if bucket.tokens >= 1 - _EPSILON:  # a token refilled to the float's last bit
+        kind = _WORK.get()
+        share = self.shares.get(kind)
+        budget = None if share is None else self._bucket(host, kind, bucket.rate * share, now)
+        ready = bucket.tokens >= 1 - _EPSILON  # a token refilled to the float's last bit
+        if budget is not None and not (ready and budget.tokens >= 1 - _EPSILON):
+            counts["over_budget"] += 1
+            return None
+        if ready:
             bucket.tokens -= 1
+            if budget is not None:
+                budget.tokens -= 1
             if bucket.parked_until:  # the pause is over: this request is its probe
                 bucket.probe_until = now + PROBE_LEASE
             counts["requests"] += 1
@@ -78,11 +113,14 @@ class HostPace:
         return (1 - bucket.tokens) / bucket.rate
 
     def refusal(self, host: str) -> str:
-        """Why `admit` refused a turn at `host` just now."""
+        """Why `admit` refused a turn at `host` just now, in this kind of work."""
         left = self.parked_for(host)
         if left:
             return f"asked atwhois to wait {left:.1f} s more (Retry-After)"
-        return "asked atwhois to wait (Retry-After); one request asks whether it is over"
+        bucket = self._buckets.get((host, ""))
+        if bucket is not None and bucket.parked_until and bucket.probe_until > self.clock():
+            return "asked atwhois to wait (Retry-After); one request asks whether it is over"
+        return f"the share of its rate for {_WORK.get()} is spent for now"
 
     def answered(self, host: str, *, refused: bool, pause: float | None = None) -> None:
         """What `host` answered a request sent to it: `refused` for a 429 or 503, with the
@@ -92,7 +130,7 @@ class HostPace:
         if refused and pause is not None:
             self.park(host, pause)
             return
-        bucket = self._buckets.get(host)
+        bucket = self._buckets.get((host, ""))
         if bucket is None or not bucket.parked_until or bucket.parked_until > self.clock():
             return  # not parked; or answers to requests sent before the pause
         if refused:
@@ -103,20 +141,20 @@ class HostPace:
     def unanswered(self, host: str) -> None:
         """A request to `host` got no answer (a connection refused, a deadline): a probe
         out is over, and the next request probes again."""
-        bucket = self._buckets.get(host)
+        bucket = self._buckets.get((host, ""))
         if bucket is not None:
             bucket.probe_until = 0.0
 
     def park(self, host: str, seconds: float) -> None:
         """The host said to come back in `seconds` (at most `max_park`)."""
         now = self.clock()
-        bucket = self._bucket(host, self.rate_of(host), now)
+        bucket = self._bucket(host, "", self.rate_of(host), now)
         bucket.pause = min(max(seconds, 0.0), self.max_park)
         bucket.parked_until = max(bucket.parked_until, now + bucket.pause)
         bucket.probe_until = 0.0
 
     def parked_for(self, host: str) -> float:
-        bucket = self._buckets.get(host)
+        bucket = self._buckets.get((host, ""))
         return max(0.0, bucket.parked_until - self.clock()) if bucket else 0.0
 
     def parked(self) -> dict[str, float]:
@@ -124,24 +162,24 @@ class HostPace:
         now = self.clock()
         return {
             host: bucket.parked_until - now
-            for host, bucket in self._buckets.items()
-            if bucket.parked_until > now
+            for (host, kind), bucket in self._buckets.items()
+            if not kind and bucket.parked_until > now
         }
 
-    def _bucket(self, host: str, rate: float, now: float) -> _Bucket:
-        bucket = self._buckets.get(host)
+    def _bucket(self, host: str, kind: str, rate: float, now: float) -> _Bucket:
+        bucket = self._buckets.get((host, kind))
         if bucket is None:
             if len(self._buckets) >= MAX_BUCKETS:
                 self._drop_idle(now)
             burst = max(1.0, rate * self.burst_seconds)
-            bucket = self._buckets[host] = _Bucket(rate, burst, burst, now)
+            bucket = self._buckets[host, kind] = _Bucket(rate, burst, burst, now)
         else:
             bucket.refill(now)
         return bucket
 
     def _drop_idle(self, now: float) -> None:
-        """Forget the hosts whose bucket has refilled, not parked nor probed (one whose pause
-        ended unasked is asked as a probe would be: by the next request)."""
+        """Forget the buckets that have refilled and whose host is not parked nor probed
+        (one whose pause ended unasked is asked as a probe would be: by the next request)."""
         for key, bucket in list(self._buckets.items()):
             full = bucket.tokens + (now - bucket.at) * bucket.rate >= bucket.burst
             if full and bucket.parked_until <= now and bucket.probe_until <= now:

@@ -115,6 +115,10 @@ class Config:
     # A pause a host asks for lasts at most this long, then one request asks whether it is
     # over (POL-PARK-1): an hour asked once would take every lookup of the host for an hour.
     max_park: float = 300.0
+    # The share of each host's rate the resolutions a service-auth token causes may take
+    # (its issuer's, SA-SIG-2's refresh): a flood of refused tokens leaves the rest to
+    # lookups (POL-BUDGET-1).
+    service_auth_share: float = 0.1
     document_max_bytes: int = DOCUMENT_MAX_BYTES
     audit_log_max_bytes: int = AUDIT_LOG_MAX_BYTES
     user_agent: str = USER_AGENT
@@ -147,6 +151,11 @@ class Config:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidInput(f"{name} must be a whole number >= 0, not {value!r}", "config")
+        share = self.service_auth_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise InvalidInput(
+                f"service_auth_share must be more than 0 and at most 1, not {share!r}", "config"
+            )
         parts = urlsplit(self.plc_url) if isinstance(self.plc_url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput(f"plc_url {self.plc_url!r} is not an http(s) URL", "config")

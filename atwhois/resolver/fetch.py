@@ -30,7 +30,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from atwhois.foundation.bounded import BoundedBody
-from atwhois.foundation.pace import HostPace
+from atwhois.foundation.pace import SERVICE_AUTH, HostPace
 
 from .addresses import embedded_ipv4
 from .config import Config
@@ -326,7 +326,7 @@ class Fetcher:
             raise UpstreamFailure(f"{_origin(url)}: {_describe(err)}") from None
 
 
-_PACES: dict[tuple[str, float, float, float], HostPace] = {}
+_PACES: dict[tuple[str, float, float, float, float], HostPace] = {}
 
 
 def shared_pace(config: Config) -> HostPace:
@@ -334,12 +334,13 @@ def shared_pace(config: Config) -> HostPace:
     lookups and its audits ask the same directory: together they keep to its rate). The
     PLC directory's host is counted by its name; every other host as `web`."""
     plc_host = host_of(config.plc_url)
-    key = (plc_host, config.plc_rate, config.host_rate, config.max_park)
+    key = (plc_host, config.plc_rate, config.host_rate, config.max_park, config.service_auth_share)
     pace = _PACES.get(key)
     if pace is None:
         pace = _PACES[key] = HostPace(
             lambda host: config.plc_rate if host == plc_host else config.host_rate,
             max_park=config.max_park,
+            shares={SERVICE_AUTH: config.service_auth_share},
             kind_of=lambda host: host if host == plc_host else "web",
         )
     return pace
@@ -350,8 +351,8 @@ _WAITING_HOSTS = 1024  # hosts with a waiting room kept before the empty ones ar
 
 def refused(pace: HostPace, host: str, where: str) -> UpstreamFailure:
     """The failure of a request not sent (the PLC mirror's upstream says the same): `host`
-    asked for a pause (Retry-After) that has not ended, or its probe is out. Transient:
-    never an absence."""
+    asked for a pause (Retry-After) that has not ended, or this work's share of its rate
+    is spent. Transient: never an absence."""
     return UpstreamFailure(f"{where}: {pace.refusal(host)}")
 
 

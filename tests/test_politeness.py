@@ -21,10 +21,10 @@ import pytest
 from atwhois.resolver import Resolver, Status
 from atwhois.resolver.fetch import host_of, shared_pace
 from devnet.atwhois import running_daemon
+from devnet.counting_directory import PlcStandIn
 from devnet.network import DevnetState
+from devnet.tokens import AUDIENCE, forged_token
 from tests.support import metrics
-from tests.support.counting_directory import PlcStandIn
-from tests.support.tokens import AUDIENCE, forged_token
 from tests.support.waiting import eventually, until
 
 

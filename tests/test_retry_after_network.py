@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from devnet.atwhois import ATWHOIS, Daemon, running_daemon
+from devnet.counting_directory import PlcStandIn
 from devnet.network import DevnetState
-from tests.support.counting_directory import PlcStandIn
-from tests.support.tokens import AUDIENCE, forged_token
+from devnet.tokens import AUDIENCE, forged_token
 
 UNREADABLE = ["²", "Mon, 01 Jan 99999999999 00:00:00 GMT"]
 

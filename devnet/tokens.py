@@ -1,6 +1,6 @@
-"""Service-auth tokens for the tests that need a token anyone could send: well formed,
-addressed to `AUDIENCE`, naming an issuer whose key did not sign it (refused once the
-issuer's document is at hand, SA-SIG-1)."""
+"""Service-auth tokens for the tests and benchmarks that need one anyone could send: well
+formed, addressed to `AUDIENCE`, naming an issuer whose key did not sign it (refused once
+the issuer's document is at hand, SA-SIG-1)."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ Retry-After (3 unless told another text) when told. Its own process, because a c
 on a thread beside the code under test reads arrivals in bunches whenever the interpreter
 is busy elsewhere.
 
-    python -m tests.support.counting_directory UPSTREAM   # prints "listening PORT"
+    python -m devnet.counting_directory UPSTREAM   # prints "listening PORT"
 
-`PlcStandIn` starts one for a test and reads what it saw.
+`PlcStandIn` starts one for a test or a benchmark and reads what it saw.
 
 Control, not counted: GET /_standin/arrivals (times, agents and paths),
 POST /_standin/refuse?count=N[&retry_after=TEXT].
@@ -69,12 +69,12 @@ class CountingDirectory:
 
 class PlcStandIn:
     """The reference directory's answers, passed on by a process of its own that notes
-    when each request arrived (`tests.support.counting_directory`)."""
+    when each request arrived (`devnet.counting_directory`)."""
 
     def __init__(self, upstream: str, log: Path) -> None:
         with log.open("wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.counting_directory", upstream],
+                [sys.executable, "-m", "devnet.counting_directory", upstream],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

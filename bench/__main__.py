@@ -19,6 +19,7 @@ from bench import (
     plc_mirror,
     plc_verify,
     read_after_write,
+    refused_tokens,
     serve_load,
     slow_readers,
     startup,
@@ -44,6 +45,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "idle": idle_connections.main,
     "slow": slow_readers.main,
     "verify": verify_tokens.main,
+    "refused": refused_tokens.main,
 }
 
 

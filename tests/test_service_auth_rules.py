@@ -268,7 +268,7 @@ def _signature(token: str) -> bytes:
             mint(K256, claims(), typ="at+jwt"),
             None,
             "SA-TYP-1",
-            "typ 'at+jwt' is not a service token's",
+            "typ 'at+jwt' is not JWT, a service token's",
             id="an OAuth access token",
         ),
         pytest.param(

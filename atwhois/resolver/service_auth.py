@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,7 +31,8 @@ DEFAULT_SKEW = 30.0  # seconds two clocks may disagree by
 MAX_NONCE = 256  # SA-JTI-1
 DEFAULT_KEY_ID = "atproto"
 ALGORITHMS = {"ES256K": Curve.K256, "ES256": Curve.P256}  # SA-ALG-1/2
-OTHER_KINDS = frozenset({"at+jwt", "refresh+jwt", "dpop+jwt"})  # SA-TYP-1
+KIND = "JWT"  # SA-TYP-1: the one `typ` of a service token, spelt exactly so
+_SURROGATE = re.compile("[\ud800-\udfff]")  # SA-JWT-3: half a UTF-16 pair, escaped
 SERVICE_KEYS = {"atproto_labeler": "atproto_label"}  # SA-ISS-1: the deprecated iss#service
 
 
@@ -52,6 +54,7 @@ class Token:
     audience: str
     expires_at: int
     issued_at: int
+    not_before: int | None  # `nbf`, when the token names one
     method: str | None  # `lxm`
     nonce: str  # `jti`
     algorithm: str
@@ -124,8 +127,9 @@ class Verification:
 
 
 def parse_token(text: str) -> Token:
-    """The token's parts (SA-JWT-*, SA-ALG-1, SA-TYP-1, SA-ISS-1, SA-KID-1's form,
-    SA-TIME-*'s types, SA-LXM-1's form, SA-JTI-1)."""
+    """The token's parts (SA-JWT-*, SA-ALG-1, SA-TYP-1, SA-CRIT-1, SA-ISS-1, SA-KID-1's form,
+    SA-TIME-*'s types, SA-LXM-1's form, SA-JTI-1). Any JSON in any field is refused naming
+    a rule, never an error of another kind."""
     if len(text) > MAX_TOKEN:
         raise TokenRefused(f"a token of {len(text)} characters (at most {MAX_TOKEN})", "SA-JWT-1")
     segments = text.split(".")
@@ -134,11 +138,13 @@ def parse_token(text: str) -> Token:
     header = _json_segment(segments[0], "header")
     claims = _json_segment(segments[1], "claims")
     algorithm = header.get("alg")  # before the signature: `none` comes without one
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise TokenRefused(f"algorithm {str(algorithm)[:20]!r} (ES256K or ES256)", "SA-ALG-1")
     kind = header.get("typ")
-    if not isinstance(kind, str) or kind.lower() in OTHER_KINDS:
-        raise TokenRefused(f"typ {str(kind)[:20]!r} is not a service token's", "SA-TYP-1")
+    if kind != KIND:  # no case folding, prefix or trimming: `application/at+jwt` is at+jwt
+        raise TokenRefused(f"typ {str(kind)[:20]!r} is not {KIND}, a service token's", "SA-TYP-1")
+    if "crit" in header:
+        raise TokenRefused("crit names extensions that must be understood: none is", "SA-CRIT-1")
     try:
         signature = strict_b64url(segments[2])
     except BadSignature as err:
@@ -150,6 +156,7 @@ def parse_token(text: str) -> Token:
     if not isinstance(audience, str) or not audience:
         raise TokenRefused("no aud", "SA-AUD-1")
     expires_at, issued_at = _seconds(claims, "exp"), _seconds(claims, "iat")
+    not_before = None if "nbf" not in claims else _seconds(claims, "nbf", "SA-TIME-3")
     method = claims.get("lxm")
     if method is not None and not (isinstance(method, str) and is_valid_nsid(method)):
         raise TokenRefused(f"lxm {str(method)[:80]!r} is not an NSID", "SA-LXM-1")
@@ -162,6 +169,7 @@ def parse_token(text: str) -> Token:
         audience=audience,
         expires_at=expires_at,
         issued_at=issued_at,
+        not_before=not_before,
         method=method,
         nonce=nonce,
         algorithm=algorithm,
@@ -172,14 +180,42 @@ def parse_token(text: str) -> Token:
 
 def _json_segment(segment: str, what: str) -> dict[str, Any]:
     try:
-        value = parse_json(strict_b64url(segment, what))
+        raw = strict_b64url(segment, what)
     except BadSignature as err:
         raise TokenRefused(str(err), "SA-JWT-1") from None
+    try:  # strict: a JSON reader would guess UTF-16 or -32, and pass encoded surrogates
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TokenRefused(f"the {what} is not UTF-8: {err.reason}", "SA-JWT-3") from None
+    if "\x00" in text:  # valid UTF-8, but no JSON text holds a NUL: UTF-16's ASCII does
+        raise TokenRefused(f"the {what} is not UTF-8: a NUL byte (UTF-16 or -32?)", "SA-JWT-3")
+    if text.startswith("\ufeff"):
+        raise TokenRefused(f"the {what} starts with a byte order mark", "SA-JWT-3")
+    try:
+        value = parse_json(text)
     except ValueError as err:  # not JSON, a key given twice, nested too deeply
         raise TokenRefused(f"the {what} is not JSON: {err}", "SA-JWT-1") from None
     if not isinstance(value, dict):
         raise TokenRefused(f"the {what} is not a JSON object", "SA-JWT-1")
+    if not _unicode(value):
+        raise TokenRefused(f"the {what} holds a lone UTF-16 surrogate (\\uD800-DFFF)", "SA-JWT-3")
     return value
+
+
+def _unicode(value: Any) -> bool:
+    """Whether every string in `value` (keys too) is Unicode text: an escaped half of a
+    surrogate pair decodes to a string no UTF-8 encoder takes (I-JSON, RFC 7493 §2.1)."""
+    pending = [value]  # a loop, not recursion: the nesting is the sender's
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return False
+        elif isinstance(item, dict):
+            pending += [*item, *item.values()]
+        elif isinstance(item, list):
+            pending += item
+    return True
 
 
 def _issuer(iss: Any, kid: Any) -> tuple[str, str]:
@@ -206,10 +242,10 @@ def _issuer(iss: Any, kid: Any) -> tuple[str, str]:
     return did, fragment
 
 
-def _seconds(claims: dict[str, Any], name: str) -> int:
+def _seconds(claims: dict[str, Any], name: str, rule: str = "SA-TIME-1") -> int:
     value = claims.get(name)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
-        raise TokenRefused(f"{name} is not a time in whole seconds", "SA-TIME-1")
+        raise TokenRefused(f"{name} is not a time in whole seconds", rule)
     return value
 
 
@@ -228,6 +264,9 @@ def check_claims(token: Token, expected: Expected, now: float) -> None:
         raise TokenRefused(f"expired {now - token.expires_at:.0f} s ago", "SA-TIME-1")
     if token.issued_at > now + expected.skew:
         raise TokenRefused(f"issued {token.issued_at - now:.0f} s in the future", "SA-TIME-1")
+    if token.not_before is not None and token.not_before > now + expected.skew:
+        ahead = token.not_before - now
+        raise TokenRefused(f"not valid before {ahead:.0f} s from now (nbf)", "SA-TIME-3")
     if expected.method is None:
         if token.method is not None:
             raise TokenRefused(f"the token is for {token.method}; no method given", "SA-LXM-1")

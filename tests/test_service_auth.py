@@ -10,15 +10,19 @@ import asyncio
 
 import atwhois
 from atwhois.auth import ServiceAuthVerifier
+from atwhois.auth.verifier import REFRESH_EVERY
 from atwhois.cache.stores import MemoryStore
 from atwhois.resolver.service_auth import Expected
 from atwhois.testing import World
+from tests.support.clock import Clock
 
 AUDIENCE = "did:web:feed.example#bsky_fg"
 EXPECTED = Expected(AUDIENCE)
 
 
-async def test_a_token_verifies_with_the_issuers_verified_handle() -> None:
+async def test_a_token_verifies_by_the_issuers_document_alone() -> None:
+    """SA-ISS-2: the document and its key decide; the handle it declares is reported, not
+    checked (neither DNS nor the handle's host is asked)."""
     world = World()
     did = world.add("alice.example.org")
     async with world.cached() as cached:
@@ -26,8 +30,26 @@ async def test_a_token_verifies_with_the_issuers_verified_handle() -> None:
             world.service_token(did, AUDIENCE), EXPECTED
         )
     assert verification.valid and verification.issuer == did
-    assert verification.handle == "alice.example.org" and verification.key_id == "atproto"
+    assert verification.declared_handle == "alice.example.org"
+    assert verification.key_id == "atproto"
     assert verification.document_checked_at and not verification.refreshed
+    shown = verification.to_json()
+    assert shown["handle"] is None and shown["handle_checked"] is False
+    assert world.asked["plc"] == 1 and world.asked["dns"] == world.asked["https"] == 0
+
+
+async def test_a_handle_whose_hosts_fail_does_not_make_a_token_unavailable() -> None:
+    """Issue 66: a 503 at the issuer's handle host (and DNS timing out) made a token with a
+    good document and key unavailable; its verdict does not wait on the handle."""
+    world = World()
+    did = world.add("alice.example.org", method="https")
+    world.fail("alice.example.org", "5xx")
+    async with world.cached() as cached:
+        verification = await ServiceAuthVerifier(cached).verify(
+            world.service_token(did, AUDIENCE), EXPECTED
+        )
+        assert (await cached.lookup(did)).status == "unavailable"  # the identity, as a whole
+    assert (verification.outcome, verification.rule) == ("valid", None)
 
 
 async def test_after_a_rotation_one_refresh_verifies_the_new_key_and_refuses_the_old() -> None:
@@ -36,13 +58,15 @@ async def test_after_a_rotation_one_refresh_verifies_the_new_key_and_refuses_the
     is then refused. A failure under a fresh document is not refreshed again."""
     world = World()
     did = world.add("alice.example.org")
-    old_token = world.service_token(did, AUDIENCE)
-    async with world.cached() as cached:
-        verifier = ServiceAuthVerifier(cached)
+    clock = Clock()
+    old_token = world.service_token(did, AUDIENCE, now=clock.now)
+    async with world.cached(clock=clock) as cached:
+        verifier = ServiceAuthVerifier(cached, clock=clock)
         assert (await verifier.verify(old_token, EXPECTED)).valid  # the document cached
         world.rotate_key(did)
+        clock.now += REFRESH_EVERY  # the cached document is older than a refresh's spacing
         asked = world.asked["plc"]
-        new = await verifier.verify(world.service_token(did, AUDIENCE), EXPECTED)
+        new = await verifier.verify(world.service_token(did, AUDIENCE, now=clock.now), EXPECTED)
         assert new.valid and new.refreshed
         assert world.asked["plc"] == asked + 1 and verifier.refreshes == 1
         old = await verifier.verify(old_token, EXPECTED)
@@ -50,14 +74,32 @@ async def test_after_a_rotation_one_refresh_verifies_the_new_key_and_refuses_the
         assert world.asked["plc"] == asked + 1  # refreshed a moment ago: not again
 
 
+async def test_a_document_resolved_moments_ago_is_not_refreshed_for_a_refused_token() -> None:
+    """SA-SIG-2, cold: a token with a bad signature for an issuer not yet held costs its
+    directory one request, not two (the document was just fetched), and asks nothing of
+    the handle: however deep, its DNS is never asked."""
+    world = World()
+    did = world.add("a.b.c.d.e.f.g.h.alice.example.org")
+    head, _, signature = world.service_token(did, AUDIENCE).rpartition(".")
+    bad = f"{head}.{'A' if signature[0] != 'A' else 'B'}{signature[1:]}"
+    async with world.cached() as cached:
+        verifier = ServiceAuthVerifier(cached)
+        verification = await verifier.verify(bad, EXPECTED)
+    assert (verification.outcome, verification.rule) == ("invalid", "SA-SIG-1")
+    assert world.asked["plc"] == 1 and verifier.refreshes == 0
+    assert world.asked["dns"] == world.asked["dns_authority"] == world.asked["https"] == 0
+
+
 async def test_a_thousand_bad_tokens_for_one_did_cost_one_directory_fetch() -> None:
     world = World()
     did = world.add("alice.example.org")
-    good = world.service_token(did, AUDIENCE)
+    clock = Clock()
+    good = world.service_token(did, AUDIENCE, now=clock.now)
     head, _, signature = good.rpartition(".")
-    async with world.cached() as cached:
-        verifier = ServiceAuthVerifier(cached)
+    async with world.cached(clock=clock) as cached:
+        verifier = ServiceAuthVerifier(cached, clock=clock)
         assert (await verifier.verify(good, EXPECTED)).valid
+        clock.now += REFRESH_EVERY
         asked = world.asked["plc"]
         bad = f"{head}.{'A' if signature[0] != 'A' else 'B'}{signature[1:]}"
         results = await asyncio.gather(*(verifier.verify(bad, EXPECTED) for _ in range(1000)))

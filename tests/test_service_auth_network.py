@@ -2,8 +2,9 @@
 (`com.atproto.server.getServiceAuth`) verify through the daemon, the library and the
 command line; tampered and misaddressed ones are refused naming their rule; a key rotated
 by a real PLC operation while the old document is cached verifies after one refresh,
-counted at the daemon; a directory that is down makes the outcome unavailable; two daemons
-on one Redis refuse a replay to either."""
+counted at the daemon; a token's verdict never waits on its issuer's handle; a directory
+that is down makes the outcome unavailable; two daemons on one Redis refuse a replay to
+either."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from devnet.pds import create_account, free_port
 from devnet.plc_ops import PlcAccount
 from devnet.redis_server import RedisServer
 from tests.support import metrics
+from tests.support.waiting import until
 
 FEED = "did:web:feed.example"
 AUDIENCE = FEED + "#bsky_fg"
@@ -84,8 +86,12 @@ def claims(did: str, **changes: Any) -> dict[str, Any]:
 
 def documents(daemon: Daemon) -> float:
     """DID documents the daemon resolved upstream, ever (its /metrics)."""
-    text = httpx.get(f"{daemon.url}/metrics", timeout=10).text
-    return metrics.value(text, "atwhois_upstream_resolutions_total", kind="documents")
+    return upstream(httpx.get(f"{daemon.url}/metrics", timeout=10).text, "documents")
+
+
+def upstream(text: str, kind: str) -> float:
+    """Resolutions of `kind` (documents, handles) sent upstream, ever, by its /metrics."""
+    return metrics.value(text, "atwhois_upstream_resolutions_total", kind=kind)
 
 
 def cli(devnet: DevnetState, *args: str) -> subprocess.CompletedProcess[str]:
@@ -106,7 +112,10 @@ def test_tokens_the_real_pds_mints_verify_everywhere(devnet: DevnetState, tmp_pa
         answer = verify(daemon, plain)
         report = answer.json()
         assert answer.status_code == 200 and report["outcome"] == "valid", report
-        assert report["issuer"] == did and report["handle"] == name + world.LIVE_HANDLE_SUFFIX
+        assert (
+            report["issuer"] == did and report["declared_handle"] == name + world.LIVE_HANDLE_SUFFIX
+        )
+        assert report["handle"] is None and report["handle_checked"] is False  # SA-ISS-2
         assert report["key_id"] == "atproto" and report["expires_at"] > time.time()
         assert outcome(daemon, bound, method=METHOD) == ("valid", None)
         assert outcome(daemon, bound) == ("invalid", "SA-LXM-1")  # a method no one named
@@ -178,9 +187,12 @@ def test_a_rotated_key_verifies_after_one_refresh_and_a_flood_costs_little(
         assert outcome(daemon, old_token) == ("valid", None)  # the document cached
         before = documents(daemon)
         new_key = account.rotate_key(uuid.uuid4().hex)  # a real operation at the directory
-        report = verify(daemon, mint(new_key.private, claims(account.did))).json()
-        assert report["outcome"] == "valid" and report["document"]["refreshed"], report
+        new_token = mint(new_key.private, claims(account.did))
+        # SA-SIG-2: a document resolved within the last seconds (REFRESH_EVERY) is not
+        # resolved again for a refused token; the new key verifies once it is older.
+        until(lambda: verify(daemon, new_token).json()["document"]["refreshed"])
         assert documents(daemon) == before + 1  # exactly one refresh
+        assert outcome(daemon, new_token) == ("valid", None)
         assert outcome(daemon, old_token) == ("invalid", "SA-SIG-1")
         # A flood for a DID no refresh has touched yet (its document cached)
         victim = PlcAccount(devnet.plc_url, None)
@@ -197,6 +209,33 @@ def test_a_rotated_key_verifies_after_one_refresh_and_a_flood_costs_little(
         assert documents(daemon) - flooded <= 2  # at most a handful, not a thousand
         text = httpx.get(f"{daemon.url}/metrics", timeout=10).text
         assert metrics.value(text, "atwhois_service_auth_refreshes_total") <= 3
+
+
+def test_a_token_never_waits_on_its_issuers_handle(devnet: DevnetState, tmp_path: Path) -> None:
+    """SA-ISS-2, issue 66: the issuer declares a handle whose host answers 503 (the identity
+    is unavailable as a whole), yet its document and key decide its token; and a refused
+    token for an issuer not held, with a deep handle, costs the directory one request (no
+    refresh of a document fetched a moment ago) and no handle resolution at all."""
+    failing = PlcAccount(devnet.plc_url, "error.test")
+    deep = PlcAccount(devnet.plc_url, "a.b.c.d.e.f.g.h.alice.test")
+    good = mint(failing.key.private, claims(failing.did))
+    bad = with_signature(good, bytes(32) + signature_of(good)[32:])
+    anonymous = mint(deep.key.private, claims(deep.did))
+    anonymous = with_signature(anonymous, bytes(32) + signature_of(anonymous)[32:])
+    with running_daemon(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
+        answer = verify(daemon, good)
+        assert answer.status_code == 200 and answer.json()["outcome"] == "valid", answer.text
+        assert answer.json()["declared_handle"] == "error.test"
+        assert outcome(daemon, bad) == ("invalid", "SA-SIG-1")
+        identity = httpx.get(f"{daemon.url}/v1/identity/{failing.did}", timeout=30).json()
+        assert identity["status"] == "unavailable"  # the handle's host: not the token's matter
+        text = httpx.get(f"{daemon.url}/metrics", timeout=10).text
+        before = {k: upstream(text, k) for k in ("documents", "handles")}
+        assert outcome(daemon, anonymous) == ("invalid", "SA-SIG-1")
+        text = httpx.get(f"{daemon.url}/metrics", timeout=10).text
+        assert upstream(text, "documents") == before["documents"] + 1
+        assert upstream(text, "handles") == before["handles"]
+        assert metrics.value(text, "atwhois_service_auth_refreshes_total") == 0
 
 
 def test_an_issuer_unreachable_is_unavailable_and_a_deactivated_one_invalid(

@@ -454,7 +454,7 @@ def test_a_verification_reads_back_from_its_json() -> None:
         "SA-SIG-1",
         "why",
         issuer=ISSUER,
-        handle="alice.example.com",
+        declared_handle="alice.example.com",
         key_id="atproto",
         method="app.bsky.feed.getFeedSkeleton",
         expires_at=123,
@@ -466,6 +466,7 @@ def test_a_verification_reads_back_from_its_json() -> None:
         "checked_at": "2026-12-05T00:00:00Z",
         "refreshed": True,
     }
+    assert (shown["handle"], shown["handle_checked"]) == (None, False)  # SA-ISS-2: not checked
     assert Verification.from_json(json.loads(json.dumps(shown))) == full
     assert Verification.from_json({"outcome": "valid"}) == Verification("valid")
     assert Verification("valid").valid and not Verification("unavailable").valid

@@ -1,8 +1,10 @@
 """A token checked against its issuer's identity (docs/spec.md: SA-*). The rules are
 `resolver.service_auth`'s (pure); here the issuer's document comes through a directory
-(kept, or resolved now), a signature refused under a kept document gets one refresh of it
-(SA-SIG-2: shared by concurrent ones, at most one per DID every `refresh_every` seconds),
-and a nonce may be remembered in the cache store (SA-JTI-2), which several daemons share.
+(kept, or resolved now; its handle never resolved: a token's verdict rests on the document
+and its key alone, SA-ISS-2), a signature refused under a kept document gets one refresh of
+it (SA-SIG-2: shared by concurrent ones, and none for a document resolved within
+`refresh_every` seconds, so a refused token costs the directory one request at most), and a
+nonce may be remembered in the cache store (SA-JTI-2), which several daemons share.
 
 Three outcomes, never mixed: `valid`; `invalid` with the rule it broke; `unavailable` when
 the issuer's identity (or the nonce store) could not be asked now. A token is judged
@@ -13,6 +15,7 @@ directory nothing.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import hashlib
 import heapq
@@ -46,7 +49,7 @@ from atwhois.resolver.service_auth import (
 
 __all__ = ["Expected", "ServiceAuthVerifier", "Verification", "verify_token"]
 
-REFRESH_EVERY = 5.0  # seconds: at most one forced re-resolution of a DID in this time
+REFRESH_EVERY = 5.0  # seconds: at most one resolution of a DID's document for refused tokens
 REFRESHED_KEPT = 1 << 20  # bytes for the DIDs' last refreshes (~100 bytes each)
 PARSED_KEPT = 1024  # issuers' documents held decoded (a few KiB each)
 NONCE_PREFIX = "jti:"  # the cache store's keys of the nonces seen (SA-JTI-2)
@@ -108,31 +111,40 @@ class ServiceAuthVerifier:
             check_claims(token, expected, self.clock())
         except TokenRefused as err:
             return Verification("invalid", err.rule, err.reason)
-        identity = await self.directory.lookup(token.issuer)
+        identity = await self._resolve_issuer(token.issuer, fresh=False)
         verification = _judged(token, identity, refreshed=False)
         if (
             verification.outcome == "invalid"
             and verification.rule in _FIXED_BY_A_REFRESH
             and _kept(identity)
         ):
-            fresh = await self._refresh(token.issuer)
+            fresh = await self._refresh(token.issuer, identity)
             if fresh is not None:
                 verification = _judged(token, fresh, refreshed=True)
         if verification.valid and replay:
             return await self._first_use(token, expected, verification)
         return verification
 
-    async def _refresh(self, did: str) -> Identity | None:
+    async def _resolve_issuer(self, did: str, *, fresh: bool) -> Identity:
+        """The one place a token has its issuer resolved (its document alone, SA-ISS-2;
+        `fresh` for SA-SIG-2's refresh): what a budget of the resolutions tokens cause
+        would wrap."""
+        return await self.directory.document(did, fresh=fresh)
+
+    async def _refresh(self, did: str, used: Identity) -> Identity | None:
         """The issuer resolved afresh: once for every caller asking at the same time, and
-        not again within `refresh_every` seconds (None: refreshed lately, nothing new)."""
+        not within `refresh_every` seconds of the last resolution of its document, this
+        one's included (None: resolved lately, nothing new to ask)."""
         task = self._refreshing.get(did)
         if task is None:
-            last = self._refreshed.get(did)
-            if last is not None and self.clock() - last < self.refresh_every:
+            now = self.clock()
+            last = max(self._refreshed.get(did) or 0.0, _resolved_at(used))
+            if now - last < self.refresh_every:
                 return None
-            self._refreshed.put(did, self.clock())
+            self._refreshed.put(did, now)
             self.refreshes += 1
-            task = self._refreshing[did] = asyncio.ensure_future(self.directory.refresh(did))
+            resolving = self._resolve_issuer(did, fresh=True)
+            task = self._refreshing[did] = asyncio.ensure_future(resolving)
             task.add_done_callback(lambda _: self._refreshing.pop(did, None))
         # one caller giving up does not cancel the refresh the others wait for
         return await asyncio.shield(task)
@@ -202,6 +214,7 @@ def _judged(token: Token, identity: Identity, *, refreshed: bool) -> Verificatio
         document_checked_at=identity.checked_at or None,
         refreshed=refreshed,
     )
+    judged = replace(judged, declared_handle=identity.declared_handle)
     if identity.status is Status.UNAVAILABLE:
         reason = f"the issuer's identity could not be resolved: {identity.error}"
         return replace(judged, outcome="unavailable", reason=reason)
@@ -217,7 +230,15 @@ def _judged(token: Token, identity: Identity, *, refreshed: bool) -> Verificatio
         check_signature(token, issuer_key(token, _parsed(document)))
     except TokenRefused as err:
         return replace(judged, outcome="invalid", rule=err.rule, reason=err.reason)
-    return replace(judged, handle=identity.handle)
+    return judged
+
+
+def _resolved_at(identity: Identity) -> float:
+    """When the document `identity` rests on was resolved (0: unknown)."""
+    try:
+        return datetime.datetime.fromisoformat(identity.checked_at).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _about(
@@ -246,5 +267,5 @@ async def verify_token(
     verification = await ServiceAuthVerifier(directory).verify(token, expected)
     if replay and verification.valid:  # a verifier of one token has seen no other
         why = "a replay check needs a verifier that outlives one token, or a daemon"
-        return replace(verification, outcome="unavailable", reason=why, handle=None)
+        return replace(verification, outcome="unavailable", reason=why)
     return verification

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
@@ -37,14 +36,20 @@ from atwhois.foundation import defaults
 from atwhois.resolver import Config, Identity, Resolver, Status
 from atwhois.resolver.errors import InvalidInput
 from atwhois.resolver.identity import CacheInfo, invalid_input, now_iso
-from atwhois.resolver.outcome import Outcome
-from atwhois.resolver.report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
+from atwhois.resolver.report import (
+    NO_DOCUMENT,
+    DocumentResolution,
+    HandleResolution,
+    compose,
+    unchecked,
+)
 from atwhois.resolver.syntax import Query
 
 from . import claims
 from .accounts import AccountStates, Mark
 from .claims import Claim
 from .entry import DECODERS, Cached, Entry
+from .freshness import cache_info, iso, with_cache
 from .histories import Histories
 from .keys import did_key, handle_key
 from .policy import Action, Answer, Policy, replacement
@@ -127,6 +132,25 @@ class CachedResolver:
             return invalid_input(identifier, err, now_iso())
         self._counters["refreshes_requested"] += 1
         return self._with_account(await self._shared(query, timeout, reuse=False))
+
+    async def document(self, did: str, *, fresh: bool = False) -> Identity:
+        """The DID's document alone, its handle not checked (`report.unchecked`): a token's
+        issuer (SA-ISS-2), which must not wait on the handle's hosts. Kept and reused as a
+        lookup's document part is; `fresh`: resolved afresh, whatever is kept."""
+        try:
+            query = self.resolver.parse_did(did)
+        except InvalidInput as err:
+            return invalid_input(did, err, now_iso())
+        kept = None if fresh else await self._cached(did_key(query.value))
+        if (
+            kept
+            and isinstance(kept.part, DocumentResolution)
+            and self.clock() < kept.entry.fresh_until
+        ):
+            identity = compose(query, iso(kept.entry.checked_at), unchecked(kept.part), kept.part)
+            info = cache_info([kept.entry], self.clock(), resolved_now=False)
+            return self._with_account(with_cache(identity, info))
+        return self._with_account(await self._shared(query, None, reuse=not fresh, handle=False))
 
     @property
     def config(self) -> Config:
@@ -301,37 +325,22 @@ class CachedResolver:
                 handle = await part(handle_key(declared), HandleResolution)
         if handle is None or document is None:
             return None
-        info = self._cache_info(entries, resolved_now=False)
+        info = cache_info(entries, self.clock(), resolved_now=False)
         stale = info.state != "fresh"
-        identity = compose(query, _iso(min(e.checked_at for e in entries)), handle, document)
-        return _with_cache(identity, info), stale, max(e.retry_at for e in entries)
-
-    def _cache_info(self, basis: list[Entry], *, resolved_now: bool) -> CacheInfo:
-        """Freshness of an answer composed from these entries: that of the stalest."""
-        now = self.clock()
-        errors = [e.refresh_error for e in basis if e.refresh_error]
-        stale = any(now >= e.fresh_until for e in basis)
-        claimed = next((e.revalidating for e in basis if e.revalidating), None)
-        revalidating = claimed if stale else None
-        state = "revalidating" if revalidating else "stale" if stale else "fresh"
-        return CacheInfo(
-            not resolved_now or stale,
-            now - min(e.checked_at for e in basis),
-            "miss" if resolved_now and not stale else state,
-            errors[0] if errors else None,
-            fresh_for_s=max(0.0, min(e.fresh_until for e in basis) - now),
-            servable_for_s=min(e.stale_until for e in basis) - now,
-            revalidating=revalidating,
-            changed_by=next((e.changed_by for e in basis if e.changed_by), None),
-        )
+        identity = compose(query, iso(min(e.checked_at for e in entries)), handle, document)
+        return with_cache(identity, info), stale, max(e.retry_at for e in entries)
 
     # --- resolving ------------------------------------------------------------------
 
-    async def _shared(self, query: Query, timeout: float | None, *, reuse: bool) -> Identity:
-        key = ("" if reuse else "fresh:") + self._key(query)
+    async def _shared(
+        self, query: Query, timeout: float | None, *, reuse: bool, handle: bool = True
+    ) -> Identity:
+        """One resolution for every caller asking the same at once (`handle`: False for a
+        DID's document alone, which must not wait on a lookup's handle)."""
+        key = ("" if reuse else "fresh:") + ("" if handle else "document:") + self._key(query)
         task = self._inflight.get(key)
         if task is None:
-            work = self._resolve_and_store(query, reuse=reuse, recheck=not reuse)
+            work = self._resolve_and_store(query, reuse=reuse, recheck=not reuse, handle=handle)
             task = self._start(self._inflight, key, work)
         else:
             self._counters["coalesced"] += 1
@@ -375,32 +384,37 @@ class CachedResolver:
         task.add_done_callback(done)
         return task
 
-    async def _resolve_and_store(self, query: Query, *, reuse: bool, recheck: bool) -> Identity:
+    async def _resolve_and_store(
+        self, query: Query, *, reuse: bool, recheck: bool, handle: bool = True
+    ) -> Identity:
         """Resolve the parts (`reuse`: those missing or stale; `recheck`: the zone asked too,
-        H-DNS-9), compose, store what the table allows; as its own task: never cancelled."""
+        H-DNS-9; `handle`: False, a DID's document alone), compose, store what the table
+        allows; as its own task: never cancelled."""
         async with self._slots:
             run = Run(self.resolver, self._cached, self._counters, self.clock, reuse, recheck)
             if query.kind == "handle":
-                handle = await run.handle(query.value, with_document=True)
-                did = handle.answer.did
+                part = await run.handle(query.value, with_document=True)
+                did = part.answer.did
                 document = await run.document(did) if did else NO_DOCUMENT
             else:
                 document = await run.document(query.value)
-                declared = self.resolver.declared_handle(document)
-                if isinstance(declared, HandleResolution):
-                    handle = declared
+                declared = self.resolver.declared_handle(document) if handle else None
+                if declared is None:
+                    part = unchecked(document)
+                elif isinstance(declared, HandleResolution):
+                    part = declared
                 else:
-                    handle = await run.handle(declared, with_document=False)
-        keys = [handle_key(handle.handle)] if handle.handle and handle.handle in run.handles else []
+                    part = await run.handle(declared, with_document=False)
+        keys = [handle_key(part.handle)] if part.handle and part.handle in run.handles else []
         keys += [did_key(document.did)] if document.did in run.documents else []
-        identity = compose(query, "", handle, document)
+        identity = compose(query, "", part, document)
         basis = await self._store_parts(run, keys, identity.status)
         kept = [entry for entry in basis if entry is not None]
         checked = min([e.checked_at for e in kept], default=run.started)
-        identity = dataclasses.replace(identity, checked_at=_iso(checked))
+        identity = dataclasses.replace(identity, checked_at=iso(checked))
         if not keys or len(kept) < len(basis):  # it rests on a resolution not cached
             return dataclasses.replace(identity, cache=CacheInfo(False, 0.0, "miss"))
-        return _with_cache(identity, self._cache_info(kept, resolved_now=True))
+        return with_cache(identity, cache_info(kept, self.clock(), resolved_now=True))
 
     async def _store_parts(self, run: Run, keys: list[str], status: Status) -> list[Entry | None]:
         """Write the parts resolved now as `policy.replacement` says; the entry each part of
@@ -433,28 +447,6 @@ class CachedResolver:
     def _note_upstreams(self, run: Run) -> None:
         """Each upstream step of `run` to the observers (the daemon's /_health and /metrics:
         when each kind of upstream last answered, and how long it took)."""
-        if not self._observers:
-            return
-        now = self.clock()
-        for new, _, _ in run.resolved.values():
-            if isinstance(new, HandleResolution):
-                evidence = {"dns": new.dns, "https": new.https}
-            else:
-                evidence = {"plc" if new.did.startswith("did:plc:") else "did_web": new.evidence}
-            for kind, step in evidence.items():
-                if step.outcome is Outcome.SKIPPED:
-                    continue
-                seconds = step.ms / 1000 if step.ms is not None else None
-                answered = now if step.outcome is not Outcome.FAILED else None
-                for observer in self._observers:
-                    observer(Upstream(kind, seconds, answered))
-
-
-def _with_cache(identity: Identity, info: CacheInfo) -> Identity:
-    warnings = identity.warnings + (("stale_upstream_failed",) if info.refresh_error else ())
-    return dataclasses.replace(identity, cache=info, warnings=warnings)
-
-
-def _iso(timestamp: float) -> str:
-    moment = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
-    return moment.isoformat(timespec="milliseconds")
+        for step in run.upstreams(self.clock()) if self._observers else ():
+            for observer in self._observers:
+                observer(step)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
 from atwhois.resolver import Resolver
+from atwhois.resolver.outcome import Outcome
 from atwhois.resolver.report import DocumentResolution, HandleResolution
 
 from .entry import Cached, Entry, Part
@@ -80,6 +81,23 @@ class Run:
                 key, DocumentResolution, resolve, document_answer
             )
         return self.documents[did]
+
+    def upstreams(self, now: float) -> list[Upstream]:
+        """The upstream steps this run took (a part reused took none), each as answered at
+        `now` or failed."""
+        steps = []
+        for new, _, _ in self.resolved.values():
+            if isinstance(new, HandleResolution):
+                evidence = {"dns": new.dns, "https": new.https}
+            else:
+                evidence = {"plc" if new.did.startswith("did:plc:") else "did_web": new.evidence}
+            for kind, step in evidence.items():
+                if step.outcome is Outcome.SKIPPED:
+                    continue
+                seconds = step.ms / 1000 if step.ms is not None else None
+                answered = now if step.outcome is not Outcome.FAILED else None
+                steps.append(Upstream(kind, seconds, answered))
+        return steps
 
     async def _part(
         self,

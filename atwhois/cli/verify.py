@@ -56,9 +56,12 @@ def _text(report: dict[str, object]) -> str:
     if report["rule"] or report["reason"]:
         rule = f" [{report['rule']}]" if report["rule"] else ""
         lines.append(f"  why       {report['reason']}{rule}")
-    for label, key in (("issuer", "issuer"), ("handle", "handle"), ("key", "key_id")):
-        if report[key]:
-            lines.append(f"  {label:<9} {'#' if key == 'key_id' else ''}{report[key]}")
+    if report["issuer"]:
+        lines.append(f"  issuer    {report['issuer']}")
+    if report["declared_handle"]:  # a token's verdict never waits on the handle
+        lines.append(f"  handle    {report['declared_handle']} (its document says; not checked)")
+    if report["key_id"]:
+        lines.append(f"  key       #{report['key_id']}")
     if report["method"]:
         lines.append(f"  method    {report['method']}")
     if report["expires_at"]:

@@ -20,6 +20,11 @@ class Directory(Protocol):
         """As `lookup`, every part resolved afresh (and what is kept updated)."""
         ...
 
+    async def document(self, did: str, *, fresh: bool = False) -> Identity:
+        """The DID's document alone, its handle not resolved (the report says it was not
+        checked): a token's issuer (SA-ISS-2). `fresh`: resolved afresh, whatever is kept."""
+        ...
+
     async def check_pds(self, identity: Identity) -> Identity:
         """`identity` with the PDS check of the PDS its document names (`resolver.pds`):
         always done now, never kept."""

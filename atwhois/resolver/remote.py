@@ -90,6 +90,12 @@ class Client:
             return self._unanswered(identifier, f"refused the refresh ({status})")
         return await self.lookup(identifier)
 
+    async def document(self, did: str, *, fresh: bool = False) -> Identity:
+        """The daemon's report of the DID, its handle checked there too: its API has no
+        document alone. A token is verified where the daemon runs (`verify_service_auth`),
+        whose verdict never waits on the handle."""
+        return await (self.refresh(did) if fresh else self.lookup(did))
+
     async def verify_service_auth(
         self, token: str, expected: Expected, *, replay: bool = False
     ) -> Verification:

@@ -106,6 +106,15 @@ class DocumentResolution:
 
 
 NO_DOCUMENT = DocumentResolution("", SKIPPED)
+NOT_CHECKED = "not checked: the DID's document alone was asked for"
+
+
+def unchecked(document: DocumentResolution) -> HandleResolution:
+    """The handle part of a report on a DID's document alone: the handle it declares, not
+    resolved (a token's issuer needs its document and key only, SA-ISS-2). The report's
+    status then speaks of the document: `handle_not_found` where it resolved."""
+    declared = document.data.declared_handle if document.data else None
+    return HandleResolution.skipped(declared, NOT_CHECKED)
 
 
 def compose(

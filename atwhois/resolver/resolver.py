@@ -20,6 +20,7 @@ from .did import check_http_response, check_plc_response, document_url, mirror_n
 from .dns_method import DnsMethod
 from .document import parse_json_document
 from .errors import (
+    InvalidDid,
     InvalidInput,
     MalformedAnswer,
     ResolutionError,
@@ -31,7 +32,7 @@ from .handle import (
 )
 from .identity import Evidence, Identity, invalid_input, ms_since, now_iso, timed_evidence
 from .outcome import Outcome
-from .report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose
+from .report import NO_DOCUMENT, DocumentResolution, HandleResolution, compose, unchecked
 from .response import Getter, TxtAuthority, TxtRecords
 from .syntax import (
     Query,
@@ -174,6 +175,18 @@ class Resolver:
             handle = await self.resolve_declared_handle(document, recheck=recheck)
         return compose(query, checked_at, handle, document)
 
+    async def document(self, did: str, *, fresh: bool = False) -> Identity:
+        """The DID's document alone, its handle not checked (`report.unchecked`): what a
+        token's signature rests on (SA-ISS-2), which must not wait on the handle's hosts.
+        A resolver keeps nothing: every call resolves it afresh (`fresh` or not)."""
+        checked_at = now_iso()
+        try:
+            query = self.parse_did(did)
+        except InvalidInput as err:
+            return invalid_input(did, err, checked_at)
+        document = await self.resolve_document(query.value)
+        return compose(query, checked_at, unchecked(document), document)
+
     async def purge(self, identifier: str) -> list[str]:
         """Nothing to forget: a resolver keeps nothing."""
         return []
@@ -181,6 +194,13 @@ class Resolver:
     def parse(self, identifier: str) -> Query:
         """Syntax only: invalid input never reaches the network. Raises `InvalidInput`."""
         return parse_lookup(identifier, dev=self.config.dev)
+
+    def parse_did(self, did: str) -> Query:
+        """`parse`, where only a DID will do (a handle is invalid input there)."""
+        query = self.parse(did)
+        if query.kind != "did":
+            raise InvalidDid(f"{did[:80]!r} is not a DID", "D-SYN-1")
+        return query
 
     async def resolve_handle(self, handle: str, *, recheck: bool = False) -> HandleResolution:
         """DNS TXT and HTTPS well-known at once (H-RES-1/2); with `recheck` (something says

@@ -84,7 +84,9 @@ class Verification:
     rule: str | None = None  # the rule broken (invalid)
     reason: str | None = None  # why, in words (invalid, unavailable)
     issuer: str | None = None
-    handle: str | None = None  # the issuer's verified handle, or handle.invalid
+    # The handle the issuer's document declares, never checked: a token's verdict rests on
+    # the document and its key alone, and does not wait on the handle's hosts (SA-ISS-2).
+    declared_handle: str | None = None
     key_id: str | None = None
     method: str | None = None
     expires_at: int | None = None
@@ -102,7 +104,9 @@ class Verification:
             "rule": self.rule,
             "reason": self.reason,
             "issuer": self.issuer,
-            "handle": self.handle,
+            "handle": None,  # no verified handle: see declared_handle, and look the DID up
+            "handle_checked": False,
+            "declared_handle": self.declared_handle,
             "key_id": self.key_id,
             "method": self.method,
             "expires_at": self.expires_at,
@@ -117,7 +121,7 @@ class Verification:
             rule=data.get("rule"),
             reason=data.get("reason"),
             issuer=data.get("issuer"),
-            handle=data.get("handle"),
+            declared_handle=data.get("declared_handle"),
             key_id=data.get("key_id"),
             method=data.get("method"),
             expires_at=data.get("expires_at"),

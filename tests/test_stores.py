@@ -304,6 +304,20 @@ async def test_redis_prefixes_keep_instances_apart() -> None:
         await two.close()
 
 
+async def test_a_burst_of_redis_commands_past_the_pool_waits_its_turn() -> None:
+    """More commands at once than the pool has connections (the daemon serves 256 requests
+    at once, each asking the store) wait for one, within the command timeout: redis-py's
+    default pool failed each past the 100th at once ("Too many connections")."""
+    store = RedisStore(REDIS_URL, prefix=_prefix())
+    try:
+        await store.put("h:alice.test", b"held", time.time() + 60)
+        found = await asyncio.gather(*(store.get("h:alice.test") for _ in range(300)))
+        assert {f.value if f else None for f in found} == {b"held"}
+    finally:
+        await store.delete(["h:alice.test"])
+        await store.close()
+
+
 def test_open_store_urls(tmp_path: Path) -> None:
     assert isinstance(open_store("memory:"), MemoryStore)
     tiered = open_store(f"sqlite://{tmp_path}/a.db", memory_bytes=1 << 20)

@@ -19,6 +19,7 @@ from redis.backoff import NoBackoff
 
 from .base import OnChange, Stored
 
+_CONNECTIONS = 100  # to the server at once, from one process
 _SILENCE = 1.0  # seconds without a message before the subscription is pinged
 _DEAD = 3.0  # seconds without any message (not even a pong) before it is given up
 
@@ -30,12 +31,18 @@ class RedisStore:
         self.prefix = prefix
         self.channel = prefix + "changes"
         self._origin = os.urandom(8).hex().encode()  # our own notices are not news to us
-        self._redis = aioredis.Redis.from_url(
+        # A burst of commands (the daemon serves 256 requests at once) waits its turn for one
+        # of the pool's connections, within the command timeout: redis-py's default pool
+        # fails a command at once past 100 in use ("Too many connections").
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=_CONNECTIONS,
+            timeout=timeout,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),
         )
+        self._redis = aioredis.Redis.from_pool(pool)
 
     async def get(self, key: str) -> Stored | None:
         async with self._redis.pipeline(transaction=False) as pipe:

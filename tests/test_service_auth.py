@@ -11,8 +11,8 @@ import asyncio
 import atwhois
 from atwhois.auth import ServiceAuthVerifier
 from atwhois.auth.verifier import REFRESH_EVERY
-from atwhois.cache.stores import MemoryStore
-from atwhois.resolver.service_auth import Expected
+from atwhois.cache.stores import MemoryNonces
+from atwhois.resolver.service_auth import PROCESS_ONLY, Expected
 from atwhois.testing import World
 from tests.support.clock import Clock
 
@@ -157,41 +157,55 @@ async def test_a_token_refused_by_its_claims_costs_the_directory_nothing() -> No
 
 async def test_a_replay_is_refused_and_the_nonces_are_kept_in_the_store() -> None:
     """SA-JTI-2: the second use of one token is refused; another token of the issuer is
-    not; the nonce expires with the token (the store keeps it until then)."""
+    not; the nonce is kept until the token expires. In this process's memory, which the
+    verdict says."""
     world = World()
     did = world.add("alice.example.org")
     token, other = world.service_token(did, AUDIENCE), world.service_token(did, AUDIENCE)
-    store = MemoryStore()
+    nonces = MemoryNonces()
     async with world.cached() as cached:
-        verifier = ServiceAuthVerifier(cached, nonces=store)
-        assert (await verifier.verify(token, EXPECTED, replay=True)).valid
+        verifier = ServiceAuthVerifier(cached, nonces=nonces)
+        first = await verifier.verify(token, EXPECTED, replay=True)
+        assert first.valid and first.replay == "process"
+        assert first.to_json()["replay"] == {"scope": "process", "warning": PROCESS_ONLY}
         again = await verifier.verify(token, EXPECTED, replay=True)
         assert (again.outcome, again.rule) == ("invalid", "SA-JTI-2") and verifier.replays == 1
         assert (await verifier.verify(other, EXPECTED, replay=True)).valid
-        assert (await verifier.verify(token, EXPECTED)).valid  # the check asked for only
-    assert await store.count() == 2
+        unchecked = await verifier.verify(token, EXPECTED)  # the check asked for only
+        assert unchecked.valid and unchecked.replay is None
+    assert len(nonces) == 2
 
 
 async def test_the_nonces_held_are_bounded_and_past_the_bound_a_replay_is_not_ruled_out() -> None:
-    """SA-JTI-2's bound: a verifier holds at most `max_nonces` at once; past it the replay
-    check answers unavailable (never valid), and a nonce's place is free once its token
-    has expired."""
+    """SA-JTI-2's bounds: a verifier holds at most `max_nonces` at once, one issuer at most
+    `issuer_nonces` of them; past either the replay check answers unavailable (never valid),
+    a replay is still refused as one, and a nonce's place is free once its token expired."""
     world = World()
-    did = world.add("alice.example.org")
+    alice, bob, carol = (world.add(f"{n}.example.org") for n in ("alice", "bob", "carol"))
     now = [1_800_000_000.0]
-    first, second, third = (
-        world.service_token(did, AUDIENCE, lifetime=60, now=now[0]) for _ in range(3)
-    )
+
+    def token(did: str) -> str:
+        return world.service_token(did, AUDIENCE, lifetime=60, now=now[0])
+
+    first, second, third = token(alice), token(alice), token(alice)
     async with world.cached(clock=lambda: now[0]) as cached:
-        verifier = ServiceAuthVerifier(cached, max_nonces=2, clock=lambda: now[0])
+        verifier = ServiceAuthVerifier(cached, max_nonces=3, issuer_nonces=2, clock=lambda: now[0])
         assert (await verifier.verify(first, EXPECTED, replay=True)).valid
         assert (await verifier.verify(second, EXPECTED, replay=True)).valid
-        full = await verifier.verify(third, EXPECTED, replay=True)
-        assert full.outcome == "unavailable" and "2 nonces held" in (full.reason or "")
+        share = await verifier.verify(third, EXPECTED, replay=True)
+        assert share.outcome == "unavailable" and "holds its share, 2 nonces" in (
+            share.reason or ""
+        )
+        assert (await verifier.verify(token(bob), EXPECTED, replay=True)).valid
+        full = await verifier.verify(token(carol), EXPECTED, replay=True)
+        assert full.outcome == "unavailable" and "3 nonces held" in (full.reason or "")
+        again = await verifier.verify(first, EXPECTED, replay=True)  # full, yet told a replay
+        assert (again.outcome, again.rule) == ("invalid", "SA-JTI-2")
         assert (await verifier.verify(third, EXPECTED)).valid  # the check asked for only
-        now[0] += 91  # the first two tokens expired (60 s and 30 s of skew): places free
-        later = world.service_token(did, AUDIENCE, now=now[0])
-        assert (await verifier.verify(later, EXPECTED, replay=True)).valid
+        now[0] += 91  # the tokens expired (60 s and 30 s of skew): places free
+        assert (await verifier.verify(token(carol), EXPECTED, replay=True)).valid
+        assert (await verifier.verify(token(alice), EXPECTED, replay=True)).valid
+        assert verifier.unruled == {"issuer": 1, "bound": 1}
 
 
 async def test_a_one_shot_check_cannot_rule_out_a_replay_and_says_so() -> None:

@@ -460,12 +460,14 @@ def test_a_verification_reads_back_from_its_json() -> None:
         expires_at=123,
         document_checked_at="2026-12-05T00:00:00Z",
         refreshed=True,
+        replay="shared",
     )
     shown = full.to_json()
     assert shown["valid"] is False and shown["document"] == {
         "checked_at": "2026-12-05T00:00:00Z",
         "refreshed": True,
     }
+    assert shown["replay"] == {"scope": "shared", "warning": None}
     assert (shown["handle"], shown["handle_checked"]) == (None, False)  # SA-ISS-2: not checked
     assert Verification.from_json(json.loads(json.dumps(shown))) == full
     assert Verification.from_json({"outcome": "valid"}) == Verification("valid")

@@ -78,16 +78,6 @@ async def test_put_get_overwrite_delete(store: Store) -> None:
     assert await store.count() == 1
 
 
-async def test_add_stores_only_where_no_live_entry_holds_the_key(store: Store) -> None:
-    """SA-JTI-2's ground: of two adds of one key, one stores; the live entry is untouched."""
-    later = time.time() + 60
-    assert await store.add("jti:a", b"first", later) is True
-    assert await store.add("jti:a", b"second", later) is False
-    assert await value(store, "jti:a") == b"first"
-    await store.put("jti:b", b"held", later)
-    assert await store.add("jti:b", b"other", later) is False
-
-
 CLOCKED: dict[str, Callable[[Path, Clock], Store]] = {
     "memory": lambda _, clock: MemoryStore(clock=clock),
     "sqlite": lambda tmp, clock: SqliteStore(tmp / "cache.db", clock=clock),
@@ -350,33 +340,6 @@ def _two_on_redis(_: Path) -> tuple[TieredStore, TieredStore]:
     )
 
 
-@pytest.mark.parametrize("kind", sorted(CLOCKED))
-async def test_an_expired_entry_may_be_added_again(kind: str, tmp_path: Path) -> None:
-    clock = Clock()
-    store = CLOCKED[kind](tmp_path, clock)
-    assert await store.add("jti:a", b"one", clock.now + 30)
-    clock.now += 30  # the entry's last moment: gone
-    assert await store.add("jti:a", b"two", clock.now + 30)
-    assert await value(store, "jti:a") == b"two"
-    await store.close()
-
-
-@pytest.mark.parametrize("make", [_two_on_sqlite, _two_on_redis], ids=["sqlite", "redis"])
-async def test_of_two_processes_adding_one_key_one_wins(tmp_path: Path, make: TwoTiers) -> None:
-    """Two daemons on one store: the second's add of a key the first added is refused,
-    though its own memory tier never held it."""
-    one, two = make(tmp_path)
-    try:
-        later = time.time() + 60
-        assert await one.add("jti:shared", b"1", later) is True
-        assert await two.add("jti:shared", b"2", later) is False
-        assert await value(two, "jti:shared") == b"1"
-    finally:
-        for tier in (one, two):
-            await tier.delete(["jti:shared"])
-            await tier.close()
-
-
 @pytest.mark.parametrize("make", [_two_on_sqlite, _two_on_redis], ids=["sqlite", "redis"])
 async def test_a_change_by_another_process_reaches_the_memory_tier(
     tmp_path: Path, make: TwoTiers
@@ -438,10 +401,6 @@ class Flaky:
         await self._check()
         await self.inner.put(key, value, expires_at)
 
-    async def add(self, key: str, value: bytes, expires_at: float) -> bool:
-        await self._check()
-        return await self.inner.add(key, value, expires_at)
-
     async def delete(self, keys: Any) -> None:
         await self._check()
         self.deleted += list(keys)
@@ -477,20 +436,6 @@ async def test_when_the_store_below_fails_the_tier_answers_and_catches_up() -> N
     assert await tier.health() == []  # the probe answered: recovered by itself
     assert set(below.deleted) == {"h:stale.test", "h:new.test"}  # what it missed, replayed
     assert await below.inner.get("h:stale.test") is None  # the purged value cannot come back
-
-
-async def test_an_add_the_store_below_cannot_decide_is_unavailable() -> None:
-    """The store below, which other processes share, decides an add: while it fails the
-    tier cannot say whether another process holds the key, and says so."""
-    now = [1000.0]
-    below = Flaky()
-    tier = TieredStore(MemoryStore(clock=lambda: now[0]), below, timer=lambda: now[0])
-    below.down = True
-    with pytest.raises(StoreUnavailable):
-        await tier.add("jti:a", b"1", now[0] + 60)
-    below.down = False
-    now[0] += 2
-    assert await tier.add("jti:a", b"1", now[0] + 60) is True
 
 
 async def test_the_tier_spares_only_entries_the_store_below_holds() -> None:

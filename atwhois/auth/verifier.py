@@ -4,12 +4,13 @@
 and its key alone, SA-ISS-2), a signature refused under a kept document gets one refresh of
 it (SA-SIG-2: shared by concurrent ones, and none for a document resolved within
 `refresh_every` seconds, so a refused token costs the directory one request at most), and a
-nonce may be remembered in the cache store (SA-JTI-2), which several daemons share.
+nonce may be remembered (SA-JTI-2) in a store several daemons share, within a bound for
+this process and a share of it per issuer (`nonces`).
 
 Three outcomes, never mixed: `valid`; `invalid` with the rule it broke; `unavailable` when
-the issuer's identity (or the nonce store) could not be asked now. A token is judged
-before its issuer is looked up, so malformed, expired or misaddressed tokens cost the
-directory nothing.
+the issuer's identity (or the nonce store) could not be asked now, or a replay cannot be
+ruled out. A token is judged before its issuer is looked up, so malformed, expired or
+misaddressed tokens cost the directory nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import asyncio
 import datetime
 import functools
 import hashlib
-import heapq
 import json
 import time
 from collections import Counter
@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from atwhois.cache.stores import MemoryStore, Store, StoreUnavailable
+from atwhois.cache.stores import MemoryNonces, NonceStore, NoncesUnavailable
+from atwhois.foundation import defaults
 from atwhois.foundation.lru import Lru
 from atwhois.foundation.pace import SERVICE_AUTH, charged_to
 from atwhois.resolver.directory import Directory
@@ -36,6 +37,7 @@ from atwhois.resolver.identity import Identity
 from atwhois.resolver.outcome import Status
 from atwhois.resolver.remote import Client
 from atwhois.resolver.service_auth import (
+    MAX_LIFETIME,
     Expected,
     Outcome,
     Token,
@@ -47,14 +49,14 @@ from atwhois.resolver.service_auth import (
     parse_token,
 )
 
+from .nonces import Held, Pressing, share_of
+
 __all__ = ["Expected", "ServiceAuthVerifier", "Verification", "verify_token"]
 
 REFRESH_EVERY = 5.0  # seconds: at most one resolution of a DID's document for refused tokens
 REFRESHED_KEPT = 1 << 20  # bytes for the DIDs' last refreshes (~100 bytes each)
 PARSED_KEPT = 1024  # issuers' documents held decoded (a few KiB each)
-NONCE_PREFIX = "jti:"  # the cache store's keys of the nonces seen (SA-JTI-2)
-MAX_NONCES = 100_000  # nonces one verifier holds at once (each until its token expires)
-NONCE_BYTES = 200  # a nonce's entry in a memory store, about (its key and slot)
+PRESSING_SHOWN = 10  # issuers named in the metrics as pressing on their share
 # What a refresh may change in a refused verification: the key rotated, or a key id added.
 _FIXED_BY_A_REFRESH = frozenset({"SA-SIG-1", "SA-KID-2", "SA-ALG-2", "C-SIG-2"})
 # An issuer in these states refuses its tokens (SA-ISS-2); UNAVAILABLE is not a verdict.
@@ -69,31 +71,37 @@ _REFUSING = {
 
 class ServiceAuthVerifier:
     """Verifies tokens against issuers looked up in `directory`. The nonces seen (the replay
-    check) are kept in `nonces`, a store other daemons share (Redis, a SQLite file), or
-    else in memory here; at most `max_nonces` at once from this verifier: past that, a
-    replay cannot be ruled out and the check says so (`unavailable`), rather than forget
-    one early or grow without bound."""
+    check) are kept in `nonces`: a store other daemons share (`Store.nonces()` of a Redis
+    or SQLite cache), or else this process's memory, which the verdicts then say
+    (`replay: process`). At most `max_nonces` at once from this verifier, of which one
+    issuer (`nonces.share_of`) holds at most `issuer_nonces`: past either, a replay cannot
+    be ruled out and the check says so (`unavailable`), rather than forget a nonce early or
+    grow without bound. With the check on, a token may live at most `replay_lifetime`
+    seconds (SA-JTI-3): how long a nonce is kept."""
 
     def __init__(
         self,
         directory: Directory,
         *,
-        nonces: Store | None = None,
-        max_nonces: int = MAX_NONCES,
+        nonces: NonceStore | None = None,
+        max_nonces: int = defaults.SERVICE_AUTH_NONCES,
+        issuer_nonces: int = defaults.SERVICE_AUTH_ISSUER_NONCES,
+        replay_lifetime: int = MAX_LIFETIME,
         clock: Callable[[], float] = time.time,
         refresh_every: float = REFRESH_EVERY,
     ) -> None:
         self.directory = directory
-        # Its own store is sized to hold every nonce the bound allows: none is evicted early.
-        self.nonces = nonces or MemoryStore(max_nonces * NONCE_BYTES, clock=clock)
-        self.max_nonces = max_nonces
-        self._held: list[float] = []  # when the nonces this verifier added expire (a heap)
+        self.nonces = MemoryNonces() if nonces is None else nonces
+        self.held = Held(max_nonces, issuer_nonces)
+        self.replay_lifetime = replay_lifetime
         self.clock, self.refresh_every = clock, refresh_every
         self._refreshed: Lru[str, float] = Lru(REFRESHED_KEPT, lambda did, _: 60 + len(did))
         self._refreshing: dict[str, asyncio.Task[Identity]] = {}
         self.outcomes: Counter[tuple[str, str]] = Counter()  # (outcome, rule or "")
         self.refreshes = 0  # forced re-resolutions of an issuer (SA-SIG-2)
         self.replays = 0  # tokens refused as seen before (SA-JTI-2)
+        self.unruled: Counter[str] = Counter()  # replays not ruled out: "issuer" or "bound"
+        self.pressing = Pressing()  # the issuers whose share was full
 
     async def verify(self, text: str, expected: Expected, *, replay: bool = False) -> Verification:
         """The outcome for `text` as `expected` receives it; `replay`: refuse a nonce seen
@@ -102,6 +110,10 @@ class ServiceAuthVerifier:
         # before it is known refused; SA-SIG-2's refresh) keeps to its share (POL-BUDGET-1).
         with charged_to(SERVICE_AUTH):
             verification = await self._verify(text, expected, replay)
+        if replay:
+            verification = replace(
+                verification, replay="shared" if self.nonces.shared else "process"
+            )
         self.outcomes[verification.outcome, verification.rule or ""] += 1
         return verification
 
@@ -111,6 +123,10 @@ class ServiceAuthVerifier:
             check_claims(token, expected, self.clock())
         except TokenRefused as err:
             return Verification("invalid", err.rule, err.reason)
+        lifetime = token.expires_at - token.issued_at
+        if replay and lifetime > self.replay_lifetime:
+            why = f"a lifetime of {lifetime} s; the replay check keeps {self.replay_lifetime} s"
+            return _about(token, "invalid", "SA-JTI-3", why)
         identity = await self._resolve_issuer(token.issuer, fresh=False)
         verification = _judged(token, identity, refreshed=False)
         if (
@@ -152,26 +168,35 @@ class ServiceAuthVerifier:
     async def _first_use(
         self, token: Token, expected: Expected, verification: Verification
     ) -> Verification:
-        now = self.clock()
-        while self._held and self._held[0] <= now:
-            heapq.heappop(self._held)
-        if len(self._held) >= self.max_nonces:
-            full = (
-                f"{self.max_nonces} nonces held (service_auth_nonces): a replay cannot be ruled out"
-            )
-            return _about(token, "unavailable", None, full)
-        digest = hashlib.sha256(token.nonce.encode()).hexdigest()[:32]
-        key = f"{NONCE_PREFIX}{token.issuer}:{digest}"
+        now, share = self.clock(), share_of(token.issuer)
+        until = token.expires_at + expected.skew
+        nonce = hashlib.sha256(f"{token.issuer}\n{token.nonce}".encode()).hexdigest()[:32]
+        # Past a bound the store is still asked, to record nothing (a limit of 0): a replay
+        # is refused as one whatever is full.
+        taken = self.held.take(share, now)
+        claimed = None
         try:
-            until = token.expires_at + expected.skew
-            first = await self.nonces.add(key, b"", until)
-        except (StoreUnavailable, OSError) as err:
+            limit = self.held.share_limit if taken == "taken" else 0
+            claimed = await self.nonces.claim(share, nonce, until, limit, now)
+        except NoncesUnavailable as err:
             return _about(token, "unavailable", None, f"the nonces seen could not be asked: {err}")
-        if first:
-            heapq.heappush(self._held, until)
+        finally:
+            if taken == "taken":
+                self.held.settle(share, until if claimed == "first" else None)
+        if claimed == "first":
             return verification
-        self.replays += 1
-        return _about(token, "invalid", "SA-JTI-2", "this jti was seen before from this issuer")
+        if claimed == "seen":
+            self.replays += 1
+            return _about(token, "invalid", "SA-JTI-2", "this jti was seen before from this issuer")
+        if taken == "bound":
+            self.unruled["bound"] += 1
+            held = f"{self.held.limit} nonces held (service_auth_nonces)"
+            return _about(token, "unavailable", None, f"{held}: a replay cannot be ruled out")
+        self.unruled["issuer"] += 1  # its share is full, here or in the store
+        self.pressing.note(share)
+        full = f"{share} holds its share, {self.held.share_limit} nonces"
+        why = f"{full} (service_auth_issuer_nonces): a replay cannot be ruled out"
+        return _about(token, "unavailable", None, why)
 
     def metrics(self) -> Iterator[Metric]:
         verified = CounterMetricFamily(
@@ -192,6 +217,34 @@ class ServiceAuthVerifier:
             "Tokens refused because their jti was seen before from the same issuer.",
             value=self.replays,
         )
+        unruled = CounterMetricFamily(
+            "atwhois_service_auth_replays_not_ruled_out",
+            "Valid tokens answered unavailable because the replay check was full: the "
+            "issuer's share of the nonces, or this process's bound.",
+            labels=["full"],
+        )
+        for full in ("issuer", "bound"):
+            unruled.add_metric([full], self.unruled[full])
+        yield unruled
+        yield GaugeMetricFamily(
+            "atwhois_service_auth_nonces_held",
+            "Nonces this process holds for the replay check (each until its token expires).",
+            value=len(self.held),
+        )
+        yield GaugeMetricFamily(
+            "atwhois_service_auth_nonces_limit",
+            "The most nonces this process holds at once (service_auth_nonces).",
+            value=self.held.limit,
+        )
+        pressing = GaugeMetricFamily(
+            "atwhois_service_auth_issuers_at_share",
+            f"Tokens answered unavailable because their issuer's share of the nonces was "
+            f"full, for the {PRESSING_SHOWN} issuers (did:plc, or did:web domain) with most.",
+            labels=["issuer"],
+        )
+        for share, count in self.pressing.top(PRESSING_SHOWN):
+            pressing.add_metric([share], count)
+        yield pressing
 
 
 def _kept(identity: Identity) -> bool:

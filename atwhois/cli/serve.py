@@ -31,7 +31,7 @@ from atwhois.audit import Auditor, AuditStore, default_audit_path
 from atwhois.auth import ServiceAuthVerifier
 from atwhois.cache import CachedResolver, Lifetime, Policy, open_store
 from atwhois.cache.revalidate import Revalidator
-from atwhois.cache.stores import Tier, TieredStore
+from atwhois.cache.stores import Tier
 from atwhois.foundation.defaults import MIB
 from atwhois.foundation.version import announce_contact
 from atwhois.mirror import Follower as MirrorFollower
@@ -183,10 +183,15 @@ def build_daemon(
         tuple(values.service_auth_key_id),
         bare_audience=values.service_auth_bare_audience == "allow",
     )
-    # The nonces seen go where other daemons see them (the store below the memory tier);
-    # with a cache in memory only, the verifier keeps its own.
-    shared = store if isinstance(store, TieredStore) else None
-    verifier = ServiceAuthVerifier(cached, nonces=shared, max_nonces=values.service_auth_nonces)
+    # The nonces seen go where other daemons see them (the store below the memory tier,
+    # apart from its entries); with a cache in memory only, in this process (verdicts say so).
+    verifier = ServiceAuthVerifier(
+        cached,
+        nonces=store.nonces(),
+        max_nonces=values.service_auth_nonces,
+        issuer_nonces=values.service_auth_issuer_nonces,
+        replay_lifetime=values.service_auth_replay_lifetime,
+    )
     service.add_routes(app, ServiceAuthApi(service, verifier, receiver), SERVICE_AUTH)
     service.metric_sources.append(verifier.metrics)
     WebPages(service).attach(app)

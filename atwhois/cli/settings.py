@@ -375,12 +375,31 @@ class Values:
     )
     service_auth_nonces: int = _setting(
         SERVICE,
-        "nonces (jti) the replay check holds at once, each until its token expires; past "
-        "that a replay cannot be ruled out and the check answers unavailable",
-        100_000,
+        "nonces (jti) the replay check of one process holds at once, each until its token "
+        "expires; past that a replay cannot be ruled out and the check answers unavailable",
+        defaults.SERVICE_AUTH_NONCES,
         metavar="N",
         low=1,
         high=100_000_000,
+    )
+    service_auth_issuer_nonces: int = _setting(
+        SERVICE,
+        "of those, the nonces one issuer may hold (a did:plc, or a did:web's registrable "
+        "domain with its subdomains), counted in the shared store: past that its tokens' "
+        "replay cannot be ruled out (unavailable), and no other issuer's is affected",
+        defaults.SERVICE_AUTH_ISSUER_NONCES,
+        metavar="N",
+        low=1,
+        high=100_000_000,
+    )
+    service_auth_replay_lifetime: int = _setting(
+        SERVICE,
+        "the longest lifetime (exp - iat) of a token checked for replay: a longer one is "
+        "refused (SA-JTI-3); it bounds how long a nonce is kept",
+        defaults.TOKEN_LIFETIME,
+        metavar="SECONDS",
+        low=1,
+        high=defaults.TOKEN_LIFETIME,
     )
     cors_origin: list[str] = _setting(
         SERVICE,

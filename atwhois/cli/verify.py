@@ -70,4 +70,7 @@ def _text(report: dict[str, object]) -> str:
     if isinstance(document, dict) and document.get("checked_at"):
         again = ", resolved again for this token" if document.get("refreshed") else ""
         lines.append(f"  document  checked {document['checked_at']}{again}")
+    replay = report["replay"]
+    if isinstance(replay, dict) and replay.get("warning"):
+        lines.append(f"  replay    {replay['warning']}")
     return "\n".join(lines)

@@ -28,6 +28,13 @@ TTL_VERIFIED = (3600.0, 86400.0)
 TTL_UNVERIFIED = (300.0, 3600.0)
 TTL_ABSENT = (120.0, 600.0)
 
+# Inter-service auth tokens (`auth`: `POST /v1/verify/service-auth`, the library's verifier)
+TOKEN_LIFETIME = 3600  # seconds: SA-TIME-2's longest lifetime, what a PDS grants at most
+SERVICE_AUTH_NONCES = 100_000  # nonces one process holds at once for the replay check
+# of them, what one issuer may hold (a did:plc, or a did:web's registrable domain): an
+# account of a PDS minting 60 s tokens (held 90 s with the skew) may send 11 a second
+SERVICE_AUTH_ISSUER_NONCES = 1_000
+
 # Audits (`audit`)
 UNREACHABLE_AFTER = 3  # transient failures in a row before an `unreachable` finding
 WEBHOOK_FORMAT = "json"

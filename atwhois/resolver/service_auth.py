@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import coincurve
 
+from atwhois.foundation import defaults
+
 from .document import verification_key
 from .errors import AtwhoisError
 from .keys import Curve, PublicKey
@@ -26,7 +28,7 @@ from .syntax import is_valid_did, is_valid_nsid
 from .untrusted import parse_json
 
 MAX_TOKEN = 8 * 1024  # SA-JWT-1: a PDS's token is ~400 characters
-MAX_LIFETIME = 3600  # SA-TIME-2: the longest a PDS grants (a method-bound token)
+MAX_LIFETIME = defaults.TOKEN_LIFETIME  # SA-TIME-2: the longest a PDS grants (lxm-bound)
 DEFAULT_SKEW = 30.0  # seconds two clocks may disagree by
 MAX_NONCE = 256  # SA-JTI-1
 DEFAULT_KEY_ID = "atproto"
@@ -74,6 +76,13 @@ class Expected:
 
 
 Outcome = Literal["valid", "invalid", "unavailable"]
+# Where the replay check's nonces live: a store other processes share (a SQLite file, a
+# Redis server), or this process's memory, which a restart or another process does not see.
+ReplayScope = Literal["shared", "process"]
+PROCESS_ONLY = (
+    "the nonces seen are kept in this process's memory only: the replay check lasts as long "
+    "as it, and another process (a restart, a second daemon) would take this token again"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +101,7 @@ class Verification:
     expires_at: int | None = None
     document_checked_at: str | None = None  # when the document that decided was resolved
     refreshed: bool = False  # the document was resolved afresh for this token (SA-SIG-2)
+    replay: ReplayScope | None = None  # where the nonces seen live (None: no replay check)
 
     @property
     def valid(self) -> bool:
@@ -111,11 +121,19 @@ class Verification:
             "method": self.method,
             "expires_at": self.expires_at,
             "document": {"checked_at": self.document_checked_at, "refreshed": self.refreshed},
+            "replay": self._replay_json(),
         }
+
+    def _replay_json(self) -> dict[str, Any] | None:
+        if self.replay is None:
+            return None
+        warning = PROCESS_ONLY if self.replay == "process" else None
+        return {"scope": self.replay, "warning": warning}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Verification:
         document = data.get("document") or {}
+        replay = data.get("replay") or {}
         return cls(
             outcome=data["outcome"],
             rule=data.get("rule"),
@@ -127,6 +145,7 @@ class Verification:
             expires_at=data.get("expires_at"),
             document_checked_at=document.get("checked_at"),
             refreshed=bool(document.get("refreshed")),
+            replay=replay.get("scope"),
         )
 
 

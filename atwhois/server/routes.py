@@ -306,13 +306,29 @@ _VERIFICATION = openapi.object_of(
         "rule": openapi.nullable("string"),
         "reason": openapi.nullable("string"),
         "issuer": openapi.nullable("string"),
-        "handle": openapi.nullable("string"),
+        # the issuer's handle is never checked for a token (SA-ISS-2): what its document says
+        "handle": {"type": "null"},
+        "handle_checked": {"type": "boolean", "enum": [False]},
+        "declared_handle": openapi.nullable("string"),
         "key_id": openapi.nullable("string"),
         "method": openapi.nullable("string"),
         "expires_at": openapi.nullable("integer"),
         "document": openapi.object_of(
             {"checked_at": openapi.nullable("string"), "refreshed": {"type": "boolean"}}
         ),
+        # where the replay check's nonces live (null: no check asked): shared, or this
+        # process only (with a warning)
+        "replay": {
+            "oneOf": [
+                {"type": "null"},
+                openapi.object_of(
+                    {
+                        "scope": {"type": "string", "enum": ["shared", "process"]},
+                        "warning": openapi.nullable("string"),
+                    }
+                ),
+            ]
+        },
     }
 )
 SERVICE_AUTH = (
@@ -344,7 +360,8 @@ SERVICE_AUTH = (
                 "413": openapi.content(openapi.ERROR, openapi.REASONS[413]),
                 "502": openapi.content(
                     _VERIFICATION,
-                    "unavailable: the issuer's identity could not be resolved now (Retry-After)",
+                    "unavailable: the issuer's identity could not be resolved now, or a "
+                    "replay cannot be ruled out (the nonces' bounds are full) (Retry-After)",
                 ),
                 "503": openapi.content(openapi.ERROR, openapi.REASONS[503]),
             },

@@ -4,7 +4,8 @@ audience and the accepted key ids may be fixed by the daemon's settings, so that
 asks with the token alone; a request may narrow them (a method, the replay check).
 
 200 answers a verdict (`valid`, or `invalid` with the rule); 502 (with Retry-After) says
-the issuer could not be resolved now, which is not a verdict on the token."""
+the issuer could not be resolved now, or that a replay cannot be ruled out (the replay
+check's bounds are full, SA-JTI-2), which is not a verdict on the token."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Where cache entries live. One small interface, three stores (memory, SQLite, Redis in
-`cache.stores.redis`), a memory tier in front of the shared ones, one behaviour suite."""
+`cache.stores.redis`), a memory tier in front of the shared ones, one behaviour suite; and
+beside each store's entries, the nonces seen (`nonces`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ from atwhois.resolver.errors import AtwhoisError
 
 from .base import SharedStore, Store, Stored
 from .memory import MemoryStore
+from .nonces import Claim, MemoryNonces, NonceStore, NoncesUnavailable
 from .sqlite import SqliteStore
 from .tiered import StoreUnavailable, Tier, TieredStore, in_memory
 
 __all__ = [
+    "Claim",
+    "MemoryNonces",
     "MemoryStore",
+    "NonceStore",
+    "NoncesUnavailable",
     "SharedStore",
     "SqliteStore",
     "Store",

@@ -7,6 +7,8 @@ from typing import NamedTuple, Protocol
 
 from atwhois.resolver.errors import AtwhoisError
 
+from .nonces import NonceStore
+
 # Told of changes: the keys, or None when anything may have changed.
 OnChange = Callable[[Sequence[str] | None], None]
 
@@ -30,11 +32,6 @@ class Store(Protocol):
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
         """Store `value` until `expires_at` (seconds since the epoch)."""
 
-    async def add(self, key: str, value: bytes, expires_at: float) -> bool:
-        """Store `value` only where no unexpired entry holds `key`: True when this call
-        stored it. One caller wins, also among processes sharing the store (a nonce seen
-        once, SA-JTI-2)."""
-
     async def delete(self, keys: Iterable[str]) -> None: ...
 
     async def count(self) -> int:
@@ -43,6 +40,11 @@ class Store(Protocol):
     async def scan(self, prefix: str, limit: int) -> list[tuple[str, bytes]]:
         """At most `limit` unexpired entries whose key starts with `prefix` (in no promised
         order): how a part that keeps a row per item finds its rows after a restart."""
+
+    def nonces(self) -> NonceStore:
+        """Where this store keeps the nonces seen (SA-JTI-2), apart from its entries: in
+        the file or server other processes share, or (memory) in this process."""
+        ...
 
     async def close(self) -> None: ...
 

@@ -18,6 +18,7 @@ from typing import Any
 from atwhois.foundation.lru import Lru
 
 from .base import OnChange, Stored
+from .nonces import MemoryNonces
 
 _OVERHEAD = 200  # bytes a slot costs beyond its key and value (objects, dict entries)
 _SWEEP_SECONDS = 30.0  # how often expired entries are looked for
@@ -68,6 +69,7 @@ class MemoryStore:
             evicted=self._evicted,
         )
         self._swept_at = clock()
+        self._nonces = MemoryNonces()
 
     def _evicted(self, key: str, _: Slot) -> None:
         self._decoded.pop(key)
@@ -100,12 +102,6 @@ class MemoryStore:
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
         self.keep(key, value, expires_at)
         self.announce([key])
-
-    async def add(self, key: str, value: bytes, expires_at: float) -> bool:
-        if self.slot(key) is not None:
-            return False
-        await self.put(key, value, expires_at)
-        return True
 
     def announce(self, keys: Sequence[str] | None) -> None:
         """Tell the listeners these keys changed (None: anything may have), also when what
@@ -146,6 +142,10 @@ class MemoryStore:
     def forget(self, key: str) -> None:
         self._slots.pop(key)
         self._decoded.pop(key)
+
+    def nonces(self) -> MemoryNonces:
+        """This process's own: none in the entries' LRU, where they would be evicted."""
+        return self._nonces
 
     def spare(self, keys: Iterable[str]) -> None:
         """Nothing to spare: this store is the only copy of its entries (`TieredStore.spare`)."""

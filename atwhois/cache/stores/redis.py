@@ -4,6 +4,9 @@ runs) can share a server without colliding; Redis expires entries itself.
 Every write also publishes its keys on `<prefix>changes`, so each daemon's memory tier drops
 what another daemon changed as soon as it is told (`watch`). Commands fail fast (a short
 timeout, no retries): the memory tier in front answers while Redis is away.
+
+The nonces seen (`nonces`, SA-JTI-2) are apart from the entries: a sorted set per share,
+changed by one script, published to no one (no memory tier keeps them).
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from collections.abc import Awaitable, Callable, Iterable
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
 from .base import OnChange, Stored
+from .nonces import Claim, NoncesUnavailable
 
 _CONNECTIONS = 100  # to the server at once, from one process
 _SILENCE = 1.0  # seconds without a message before the subscription is pinged
@@ -59,12 +64,9 @@ class RedisStore:
             pipe.publish(self.channel, self._notice([key]))
             await pipe.execute()
 
-    async def add(self, key: str, value: bytes, expires_at: float) -> bool:
-        until = int(expires_at * 1000)
-        stored = await self._redis.set(self.prefix + key, value, pxat=until, nx=True)
-        if stored:
-            await self._redis.publish(self.channel, self._notice([key]))
-        return bool(stored)
+    def nonces(self) -> RedisNonces:
+        """The nonces seen, under this prefix: every daemon on the server sees them."""
+        return RedisNonces(self._redis, self.prefix)
 
     async def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)
@@ -78,7 +80,9 @@ class RedisStore:
         return b"\n".join([self._origin, *(k.encode() for k in keys)])
 
     async def count(self) -> int:
-        return sum([1 async for _ in self._redis.scan_iter(match=self.prefix + "*", count=1000)])
+        nonces = (self.prefix + "{").encode()  # the nonces' keys (`nonces`) are no entries
+        keys = self._redis.scan_iter(match=self.prefix + "*", count=1000)
+        return sum([1 async for key in keys if not key.startswith(nonces)])
 
     async def scan(self, prefix: str, limit: int) -> list[tuple[str, bytes]]:
         pattern = _glob_escaped(self.prefix + prefix) + "*"
@@ -135,3 +139,46 @@ _CLOSE_WITHIN = 2.0  # seconds a subscription's close may take
 def _glob_escaped(text: str) -> str:
     """`text` matched literally by a Redis glob pattern."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+# KEYS[1]: the share's sorted set (member: a nonce; score: when it expires, in ms).
+# ARGV: the nonce, its expiry (ms), now (ms), the share's limit.
+_CLAIM = """
+local share = KEYS[1]
+redis.call('ZREMRANGEBYSCORE', share, '-inf', ARGV[3])
+if redis.call('ZSCORE', share, ARGV[1]) then return 'seen' end
+if redis.call('ZCARD', share) >= tonumber(ARGV[4]) then return 'share' end
+redis.call('ZADD', share, ARGV[2], ARGV[1])
+local last = redis.call('ZRANGE', share, -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', share, last[2])
+return 'first'
+"""
+_CLAIMS: dict[object, Claim] = {b"first": "first", b"seen": "seen", b"share": "share"}
+
+
+class RedisNonces:
+    """In Redis (`RedisStore.nonces`), which every daemon on it shares: one sorted set per
+    share, changed by one script (atomic); the set expires with its last nonce."""
+
+    name = "redis"
+    shared = True
+
+    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+        self._prefix = prefix
+        self._claim = client.register_script(_CLAIM)
+
+    def key(self, share: str) -> str:
+        return f"{self._prefix}{{nonce:{share}}}"
+
+    async def claim(
+        self, share: str, nonce: str, expires_at: float, limit: int, now: float
+    ) -> Claim:
+        args: list[str | int] = [nonce, int(expires_at * 1000), int(now * 1000), limit]
+        try:
+            answer = await self._claim(keys=[self.key(share)], args=args)
+        except (RedisError, OSError) as err:  # unreachable, too slow, the script refused
+            raise NoncesUnavailable(f"Redis: {err}") from err
+        claim = _CLAIMS.get(answer)
+        if claim is None:
+            raise NoncesUnavailable(f"Redis: the nonce script answered {str(answer)[:40]}")
+        return claim

@@ -25,11 +25,13 @@ from pathlib import Path
 from atwhois.foundation.sql import BUSY_MS, sqlite_connect
 
 from .base import OnChange, Stored, UnusableStore
+from .nonces import SQLITE_SCHEMA, SqliteNonces
 
 # 2: an ordinary rowid table. WITHOUT ROWID kept each ~1.5 KB value in the key's b-tree,
 # which spilled into mostly empty overflow pages: 5.3 KB on disk per identity.
 SCHEMA_VERSION = 2
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
     key TEXT PRIMARY KEY,
@@ -43,6 +45,8 @@ CREATE TABLE IF NOT EXISTS changes (
     writer TEXT NOT NULL
 );
 """
+    + SQLITE_SCHEMA
+)
 _PAGE_SIZE = 16384
 _SWEEP_EVERY = 1000  # writes between deletions of expired rows (and old changes)
 _CHANGES_KEPT = 10_000  # rows of the change log kept: a reader further behind drops everything
@@ -123,25 +127,9 @@ class SqliteStore:
                 (_CHANGES_KEPT,),
             )
 
-    async def add(self, key: str, value: bytes, expires_at: float) -> bool:
-        # An expired entry of `key` is replaced; a live one stays and nothing is written.
-        added = (
-            "INSERT INTO entries (key, value, expires_at) VALUES (?, ?, ?) ON CONFLICT (key) "
-            "DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at "
-            "WHERE entries.expires_at <= ?"
-        )
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            stored = self._db.execute(added, (key, value, expires_at, self._clock())).rowcount
-            if stored:
-                self._db.execute(
-                    "INSERT INTO changes (key, writer) VALUES (?, ?)", (key, self._writer)
-                )
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
-        return stored == 1
+    def nonces(self) -> SqliteNonces:
+        """The nonces seen, in this file's own table: every process on it sees them."""
+        return SqliteNonces(self._db)
 
     async def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)

@@ -22,6 +22,7 @@ from atwhois.resolver.errors import AtwhoisError
 
 from .base import OnChange, Store, Stored
 from .memory import Decoder, MemoryStore, Slot
+from .nonces import NonceStore
 
 T = TypeVar("T")
 log = logging.getLogger("atwhois.cache")
@@ -123,16 +124,10 @@ class TieredStore:
         if isinstance(written, _Failed):
             self._remember_unsynced([key])
 
-    async def add(self, key: str, value: bytes, expires_at: float) -> bool:
-        """Decided by the store below, which other processes share: when it cannot be
-        asked, no one can say whether the key was there (`StoreUnavailable`)."""
-        added = await self._below(lambda: self.below.add(key, value, expires_at))
-        if isinstance(added, _Failed):
-            raise StoreUnavailable(f"the {self.below.name} store did not answer: {self._error}")
-        if added:
-            self.memory.keep(key, value, expires_at).loaded_at = self._timer()
-            self.announce([key])
-        return added
+    def nonces(self) -> NonceStore:
+        """The store below's, which other processes share: none in memory, where they
+        would push identities out (and one process's memory cannot rule out a replay)."""
+        return self.below.nonces()
 
     def spare(self, keys: Iterable[str]) -> None:
         """Drop these entries from memory, where the store below holds them as they are: the

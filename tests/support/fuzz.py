@@ -1,8 +1,9 @@
 """Fuzzing every parser that takes a stranger's bytes: identifiers, TXT records, well-known
 bodies, `Retry-After` headers, DID documents, PLC operations, audit logs and export lines,
-XRPC query strings and bodies, the TOML configuration, DNSSEC responses and the walk over
-them (`fuzz_dnssec`); and the followers of hostile sources (`fuzz_hostile`): export page
-sequences, stream frame sequences, the mirror's read API queries.
+service auth tokens (their text, and their header's and claims' bytes through the
+verifier), XRPC query strings and bodies, the TOML configuration, DNSSEC responses and the
+walk over them (`fuzz_dnssec`); and the followers of hostile sources (`fuzz_hostile`):
+export page sequences, stream frame sequences, the mirror's read API queries.
 
 Each target is a Hypothesis strategy (random input, and real inputs from the vectors with
 parts swapped for random ones) and a function that may fail only in the classified ways the
@@ -14,6 +15,8 @@ for 100,000 inputs at least and prints what it found.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import base64
 import contextlib
 import functools
 import json
@@ -50,6 +53,7 @@ from atwhois.server import routes
 from atwhois.stream import MalformedFrame
 from atwhois.stream import decode as decode_frame
 from atwhois.stream.frames import decode_jetstream, decode_jetstream_v2
+from atwhois.testing import World
 from devnet import relay_frames
 from devnet.atwhois import error_name
 from devnet.jetstream_wire import events
@@ -357,6 +361,69 @@ RETRY_AFTER_SEEDS = [
     "²",
 ]
 
+# A token's header and claims as any bytes (JSON of any kind in any field, in UTF-8 or
+# not, with a BOM or not, or bytes flipped), signed by an issuer the verifier resolves, so
+# that every rule is reached, the replay check's included.
+_ISSUER_WORLD = World()
+TOKEN_ISSUER = _ISSUER_WORLD.add("fuzz.example.org")
+_ISSUER_KEY = coincurve.PrivateKey(_ISSUER_WORLD.accounts[TOKEN_ISSUER].secret)
+_AT = 1_000_000_000  # the verifier's clock: the seeds' tokens stay in their time
+_ISSUED = [
+    {"iss": TOKEN_ISSUER, "aud": TOKEN_AUDIENCE, "iat": _AT, "exp": _AT + 60, "jti": "n"},
+    {"iss": TOKEN_ISSUER, "aud": "did:web:feed.example", "iat": _AT - 10, "exp": _AT + 50,
+     "jti": "x", "lxm": "app.bsky.feed.getFeedSkeleton", "nbf": _AT},
+]  # fmt: skip
+_ENCODINGS = ["utf-8", "utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-32"]
+
+
+def _encoded(case: tuple[Any, str, bool]) -> bytes:
+    value, encoding, ascii_only = case
+    text = json.dumps(value, allow_nan=True, ensure_ascii=ascii_only)
+    return text.encode(encoding, "surrogatepass")
+
+
+def _segment(seeds: list[Any]) -> st.SearchStrategy[bytes]:
+    return st.one_of(
+        st.tuples(mutated_json(seeds), st.sampled_from(_ENCODINGS), st.booleans()).map(_encoded),
+        flipped_or_random([json.dumps(seed).encode() for seed in seeds]),
+    )
+
+
+token_bytes = st.tuples(
+    _segment([{"typ": "JWT", "alg": "ES256K"}, *TOKEN_HEADERS]), _segment(_ISSUED)
+)
+_VERIFYING: list[Any] = []  # the event loop and the verifier, made on first use
+
+
+def _token_bytes(parts: tuple[bytes, bytes]) -> None:
+    """Any bytes as a token's header and claims, signed: through the verifier, the replay
+    check on, a verdict of the three, naming a rule when invalid (never another error: an
+    `alg` list and a lone surrogate in `jti` were a 500 each, issue 66)."""
+    from atwhois.auth import ServiceAuthVerifier
+    from atwhois.resolver.rules import TAG
+    from atwhois.resolver.service_auth import Expected
+
+    if not _VERIFYING:
+        loop = asyncio.new_event_loop()
+        cached = _ISSUER_WORLD.cached(clock=lambda: _AT)
+        _VERIFYING.extend([loop, ServiceAuthVerifier(cached, clock=lambda: _AT)])
+    loop, verifier = _VERIFYING
+    header, claims = parts
+    signed = f"{_b64url(header)}.{_b64url(claims)}"
+    token = f"{signed}.{_b64url(_ISSUER_KEY.sign_recoverable(signed.encode())[:64])}"
+    expected = Expected(TOKEN_AUDIENCE, key_ids=("atproto", "atproto_label"))
+    verification = loop.run_until_complete(verifier.verify(token, expected, replay=True))
+    json.dumps(verification.to_json())  # what the daemon answers
+    if verification.outcome == "invalid":
+        assert verification.rule and TAG.fullmatch(verification.rule), verification
+    else:
+        assert verification.rule is None, verification
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
 TOML_SEEDS = [
     'cache = "memory:"\nttl_verified = "1:3600"\n',
     'dev = true\nplc_url = "https://plc.directory"\nport = 2584\n',
@@ -426,6 +493,7 @@ TARGETS = [
     Target("PDS commit blocks", flipped_or_random([COMMIT_CAR]), _commit),
     Target("DNSSEC records", flipped_or_random(fuzz_dnssec.SEEDS), fuzz_dnssec.rules_and_walk),
     Target("service auth tokens", tokens, _service_auth),
+    Target("service auth token bytes", token_bytes, _token_bytes),
     Target("DNSSEC walk, hostile", fuzz_dnssec.hostile_seeds, fuzz_dnssec.hostile_walk),
     Target(
         "TOML configuration",

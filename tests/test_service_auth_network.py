@@ -9,10 +9,12 @@ either."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import subprocess
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from tests.support.waiting import until
 FEED = "did:web:feed.example"
 AUDIENCE = FEED + "#bsky_fg"
 METHOD = "app.bsky.feed.getFeedSkeleton"
+PATH = "/v1/verify/service-auth"
 N_K256 = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 
 
@@ -279,6 +282,116 @@ def test_a_replay_is_refused_by_either_of_two_daemons_sharing_redis(
                 timeout=30,
             )
             assert other.status_code == 400  # the settings fix the audience
+
+
+def signed_bytes(account: PlcAccount, header: bytes, body: bytes) -> str:
+    """A token of these very bytes for its header and claims, signed by `account`."""
+    text = f"{b64(header)}.{b64(body)}"
+    return f"{text}.{b64(account.key.private.sign_recoverable(text.encode())[:64])}"
+
+
+def test_no_token_field_is_a_500_and_each_form_names_its_rule(
+    devnet: DevnetState, tmp_path: Path
+) -> None:
+    """Issue 66: an `alg` that is a JSON list or object (TypeError: unhashable), a lone
+    surrogate in `jti` with the replay check on (UnicodeEncodeError) were a 500 and a
+    traceback each; typ spellings of an access token, an nbf an hour ahead, claims in UTF-16
+    or with a BOM, and `crit` were accepted. Each is refused naming its rule, signed by a
+    real issuer on the directory."""
+    account = PlcAccount(devnet.plc_url, None)
+    key, body = account.key.private, json.dumps(claims(account.did)).encode()
+    cases = {
+        "alg a list": (signed_bytes(account, b'{"typ":"JWT","alg":["ES256K"]}', body),
+                       "SA-ALG-1"),
+        "alg an object": (signed_bytes(account, b'{"typ":"JWT","alg":{"a":1}}', body),
+                          "SA-ALG-1"),
+        "a lone surrogate in jti": (mint(key, claims(account.did, jti="\ud800")), "SA-JWT-3"),
+        "typ application/at+jwt": (mint(key, claims(account.did), typ="application/at+jwt"),
+                                   "SA-TYP-1"),
+        "typ at+jwt and a space": (mint(key, claims(account.did), typ="at+jwt "), "SA-TYP-1"),
+        "nbf an hour ahead": (mint(key, claims(account.did, nbf=int(time.time()) + 3600)),
+                              "SA-TIME-3"),
+        "claims in UTF-16": (signed_bytes(account, b'{"typ":"JWT","alg":"ES256K"}',
+                                          body.decode().encode("utf-16")), "SA-JWT-3"),
+        "claims with a BOM": (signed_bytes(account, b'{"typ":"JWT","alg":"ES256K"}',
+                                           b"\xef\xbb\xbf" + body), "SA-JWT-3"),
+        "crit": (mint(key, claims(account.did), crit=["exp"]), "SA-CRIT-1"),
+    }  # fmt: skip
+    with running_daemon(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
+        assert outcome(daemon, mint(key, claims(account.did)), replay=True) == ("valid", None)
+        for why, (token, rule) in cases.items():
+            answer = verify(daemon, token, replay=True)
+            assert answer.status_code == 200, (why, answer.status_code, answer.text)
+            assert (answer.json()["outcome"], answer.json()["rule"]) == ("invalid", rule), why
+        assert "Traceback" not in daemon.log.read_text()
+
+
+@pytest.fixture(scope="module")
+def issuers(devnet: DevnetState) -> tuple[list[PlcAccount], list[PlcAccount]]:
+    """Ten attacker issuers and three honest ones, on the test network's directory."""
+    return (
+        [PlcAccount(devnet.plc_url, None) for _ in range(10)],
+        [PlcAccount(devnet.plc_url, None) for _ in range(3)],
+    )
+
+
+@pytest.mark.parametrize("cache", ["memory", "sqlite", "redis"])
+def test_ten_issuers_flooding_a_daemon_leave_every_other_issuers_token_valid(
+    devnet: DevnetState,
+    tmp_path: Path,
+    issuers: tuple[list[PlcAccount], list[PlcAccount]],
+    cache: str,
+) -> None:
+    """Issue 66's target, at the daemon: ten issuers send valid tokens of their own, a new
+    jti each, past their share (the bound and the share shrunk by their settings); the
+    honest issuers' tokens amid them are all valid, every replay is refused (through the
+    other daemon, where the store is shared), the metrics name the issuers at their share,
+    and the verdict says where the nonces live. Before, one issuer filled the bound alone,
+    and the memory store's LRU forgot nonces early."""
+    attackers, honest = issuers
+    share, flood = 10, 45  # 450 attacker tokens: past the bound of 200 of either daemon
+    with contextlib.ExitStack() as stack:
+        if cache == "redis":
+            store = stack.enter_context(RedisServer(tmp_path)).url
+        else:
+            store = "memory:" if cache == "memory" else f"sqlite://{tmp_path}/cache.db"
+        bounds = ("--service-auth-nonces", "200", "--service-auth-issuer-nonces", str(share))
+        args = ("--cache", store, "--service-auth-audience", AUDIENCE, *bounds)
+        count = 1 if cache == "memory" else 2  # daemons on one store
+        daemons = [
+            stack.enter_context(running_daemon(devnet.env(), tmp_path / f"{n}.log", *args))
+            for n in range(count)
+        ]
+        clients = [stack.enter_context(httpx.Client(base_url=d.url, timeout=30)) for d in daemons]
+
+        def ask(n: int, token: str) -> dict[str, Any]:
+            answer = clients[n % count].post(PATH, json={"token": token, "replay": True})
+            assert answer.status_code in (200, 502), answer.text
+            return dict(answer.json())
+
+        floods = [mint(a.key.private, claims(a.did)) for _ in range(flood) for a in attackers]
+        fair = [mint(h.key.private, claims(h.did)) for _ in range(share - 2) for h in honest]
+        half, fair_half = len(floods) // 2, len(fair) // 2  # honest amid the flood and after
+        sent = floods[:half] + fair[:fair_half] + floods[half:] + fair[fair_half:]
+        first = [ask(n, token) for n, token in enumerate(sent)]
+        again = [ask(n + 1, token) for n, token in enumerate(sent)]
+        text = clients[0].get("/metrics").text
+    verdicts = dict(zip(sent, first, strict=True))
+    assert {verdicts[t]["outcome"] for t in fair} == {"valid"}
+    attacked = Counter(verdicts[t]["outcome"] for t in floods)
+    assert attacked == {"valid": 10 * share, "unavailable": 10 * (flood - share)}
+    replays = [b for a, b in zip(first, again, strict=True) if a["outcome"] == "valid"]
+    assert {(r["outcome"], r["rule"]) for r in replays} == {("invalid", "SA-JTI-2")}
+    scope = "process" if cache == "memory" else "shared"
+    assert {v["replay"]["scope"] for v in first} == {scope}
+    assert all(bool(v["replay"]["warning"]) == (scope == "process") for v in first)
+    pressing = {
+        labels["issuer"]
+        for (name, labels_set), _ in metrics.samples(text).items()
+        if name == "atwhois_service_auth_issuers_at_share"
+        for labels in [dict(labels_set)]
+    }
+    assert pressing and pressing <= {a.did for a in attackers}
 
 
 @pytest.mark.parametrize("field", ["token", "audience"])

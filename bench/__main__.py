@@ -20,6 +20,7 @@ from bench import (
     plc_verify,
     read_after_write,
     refused_tokens,
+    replay_flood,
     serve_load,
     slow_readers,
     startup,
@@ -46,6 +47,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "slow": slow_readers.main,
     "verify": verify_tokens.main,
     "refused": refused_tokens.main,
+    "replay": replay_flood.main,
 }
 
 

@@ -227,6 +227,11 @@ class World:
         async with self.resolver() as resolver:
             return await resolver.refresh(identifier)
 
+    async def document(self, did: str, *, fresh: bool = False) -> Identity:
+        """The DID's document alone (nothing is kept: every one is fresh)."""
+        async with self.resolver() as resolver:
+            return await resolver.document(did, fresh=fresh)
+
     async def check_pds(self, identity: Identity) -> Identity:
         async with self.resolver() as resolver:
             return await resolver.check_pds(identity)

@@ -235,3 +235,31 @@ async def _echo(url: str, protocols: tuple[str, ...], seq: int | None) -> tuple[
     ):
         message = await ws.receive(timeout=10)
         return ws.protocol, message.data.encode()
+
+
+async def test_one_cursor_too_old_is_one_gap(devnet: DevnetState) -> None:
+    """F-CUR-3: a stream followed, stopped, and asked again from a seq the instance no
+    longer keeps is refused CursorTooOld: one gap, counted once and handed on once, and the
+    next connection is from the present (before, that connection, opened without a cursor
+    by a subscriber that had followed the stream, was counted as a second gap)."""
+    account = _account(devnet)
+    with JetstreamStandIn(_firehose(devnet)) as jetstream:
+        applied: list[int] = []
+        gaps: list[str] = []
+        subscriber = _subscriber(jetstream.url, applied, MemoryCursor(), JETSTREAM2, gaps)
+        running = asyncio.create_task(subscriber.run())
+        try:
+            await eventually(lambda: subscriber.state.connected, 10)
+            handle = account.rename("b")
+            await eventually(lambda: _named(jetstream, handle) in applied, 10)
+        finally:  # the connection ends with the cursor at that event
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        assert subscriber.state.cursor == Seq(applied[-1]) and gaps == []
+        jetstream.forget_before(jetstream.next_seq + 1)  # the floor passes the cursor
+        await while_running(
+            subscriber.run(), lambda: len(jetstream.cursors) >= 3 and subscriber.state.connected
+        )
+    assert jetstream.cursors == [None, str(applied[-1]), None]  # refused, then the present
+    assert jetstream.asked_plainly == [str(applied[-1])]  # read for its name: CursorTooOld
+    assert gaps == ["gap"] and subscriber.state.gaps == 1

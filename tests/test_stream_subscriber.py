@@ -257,3 +257,29 @@ async def test_re_verifications_after_events_are_bounded_and_the_overflow_counte
     await revalidator.claimed(dids[5], None, "#identity")
     assert claimed[-1] == dids[5]
     await revalidator.stop()
+
+
+async def test_a_reading_process_gap_is_not_counted_again_by_the_next_child() -> None:
+    """F-CUR-2, F-CUR-3: the daemon tells a child that replaces one whether the stream was
+    followed before (then a start without a cursor is a gap). After a child's gap refused
+    between connections (CursorTooOld), its start from the present is what that gap counted:
+    the next child is not told the stream was followed, so the gap is not counted twice; a
+    gap during a connection (OutdatedCursor) leaves that connection followed."""
+    from atwhois.stream.process import StreamProcess
+    from atwhois.stream.state import StreamState
+
+    gaps: list[str] = []
+
+    async def gap() -> None:
+        gaps.append("gap")
+
+    process = StreamProcess("ws://relay.example", _ignore, MemoryCursor(), on_gap=gap)
+    connected = StreamState(process.url, connected=True)
+    await process._apply(("state", connected))
+    assert process._followed
+    await process._apply(("state", StreamState(process.url)))  # between connections
+    await process._apply(("gap", None))
+    assert not process._followed and gaps == ["gap"]
+    await process._apply(("state", connected))
+    await process._apply(("gap", None))
+    assert process._followed and gaps == ["gap", "gap"]

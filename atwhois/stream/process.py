@@ -126,8 +126,12 @@ class StreamProcess:
         elif kind == "state":
             self.state = value
             self._followed = self._followed or value.connected
-        elif kind == "gap" and self.on_gap is not None:
-            await self.on_gap()
+        elif kind == "gap":
+            # The child's gap counts the connection from the present that follows it: only a
+            # connection under way (the state sent just before says so) is followed since.
+            self._followed = self.state.connected
+            if self.on_gap is not None:
+                await self.on_gap()
 
 
 def _relay(

@@ -401,6 +401,10 @@ class Subscriber:
         counted, logged and handed to `on_gap`."""
         self.state.gaps += 1
         self.state.cursor = None
+        # The connection this gap opens from the present is the one it counts: not a gap
+        # again (F-CUR-2) unless a connection is made and lost before a cursor. A refused
+        # CursorTooOld counted twice without this.
+        self._followed = False
         self.state.last_error = why
         log.warning(json.dumps({"event": "stream_gap", "url": self.url, "why": why}))
         await self.cursor.save(None)

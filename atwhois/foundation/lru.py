@@ -54,6 +54,11 @@ class Lru(Generic[K, V]):
             self.bytes -= self._size_of(key, found)
         return found
 
+    def keys(self) -> Iterator[K]:
+        """The keys, least recently used first, as they are: read them before the map
+        changes (no copy is made)."""
+        return iter(self._items)
+
     def items(self) -> Iterator[tuple[K, V]]:
         return iter(list(self._items.items()))
 

@@ -46,6 +46,15 @@ class Store(Protocol):
         the file or server other processes share, or (memory) in this process."""
         ...
 
+    async def walk(self, prefix: str, limit: int, position: str = "") -> tuple[list[str], str]:
+        """A page of the keys that start with `prefix`: at most about `limit`, from where
+        `position` left the walk ("": a new walk), and the position of the next page (""
+        once the walk is over). However many keys there are, a page holds only its own: how
+        a part goes over every entry of a kind without holding them all. A walk sees every
+        key held from its first page to its last at least once (a key added or dropped
+        meanwhile, maybe; one past its expiry may be among them). A position is the store's
+        own: one another store gave starts the walk again."""
+
     async def close(self) -> None: ...
 
 

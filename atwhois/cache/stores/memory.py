@@ -9,6 +9,7 @@ few of them (issue 18: 7 KB of memory per identity when every entry kept its own
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -164,6 +165,18 @@ class MemoryStore:
         now = self.clock()
         found = ((k, s) for k, s in self._slots.items() if k.startswith(prefix))
         return list(itertools.islice(((k, s.value) for k, s in found if s.expires_at > now), limit))
+
+    async def walk(self, prefix: str, limit: int, position: str = "") -> tuple[list[str], str]:
+        # In key order, from the key after the last one given: each page is one pass over
+        # the keys in C (the smallest above a bound), no copy of them. The keys that start
+        # with `prefix` are one interval of that order, so the first key past it ends the walk.
+        if position.startswith(prefix) and position != prefix:
+            above = filter(position.__lt__, self._slots.keys())
+        else:
+            above = filter(prefix.__le__, self._slots.keys())
+        smallest = heapq.nsmallest(limit, above)
+        page = list(itertools.takewhile(lambda key: key.startswith(prefix), smallest))
+        return page, page[-1] if len(page) == limit else ""
 
     async def close(self) -> None:
         self.clear()

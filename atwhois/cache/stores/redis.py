@@ -102,6 +102,16 @@ class RedisStore:
             ]
         return found
 
+    async def walk(self, prefix: str, limit: int, position: str = "") -> tuple[list[str], str]:
+        # Redis's own walk (SCAN): its cursor is the position, `limit` the count it is given
+        # (a hint: a page may hold a few more, or none while the walk goes on)
+        pattern = _glob_escaped(self.prefix + prefix) + "*"
+        start = int(position) if position.isdigit() else 0
+        cursor, keys = await self._redis.scan(start, match=pattern, count=limit)
+        names = [key.decode() if isinstance(key, bytes) else key for key in keys]
+        page = [name[len(self.prefix) :] for name in names]
+        return page, "" if int(cursor) == 0 else str(cursor)
+
     async def watch(self, on_change: OnChange, ready: Callable[[], Awaitable[None]]) -> None:
         pubsub = self._redis.pubsub()
         try:

@@ -162,6 +162,17 @@ class SqliteStore:
         )
         return [(str(key), bytes(value)) for key, value in rows]
 
+    async def walk(self, prefix: str, limit: int, position: str = "") -> tuple[list[str], str]:
+        # in the primary key's order, from the key after the last one given, by its index
+        after = position if position.startswith(prefix) else ""
+        rows = self._db.execute(
+            "SELECT key FROM entries WHERE key >= ? AND key > ? AND key < ? AND expires_at > ?"
+            " ORDER BY key LIMIT ?",
+            (prefix, after, prefix + "\U0010ffff", self._clock(), limit),
+        )
+        keys = [str(key) for (key,) in rows]
+        return keys, keys[-1] if len(keys) == limit else ""
+
     async def watch(self, on_change: OnChange, ready: Callable[[], Awaitable[None]]) -> None:
         version = self._data_version()
         seen = self._db.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0]

@@ -264,6 +264,12 @@ class TieredStore:
         found = await self._below(lambda: self.below.scan(prefix, limit))
         return await self.memory.scan(prefix, limit) if isinstance(found, _Failed) else found
 
+    async def walk(self, prefix: str, limit: int, position: str = "") -> tuple[list[str], str]:
+        found = await self._below(lambda: self.below.walk(prefix, limit, position))
+        if isinstance(found, _Failed):  # what memory holds (a position from below: anew)
+            return await self.memory.walk(prefix, limit, position)
+        return found
+
     async def count(self) -> int:
         counted = await self._below(self.below.count)
         return await self.memory.count() if isinstance(counted, _Failed) else counted

@@ -11,7 +11,7 @@ import email.utils
 import pytest
 
 from atwhois.foundation import pace as pace_module
-from atwhois.foundation.pace import SERVICE_AUTH, HostPace, charged_to
+from atwhois.foundation.pace import REVERIFY, SERVICE_AUTH, HostPace, charged_to
 from atwhois.resolver.fetch import host_of
 from atwhois.resolver.untrusted import retry_after
 
@@ -43,6 +43,7 @@ def test_a_burst_then_one_turn_every_1_over_rate_seconds() -> None:
     assert pace.admit("other.example") == 0.0  # every host has its own
     assert pace.counts["plc.example"] == {
         "requests": 21,
+        "background": 0,
         "throttled": 3,
         "parked": 0,
         "over_budget": 0,
@@ -62,7 +63,13 @@ def test_a_parked_host_gets_no_turn_until_its_pause_ends() -> None:
     clock.now += 0.1
     assert pace.admit("a.example") == 0.0 and pace.parked_for("a.example") == 0
     assert pace.parked() == {}
-    assert pace.counts["web"] == {"requests": 2, "throttled": 0, "parked": 2, "over_budget": 0}
+    assert pace.counts["web"] == {
+        "requests": 2,
+        "background": 0,
+        "throttled": 0,
+        "parked": 2,
+        "over_budget": 0,
+    }
 
 
 def test_a_pause_lasts_the_cap_at_most_then_one_probe_asks_whether_it_is_over() -> None:
@@ -114,6 +121,47 @@ def test_a_kind_of_work_keeps_to_its_share_and_is_refused_at_once_past_it() -> N
     assert pace.admit("plc.example") == pytest.approx(0.01)  # a lookup waits its turn
     assert pace.counts["plc.example"]["over_budget"] == 2
     assert pace.counts["plc.example"]["requests"] == 21
+
+
+def test_a_patient_kind_of_work_waits_for_its_share_and_lookups_keep_the_rest() -> None:
+    """F-CUR-6: at 100 requests/s and a share of 0.25, the pass after a stream's gap that
+    asks every millisecond goes at 25/s (and its own small burst), waiting for its share,
+    never refused; lookups at 62.5/s beside it never wait; lookups that take the whole rate
+    leave it nothing, and it waits for the host's turn and its own."""
+    clock = Clock()
+    pace = HostPace(
+        lambda _: 100.0,
+        max_park=CAP,
+        shares={REVERIFY: 0.25},
+        patient=frozenset({REVERIFY}),
+        burst_seconds=0.1,
+        clock=clock,
+    )
+    background = lookups = 0
+    for ms in range(2000):
+        with charged_to(REVERIFY):
+            turn = pace.admit("plc.example")
+        assert turn is not None  # waits, never refused
+        background += turn == 0.0
+        if ms % 16 == 0:
+            assert pace.admit("plc.example") == 0.0  # never kept waiting by the pass
+            lookups += 1
+        clock.now += 0.001
+    assert 50 <= background <= 50 + 3
+    assert pace.counts["plc.example"] == {
+        "requests": background + lookups,
+        "background": background,
+        "throttled": 0,
+        "parked": 0,
+        "over_budget": 0,
+    }
+    for _ in range(20):  # lookups take every turn there is
+        pace.admit("plc.example")
+    with charged_to(REVERIFY):
+        assert (pace.admit("plc.example") or 0.0) > 0
+        clock.now += 60  # idle: both buckets full again
+        assert [pace.admit("plc.example") for _ in range(2)] == [0.0, 0.0]
+        assert (pace.admit("plc.example") or 0.0) == pytest.approx(0.02)  # its burst is 2.5
 
 
 def test_idle_hosts_are_forgotten_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -211,6 +211,15 @@ class Values:
         low=0.01,
         high=1,
     )
+    reverify_share: float = _setting(
+        RESOLUTION,
+        "share of each host's rate (plc_rate, host_rate) that re-verifying every held "
+        "identity after an event stream's gap may take; lookups keep the rest",
+        _RESOLVER.reverify_share,
+        metavar="FRACTION",
+        low=0.01,
+        high=1,
+    )
     contact_url: str | None = _setting(
         RESOLUTION,
         "where the operators of the hosts atwhois asks can reach you: sent in the User-Agent "

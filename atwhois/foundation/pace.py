@@ -13,7 +13,9 @@ is drawn by what the work is for (POL-BUDGET-1): requests made `charged_to` a ki
 share (the resolutions a refused service-auth token causes) take a turn from the host's
 bucket and from one of their own at that share of the host's rate; when either is empty
 they are refused at once, never queued: a flood of them cannot take the lookups' turns,
-nor hold their requests waiting.
+nor hold their requests waiting. A `patient` kind waits for its share instead: the pass that
+re-verifies every held identity after an event stream's gap (F-CUR-6) goes at its share for
+as long as it takes, and lookups keep the rest.
 
 Memory is bounded by the hosts seen lately, not by every host ever asked: a bucket that has
 refilled is the same as none, and is dropped."""
@@ -33,7 +35,9 @@ MAX_BUCKETS = 65_536  # buckets held at once; past that, the full (idle) ones ar
 PROBE_LEASE = 120.0
 LOOKUPS = "lookups"  # the work nothing charges elsewhere: lookups, audits, the mirror
 SERVICE_AUTH = "service_auth"  # the resolutions a service-auth token causes (POL-BUDGET-1)
-COUNTS = ("requests", "throttled", "parked", "over_budget")
+REVERIFY = "reverify"  # re-verifying every held identity after a stream's gap (F-CUR-6)
+# sent: requests; background: those of them sent for a patient kind of work
+COUNTS = ("requests", "background", "throttled", "parked", "over_budget")
 # Tasks copy the context they are started in: a resolution started for a token is its work.
 _WORK: ContextVar[str] = ContextVar("atwhois_work", default=LOOKUPS)
 
@@ -46,6 +50,11 @@ def charged_to(kind: str) -> Iterator[None]:
         yield
     finally:
         _WORK.reset(token)
+
+
+def work() -> str:
+    """The kind of work the requests made here are charged to."""
+    return _WORK.get()
 
 
 @dataclass(slots=True)
@@ -67,11 +76,13 @@ class _Bucket:
 class HostPace:
     """`rate_of(host)`: requests per second for a host; a host may send `burst_seconds`
     worth at once after a quiet spell. `shares`: a kind of work's share of each host's
-    rate (a kind not named takes what the host's bucket has)."""
+    rate (a kind not named takes what the host's bucket has); `patient`: the kinds that wait
+    for their share rather than be refused past it."""
 
     rate_of: Callable[[str], float]
     max_park: float = field(kw_only=True)  # seconds a pause lasts at most (POL-PARK-1)
     shares: Mapping[str, float] = field(default_factory=dict)
+    patient: frozenset[str] = frozenset()
     burst_seconds: float = 0.1  # a burst of a tenth of a second's requests at once
     clock: Callable[[], float] = time.monotonic
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # host kind -> counts
@@ -97,20 +108,26 @@ class HostPace:
         share = self.shares.get(kind)
         budget = None if share is None else self._bucket(host, kind, bucket.rate * share, now)
         ready = bucket.tokens >= 1 - _EPSILON  # a token refilled to the float's last bit
-        if budget is not None and not (ready and budget.tokens >= 1 - _EPSILON):
-            counts["over_budget"] += 1
+        spent = budget is not None and budget.tokens < 1 - _EPSILON
+        if budget is not None and kind not in self.patient and (spent or not ready):
+            counts["over_budget"] += 1  # refused at once: never queued beside the lookups
             return None
-        if ready:
+        if ready and not spent:
             bucket.tokens -= 1
             if budget is not None:
                 budget.tokens -= 1
             if bucket.parked_until:  # the pause is over: this request is its probe
                 bucket.probe_until = now + PROBE_LEASE
             counts["requests"] += 1
+            if kind in self.patient:
+                counts["background"] += 1
             return 0.0
+        if kind in self.patient:  # waits for the host's turn and its own share, by design
+            assert budget is not None
+            return max(_wait(bucket), _wait(budget))
         if not again:
             counts["throttled"] += 1
-        return (1 - bucket.tokens) / bucket.rate
+        return _wait(bucket)
 
     def refusal(self, host: str) -> str:
         """Why `admit` refused a turn at `host` just now, in this kind of work."""
@@ -184,3 +201,8 @@ class HostPace:
             full = bucket.tokens + (now - bucket.at) * bucket.rate >= bucket.burst
             if full and bucket.parked_until <= now and bucket.probe_until <= now:
                 del self._buckets[key]
+
+
+def _wait(bucket: _Bucket) -> float:
+    """Seconds until `bucket` holds a turn (0: it does)."""
+    return 0.0 if bucket.tokens >= 1 - _EPSILON else (1 - bucket.tokens) / bucket.rate

@@ -119,6 +119,9 @@ class Config:
     # (its issuer's, SA-SIG-2's refresh): a flood of refused tokens leaves the rest to
     # lookups (POL-BUDGET-1).
     service_auth_share: float = 0.1
+    # Of each host's rate, what work in the background may take (`foundation.pace`: the pass
+    # re-verifying every held identity after an event stream's gap, F-CUR-6).
+    reverify_share: float = 0.25
     document_max_bytes: int = DOCUMENT_MAX_BYTES
     audit_log_max_bytes: int = AUDIT_LOG_MAX_BYTES
     user_agent: str = USER_AGENT
@@ -151,11 +154,12 @@ class Config:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidInput(f"{name} must be a whole number >= 0, not {value!r}", "config")
-        share = self.service_auth_share
-        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
-            raise InvalidInput(
-                f"service_auth_share must be more than 0 and at most 1, not {share!r}", "config"
-            )
+        for name in ("service_auth_share", "reverify_share"):
+            share = getattr(self, name)
+            if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+                raise InvalidInput(
+                    f"{name} must be more than 0 and at most 1, not {share!r}", "config"
+                )
         parts = urlsplit(self.plc_url) if isinstance(self.plc_url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput(f"plc_url {self.plc_url!r} is not an http(s) URL", "config")

@@ -30,7 +30,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from atwhois.foundation.bounded import BoundedBody
-from atwhois.foundation.pace import SERVICE_AUTH, HostPace
+from atwhois.foundation.pace import REVERIFY, SERVICE_AUTH, HostPace, work
 
 from .addresses import embedded_ipv4
 from .config import Config
@@ -167,7 +167,9 @@ class Fetcher:
             self._headers["Accept-Encoding"] = "identity"
         self._gates = HostGates(config.per_host_limit) if config.per_host_limit else None
         self.pace = shared_pace(config)
-        self._waiting: dict[str, asyncio.Lock] = {}  # hosts with requests waiting a turn
+        self._waiting: dict[
+            tuple[str, str], asyncio.Lock
+        ] = {}  # (host, kind of work)  # hosts with requests waiting a turn
 
     def _client(self) -> aiohttp.ClientSession:
         """The session, made on first use (aiohttp binds it to the running loop: used from
@@ -231,7 +233,9 @@ class Fetcher:
 
     async def _turn(self, host: str, url: str) -> None:
         """A turn at the host's pace: at once, or when one is free (the waiters of a host
-        queue on its lock, each taking its turn when it goes)."""
+        queue on its lock, each taking its turn when it goes; a kind of work that waits
+        for its own share waits in a room of its own, so that lookups never queue behind
+        it: F-CUR-6)."""
         wait = self.pace.admit(host)
         if wait is None:
             raise refused(self.pace, host, _origin(url))
@@ -239,7 +243,7 @@ class Fetcher:
             return
         if len(self._waiting) > _WAITING_HOSTS:  # the hosts nobody waits at any more
             self._waiting = {h: lock for h, lock in self._waiting.items() if lock.locked()}
-        async with self._waiting.setdefault(host, asyncio.Lock()):
+        async with self._waiting.setdefault((host, work()), asyncio.Lock()):
             while wait:
                 await asyncio.sleep(wait)
                 wait = self.pace.admit(host, again=True)
@@ -326,7 +330,7 @@ class Fetcher:
             raise UpstreamFailure(f"{_origin(url)}: {_describe(err)}") from None
 
 
-_PACES: dict[tuple[str, float, float, float, float], HostPace] = {}
+_PACES: dict[tuple[str, float, float, float, float, float], HostPace] = {}
 
 
 def shared_pace(config: Config) -> HostPace:
@@ -334,13 +338,15 @@ def shared_pace(config: Config) -> HostPace:
     lookups and its audits ask the same directory: together they keep to its rate). The
     PLC directory's host is counted by its name; every other host as `web`."""
     plc_host = host_of(config.plc_url)
-    key = (plc_host, config.plc_rate, config.host_rate, config.max_park, config.service_auth_share)
+    shares = {SERVICE_AUTH: config.service_auth_share, REVERIFY: config.reverify_share}
+    key = (plc_host, config.plc_rate, config.host_rate, config.max_park, *shares.values())
     pace = _PACES.get(key)
     if pace is None:
         pace = _PACES[key] = HostPace(
             lambda host: config.plc_rate if host == plc_host else config.host_rate,
             max_park=config.max_park,
-            shares={SERVICE_AUTH: config.service_auth_share},
+            shares=shares,
+            patient=frozenset({REVERIFY}),
             kind_of=lambda host: host if host == plc_host else "web",
         )
     return pace

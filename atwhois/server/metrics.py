@@ -159,21 +159,24 @@ class Exposition:
 
 def pace_families(pace: HostPace) -> Families:
     """What the upstream hosts were asked, by host (the PLC directory by its name, every
-    other host as `web`): requests sent, those that waited for their turn (the rate),
-    those refused while the host had asked for a pause (Retry-After), and those refused
-    because their kind of work had spent its share of the host's rate."""
+    other host as `web`): requests sent, those sent for work in the background (among
+    them), those that waited for their turn (the rate), those refused while the host had
+    asked for a pause (Retry-After), and those refused because their kind of work had spent
+    its share of the host's rate."""
 
     def families() -> Iterator[Metric]:
         asked = CounterMetricFamily(
             "atwhois_upstream_host_requests",
-            "Requests to upstream hosts, by host and what their pace did: sent, throttled "
-            "(waited for a turn at the host's rate), parked (refused during a Retry-After), "
-            "over_budget (refused: a service-auth token's share of the rate was spent).",
+            "Requests to upstream hosts, by host and what their pace did: sent, background "
+            "(sent for the re-verification after a stream's gap, at its share of the rate; "
+            "among those sent), throttled (a lookup's, waited for a turn at the host's rate), "
+            "parked (refused during a Retry-After), over_budget (refused: a service-auth "
+            "token's share of the rate was spent).",
             labels=["host", "pace"],
         )
         for host, counts in sorted(pace.counts.items()):
             asked.add_metric([host, "sent"], counts["requests"])
-            for outcome in ("throttled", "parked", "over_budget"):
+            for outcome in ("background", "throttled", "parked", "over_budget"):
                 asked.add_metric([host, outcome], counts[outcome])
         yield asked
 

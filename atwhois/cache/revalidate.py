@@ -29,7 +29,8 @@ than the source's lag are not told apart: the first document that differs settle
 At most `max_pending` DIDs are being re-verified (and so have a claim open) at once: past
 that, a change is counted (`overflow`) and not followed: the answer held ages by the policy
 as it would without the event. A flood of events costs memory and upstream requests up to
-that bound, not up to the event rate."""
+that bound, not up to the event rate. A gap in an event stream is no such flood: every held
+identity is re-verified by one pass over them (`sweep`), a few at a time (`recheck`)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,17 @@ class Revalidator:
             return False
         self.claims["overflow"] += 1
         return True
+
+    async def recheck(self, did: str) -> None:
+        """Re-verifies `did` now, and returns once it is done: a pass over every identity
+        held (`sweep`) goes at the pace of its own awaits, a few at a time, so it is outside
+        the bound on changes (`max_pending`). One under way is asked for once more instead,
+        as a change would ask (keeping the handle a change hinted)."""
+        if did in self._running:
+            self._running[did] = self._running[did] or Change(None)
+            return
+        self._running[did] = None
+        await self._revalidate(did, Change(None))
 
     def changed_many(self, dids: Iterable[str]) -> None:
         for did in dids:

@@ -170,9 +170,7 @@ def build_daemon(
             revalidator=revalidator,
             processes=True,  # a relay's frames are read and decoded off the serving loop
         )
-        service.health_sources["streams"] = follower.health
-        service.health_problems.append(follower.problems)
-        service.metric_sources.append(follower.metrics)
+        report_streams(service, follower)
         app.on_startup.append(lambda _: follower.start())
         app.on_shutdown.append(lambda _: follower.stop())  # before the stores close
     if plc_mirror is not None:
@@ -233,6 +231,15 @@ async def serve(
         per_client=values.max_connections_per_client,
         write_timeout=values.write_timeout,
     )
+
+
+def report_streams(service: Service, follower: Follower) -> None:
+    """What `/_health` and `/metrics` say of the streams followed: each stream's state, the
+    pass re-verifying what is held after a gap, and why a stream is a fault."""
+    service.health_sources["streams"] = follower.health
+    service.health_sources["gap_pass"] = follower.sweep.health
+    service.health_problems.append(follower.problems)
+    service.metric_sources.append(follower.metrics)
 
 
 def _report_connections(service: Service, limit: ConnectionLimit) -> None:

@@ -12,12 +12,18 @@ from a PDS's own stream only about DIDs whose document names that PDS (a PDS spe
 accounts it hosts). It is kept only for DIDs this daemon holds or watches (the network's
 other accounts are nobody's question here), a row per DID, bounded in number. An `#identity`
 event asserts nothing that is believed: it only makes the daemon verify the DID afresh from
-the sources themselves, so it is taken from any stream."""
+the sources themselves, so it is taken from any stream.
+
+A gap in a stream (events may have been missed) owes a pass re-verifying every identity held
+(`cache.sweep`: a few at a time, at a share of the upstreams' pace; a gap during a pass
+owes one more, F-CUR-6). A stream with more than 3 gaps in 10 minutes is a fault
+(`problems`)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,13 +31,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from atwhois.cache import CachedResolver
 from atwhois.cache.accounts import mark_of
-from atwhois.cache.keys import did_key, identifier_of
 from atwhois.cache.revalidate import Revalidator, Watcher
+from atwhois.cache.sweep import Sweep
 
 from .cursors import StoreCursor
 from .frames import AccountEvent, IdentityEvent
 from .process import WIRES, StreamProcess
-from .state import StreamState
+from .state import GAP_FAULT, GAP_WINDOW, RecentGaps, StreamState
 from .subscriber import Subscriber
 
 
@@ -47,27 +53,33 @@ class Follower:
         revalidator: Revalidator | None = None,
         jetstreams: list[str] | None = None,
         processes: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`urls`: relays' or PDSes' event streams; `jetstreams`: Jetstreams, followed the
         same way. `revalidator`: shared with the other sources of changes (the PLC mirror);
         by default one of its own, telling `watchers`. `processes`: each stream is read and
         decoded in a process of its own (`stream.process`: the daemon's, so that a relay's
-        commits never take its event loop), else on this loop."""
+        commits never take its event loop), else on this loop. `clock`: what the streams'
+        gaps of late are counted by."""
         self.cached = cached
         self.revalidator = revalidator or Revalidator(cached, watchers=watchers)
         self._owns_revalidator = revalidator is None  # a shared one is stopped by its owner
+        self.sweep = Sweep(self.revalidator)
         self.watched = watched  # whether a DID is on the audits' watch-list
         self.subscribers: list[Subscriber | StreamProcess] = []
+        self.recent: list[RecentGaps] = []  # each stream's gaps of late, as `subscribers`
         wired = [(url, "firehose") for url in urls] + [
             (url, "jetstream2")
             for url in jetstreams or []  # v1 where an instance has no v2
         ]
         for url, wire in wired:
             cursor = StoreCursor(cached.store, url, WIRES[wire].stored)
+            recent = RecentGaps(clock)
+            on_gap = self._gap(recent)
             subscriber: Subscriber | StreamProcess
             if processes:
                 subscriber = StreamProcess(
-                    url, self.on_event, cursor, wire=wire, quiet_after=quiet_after, on_gap=self._gap
+                    url, self.on_event, cursor, wire=wire, quiet_after=quiet_after, on_gap=on_gap
                 )
             else:
                 subscriber = Subscriber(
@@ -76,10 +88,11 @@ class Follower:
                     cursor,
                     quiet_after=quiet_after,
                     wire=WIRES[wire],
-                    on_gap=self._gap,
+                    on_gap=on_gap,
                 )
             subscriber.on_event = self._from(subscriber)
             self.subscribers.append(subscriber)
+            self.recent.append(recent)
         self.ignored: dict[str, int] = {"not_held": 0, "not_its_account": 0, "over_bound": 0}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -92,6 +105,7 @@ class Follower:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.sweep.stop()
         if self._owns_revalidator:
             await self.revalidator.stop()
 
@@ -100,12 +114,16 @@ class Follower:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _gap(self) -> None:
-        """Events may have been missed (a stream followed from its present after a gap):
-        every DID the cache holds is re-verified, as many as the bound of re-verifications
-        allows (the rest counted as its overflow)."""
-        held = await self.cached.store.scan(did_key(""), self.revalidator.max_pending)
-        self.revalidator.changed_many(identifier_of(key) for key, _ in held)
+    def _gap(self, recent: RecentGaps) -> Callable[[], Awaitable[None]]:
+        """What a stream's gap does (events may have been missed): counted in its window,
+        and a pass over every identity held owed (`Sweep`: one, or one more after the one
+        under way; never a burst of them all into the revalidator)."""
+
+        async def gap() -> None:
+            recent.add()
+            self.sweep.gap()
+
+        return gap
 
     def _from(
         self, subscriber: Subscriber | StreamProcess
@@ -159,11 +177,17 @@ class Follower:
         return pds is not None and urlsplit(pds).hostname == source.pds_host
 
     def health(self) -> list[dict[str, Any]]:
-        return [s.state.to_json() for s in self.subscribers]
+        return [
+            {**s.state.to_json(), "gaps_recent": recent.count()}
+            for s, recent in zip(self.subscribers, self.recent, strict=True)
+        ]
 
     def problems(self) -> list[str]:
-        """Why a stream is not followed, one line each (none: all are)."""
-        return [p for s in self.subscribers if (p := s.state.problem()) is not None]
+        """Why a stream is not followed, or keeps losing events (more than 3 gaps in 10
+        minutes, F-CUR-6), one line each (none: all are well)."""
+        stalled = [p for s in self.subscribers if (p := s.state.problem()) is not None]
+        pairs = zip(self.subscribers, self.recent, strict=True)
+        return stalled + [p for s, recent in pairs if (p := recent.fault(s.url)) is not None]
 
     def metrics(self) -> Iterator[Metric]:
         events = CounterMetricFamily(
@@ -185,13 +209,28 @@ class Follower:
         connected = GaugeMetricFamily(
             "atwhois_stream_connected", "1 while connected to the stream.", labels=["url"]
         )
-        for subscriber in self.subscribers:
+        gaps = CounterMetricFamily(
+            "atwhois_stream_gaps",
+            "Gaps in an event stream (events may have been missed: each owes a pass "
+            "re-verifying every identity held), as its reader counted them.",
+            labels=["url"],
+        )
+        recent_gaps = GaugeMetricFamily(
+            "atwhois_stream_gaps_recent",
+            f"Gaps in an event stream in the last {GAP_WINDOW / 60:g} minutes (more than "
+            f"{GAP_FAULT}: a fault in /_health).",
+            labels=["url"],
+        )
+        for subscriber, recent in zip(self.subscribers, self.recent, strict=True):
             state = subscriber.state
             for kind, n in sorted(state.events.items()):
                 events.add_metric([state.url, kind], n)
             reconnects.add_metric([state.url], state.reconnects)
             malformed.add_metric([state.url], state.malformed)
             connected.add_metric([state.url], int(state.connected))
+            gaps.add_metric([state.url], state.gaps)
+            recent_gaps.add_metric([state.url], recent.count())
             if state.lag_s is not None:
                 lag.add_metric([state.url], state.lag_s)
-        yield from (events, reconnects, malformed, lag, connected)
+        yield from (events, reconnects, malformed, lag, connected, gaps, recent_gaps)
+        yield from self.sweep.metrics()

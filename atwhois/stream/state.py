@@ -1,14 +1,19 @@
 """What `/_health` and `/metrics` say about one event stream (`StreamState`), kept by its
-`Subscriber` (and sent up by a child process that runs one)."""
+`Subscriber` (and sent up by a child process that runs one), and its gaps of late
+(`RecentGaps`, kept by the daemon: a child's state starts again with the child)."""
 
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .cursors import Position, Time
+
+GAP_WINDOW = 600.0  # seconds over which a stream's gaps are counted (F-CUR-6)
+GAP_FAULT = 3  # more gaps than this in the window: the stream is a fault in /_health
 
 
 @dataclass
@@ -67,3 +72,39 @@ def kind_of(position: Position | None) -> str | None:
     if position is None:
         return None
     return "time" if isinstance(position, Time) else "seq"
+
+
+class RecentGaps:
+    """A stream's gaps in the last `GAP_WINDOW` seconds, counted by the second they came in:
+    what it holds is the window's seconds at most, however many gaps a stream makes."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._seconds: deque[list[int]] = deque()  # [second, gaps in it], oldest first
+
+    def add(self) -> None:
+        second = int(self.clock())
+        if self._seconds and self._seconds[-1][0] == second:
+            self._seconds[-1][1] += 1
+        else:
+            self._seconds.append([second, 1])
+        self._forget(second)
+
+    def count(self) -> int:
+        self._forget(int(self.clock()))
+        return sum(gaps for _, gaps in self._seconds)
+
+    def fault(self, url: str) -> str | None:
+        """Why the stream is a fault (F-CUR-6): more than `GAP_FAULT` gaps in the window."""
+        gaps = self.count()
+        if gaps <= GAP_FAULT:
+            return None
+        return (
+            f"{gaps} gaps in the last {GAP_WINDOW / 60:g} minutes on the event stream {url} "
+            f"(more than {GAP_FAULT}): it keeps losing events, and each owes a pass "
+            "re-verifying every identity held"
+        )
+
+    def _forget(self, second: int) -> None:
+        while self._seconds and self._seconds[0][0] <= second - GAP_WINDOW:
+            self._seconds.popleft()

@@ -1,0 +1,141 @@
+"""`Sweep`: after an event stream's gap (events may have been missed: F-CUR-2, F-CUR-3) every
+identity the cache holds is re-verified, in one pass (F-CUR-6). The pass walks the store a
+page of DIDs at a time (what it holds is a page, however many identities are held), has a
+few re-verified at once by the `Revalidator` (coalesced with the changes events name), and
+runs as background work: its requests take turns from `reverify_share` of each upstream
+host's rate (`foundation.pace`), so lookups keep the rest, and the pass takes as long as that
+share says instead of the whole pace.
+
+A gap during a pass owes one more pass, run after it: an identity re-verified before the gap
+may have changed in it. However many gaps come during a pass, one is owed, and no second
+pass runs at once. (Starting the walk again at each gap would do the first pages over and
+over and never reach the last ones under a stream that gaps every few seconds; an owed pass
+reaches every identity.) So what gaps cost is bounded by the passes run times the identities
+held, taken at the share of the rate: not by the gaps."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from atwhois.foundation.pace import BACKGROUND
+
+from .keys import did_key, identifier_of
+from .revalidate import Revalidator
+
+log = logging.getLogger("atwhois.revalidate")
+PAGE = 1000  # DIDs read from the store at once
+AT_ONCE = 4  # identities a pass re-verifies at once (the revalidator runs 8: events keep 4)
+HELD = did_key("")  # the keys of the DIDs the cache holds start so
+
+
+class Sweep:
+    def __init__(self, revalidator: Revalidator, *, page: int = PAGE) -> None:
+        self.revalidator = revalidator
+        self.store = revalidator.cached.store
+        self.page = page
+        self.passes = 0  # passes run to their end
+        self.owed = 0  # passes owed after the one under way (a gap came during it): 0 or 1
+        self.done = 0  # identities re-verified by the pass under way (or the last one)
+        self.to_do: int | None = None  # the DIDs held when it began (None: being counted)
+        self.failed = 0  # passes a failure of the store ended
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def gap(self) -> None:
+        """Events may have been missed: a pass, or one more after the pass under way."""
+        if self.running:
+            self.owed = 1
+            return
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        BACKGROUND.set(True)  # in this task's own context: every request it makes is paced so
+        while True:
+            self.owed = 0
+            try:
+                await self._pass()
+            except Exception as err:  # the store failing: said; the next gap starts a pass
+                self.failed, self.owed = self.failed + 1, 0
+                log.warning(json.dumps({"event": "gap_pass_failed", "error": repr(err)}))
+                return
+            self.passes += 1
+            if not self.owed:
+                return
+
+    async def _pass(self) -> None:
+        self.done, self.to_do = 0, None
+        self.to_do = await self._count()
+        position = ""
+        while True:
+            keys, position = await self.store.walk(HELD, self.page, position)
+            dids = iter([identifier_of(key) for key in keys])
+            await asyncio.gather(*(self._recheck(dids) for _ in range(AT_ONCE)))
+            if not position:
+                return
+
+    async def _recheck(self, dids: Iterator[str]) -> None:
+        for did in dids:  # the page's, shared: each of the AT_ONCE takes the next one
+            await self.revalidator.recheck(did)
+            self.done += 1
+
+    async def _count(self) -> int:
+        """The DIDs held now: a walk of the store's keys (nothing resolved), page by page."""
+        counted, position = 0, ""
+        while True:
+            keys, position = await self.store.walk(HELD, self.page, position)
+            counted += len(keys)
+            if not position:
+                return counted
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "running": self.running,
+            "done": self.done,
+            "to_do": self.to_do,
+            "passes": self.passes,
+            "owed": self.owed,
+            "failed": self.failed,
+        }
+
+    def metrics(self) -> Iterator[Metric]:
+        identities = GaugeMetricFamily(
+            "atwhois_gap_pass_identities",
+            "The pass re-verifying every identity held after an event stream's gap: those it "
+            "re-verified (done), of those held when it began (to_do); the pass under way, or "
+            "the last one.",
+            labels=["state"],
+        )
+        identities.add_metric(["done"], self.done)
+        identities.add_metric(["to_do"], self.to_do or 0)
+        passes = CounterMetricFamily(
+            "atwhois_gap_passes",
+            "Passes re-verifying every identity held after a gap, by how they ended: run to "
+            "their end (done), or ended by a failure of the store (failed).",
+            labels=["result"],
+        )
+        passes.add_metric(["done"], self.passes)
+        passes.add_metric(["failed"], self.failed)
+        yield identities
+        yield passes
+        yield GaugeMetricFamily(
+            "atwhois_gap_pass_running", "1 while a pass runs.", value=int(self.running)
+        )
+        yield GaugeMetricFamily(
+            "atwhois_gap_pass_owed",
+            "Passes owed after the one under way (a gap came during it): 0 or 1.",
+            value=self.owed,
+        )

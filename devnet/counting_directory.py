@@ -16,6 +16,7 @@ POST /_standin/refuse?count=N[&retry_after=TEXT].
 from __future__ import annotations
 
 import asyncio
+import bisect
 import subprocess
 import sys
 import time
@@ -109,6 +110,12 @@ class PlcStandIn:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(10)
+
+
+def busiest_second(times: list[float]) -> int:
+    """The most arrivals among `times` within any one second."""
+    ordered = sorted(times)
+    return max((bisect.bisect_left(ordered, t + 1.0) - i for i, t in enumerate(ordered)), default=0)
 
 
 async def main(upstream: str) -> None:

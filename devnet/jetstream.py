@@ -30,6 +30,9 @@ raises it); without a cursor, it serves from its live tip.
   (`ConsumerTooSlow`, `InternalError`, the reference's messages) and a close without a
   goodbye (its `CloseNow`). Pre-upgrade checks run before the upgrade is looked at, as the
   reference's do: the same URL asked plainly gets the same 400 (426 otherwise).
+  `outdated_now` and `outdated_every` play an instance that misbehaves (issue 66): each live
+  v2 connection is sent, mid-stream, the `#info OutdatedCursor` the reference sends when it
+  clamps a time cursor (the same frame, from its encoder), now or every few seconds.
 
 The events kept play the reference's sealed archive (a time cursor is looked up in it; with
 none, it starts at the floor, said as clamped, as the reference's does from seq 1). Not
@@ -107,7 +110,11 @@ class JetstreamStandIn:
         self.protocols: list[str] = []  # the subprotocol each v2 connection got ("": none)
         self.connected = threading.Event()  # to the PDS
         self._failures: list[Failure] = []
-        self._clients: set[asyncio.Queue[Kept | None]] = set()  # live queues; None: stop
+        # live queues: an event, a frame sent as it is (v2's only), or None: stop
+        self._clients: set[asyncio.Queue[Kept | bytes | None]] = set()
+        self._v2_clients: set[asyncio.Queue[Kept | bytes | None]] = set()
+        self._outdating: asyncio.Future[None] | None = None
+        self.outdated_sent = 0  # the #info OutdatedCursor frames sent mid-stream
         self._last_us = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -140,7 +147,34 @@ class JetstreamStandIn:
         reference's subscriber loop does: ConsumerTooSlow, InternalError) and closes."""
         self._loop.call_soon_threadsafe(self._failures.append, Failure(code, after))
 
+    def outdated_now(self) -> None:
+        """Each live v2 connection is sent the reference's `#info OutdatedCursor` now."""
+        self._loop.call_soon_threadsafe(self._outdated)
+
+    def outdated_every(self, seconds: float | None) -> None:
+        """The same, every `seconds` from now on (None: no more)."""
+        asyncio.run_coroutine_threadsafe(self._outdate_every(seconds), self._loop).result(10)
+
     # --- on the stand-in's own loop ---------------------------------------------------
+
+    def _outdated(self) -> None:
+        said = f"requested timestamp cursor below retention floor; starting at seq {self.floor}"
+        frame = wire.v2_info("OutdatedCursor", said)
+        for client in self._v2_clients:
+            client.put_nowait(frame)
+        self.outdated_sent += 1
+
+    async def _outdate_every(self, seconds: float | None) -> None:
+        if self._outdating is not None:
+            self._outdating.cancel()
+            self._outdating = None
+        if seconds is not None:
+            self._outdating = asyncio.ensure_future(self._outdating_every(seconds))
+
+    async def _outdating_every(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            self._outdated()
 
     async def _start(self) -> int:
         app = web.Application()
@@ -155,6 +189,7 @@ class JetstreamStandIn:
         return int(self._runner.addresses[0][1])
 
     async def _stop(self) -> None:
+        await self._outdate_every(None)
         if self._reader is not None:
             self._reader.cancel()
         for client in self._clients:
@@ -247,7 +282,7 @@ class JetstreamStandIn:
 
         ws = web.WebSocketResponse()
         await ws.prepare(request)
-        await self._serve(ws, request, start, frame, None)
+        await self._serve(ws, request, start, frame, None, v2=False)
         return ws
 
     async def _subscribe_v2(self, request: web.Request) -> web.StreamResponse:
@@ -270,7 +305,12 @@ class JetstreamStandIn:
         failure = self._failures.pop(0) if self._failures else None
         chosen = set(kinds) or set(KINDS)
         await self._serve(
-            ws, request, start, lambda kept: kept.v2 if kept.event.kind in chosen else None, failure
+            ws,
+            request,
+            start,
+            lambda kept: kept.v2 if kept.event.kind in chosen else None,
+            failure,
+            v2=True,
         )
         return ws
 
@@ -281,12 +321,16 @@ class JetstreamStandIn:
         start: int,
         frame: Callable[[Kept], bytes | None],
         failure: Failure | None,
+        *,
+        v2: bool,
     ) -> None:
         """What is kept from `start` on, then what comes live, each as `frame` writes it (a
-        live event also in the backlog is not sent twice), until the stand-in stops or the
-        connection ends (`failure`: with its error frame)."""
-        live: asyncio.Queue[Kept | None] = asyncio.Queue()
+        live event also in the backlog is not sent twice; on `v2`, an info frame as it is),
+        until the stand-in stops or the connection ends (`failure`: with its error frame)."""
+        live: asyncio.Queue[Kept | bytes | None] = asyncio.Queue()
         self._clients.add(live)
+        if v2:
+            self._v2_clients.add(live)
         # the peer's frames are read (its close answered, as the reference's CloseRead does);
         # once it is gone, the live loop ends
         reader = asyncio.ensure_future(_read_until_closed(ws, live))
@@ -302,6 +346,9 @@ class JetstreamStandIn:
                 if item is None:
                     await ws.close()
                     return
+                if isinstance(item, bytes):
+                    await ws.send_str(item.decode())
+                    continue
                 if item.seq > sent and not await self._send(ws, request, item, frame, failure):
                     return
         except (ConnectionError, asyncio.CancelledError):
@@ -309,6 +356,7 @@ class JetstreamStandIn:
         finally:
             reader.cancel()
             self._clients.discard(live)
+            self._v2_clients.discard(live)
 
     async def _send(
         self,
@@ -338,7 +386,9 @@ class JetstreamStandIn:
         return True
 
 
-async def _read_until_closed(ws: web.WebSocketResponse, live: asyncio.Queue[Kept | None]) -> None:
+async def _read_until_closed(
+    ws: web.WebSocketResponse, live: asyncio.Queue[Kept | bytes | None]
+) -> None:
     async for _ in ws:
         pass
     live.put_nowait(None)

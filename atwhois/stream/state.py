@@ -29,7 +29,7 @@ class StreamState:
     outdated_cursor: int = 0
     backwards: int = 0  # frames whose seq was not after the cursor
     implausible: int = 0  # frames whose seq no source can have sent (not applied)
-    gaps: int = 0  # stored cursors not plausible, repaired by starting from the present
+    gaps: int = 0  # events may have been missed: followed from the present (F-CUR-1..4)
     lag_s: float | None = None  # now minus the last event's own time
     last_error: str | None = None
     role: str | None = None  # "relay" or "pds", once the host said which

@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from atwhois.foundation.pace import BACKGROUND
+from atwhois.foundation.pace import REVERIFY, charged_to
 
 from .keys import did_key, identifier_of
 from .revalidate import Revalidator
@@ -63,11 +63,13 @@ class Sweep:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
-        BACKGROUND.set(True)  # in this task's own context: every request it makes is paced so
         while True:
             self.owed = 0
             try:
-                await self._pass()
+                # every request of the pass (and of the tasks it starts) is the pass's work:
+                # it waits for its share of each host's rate, lookups keep the rest
+                with charged_to(REVERIFY):
+                    await self._pass()
             except Exception as err:  # the store failing: said; the next gap starts a pass
                 self.failed, self.owed = self.failed + 1, 0
                 log.warning(json.dumps({"event": "gap_pass_failed", "error": repr(err)}))

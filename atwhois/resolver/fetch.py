@@ -339,7 +339,14 @@ def shared_pace(config: Config) -> HostPace:
     PLC directory's host is counted by its name; every other host as `web`."""
     plc_host = host_of(config.plc_url)
     shares = {SERVICE_AUTH: config.service_auth_share, REVERIFY: config.reverify_share}
-    key = (plc_host, config.plc_rate, config.host_rate, config.max_park, *shares.values())
+    key = (
+        plc_host,
+        config.plc_rate,
+        config.host_rate,
+        config.max_park,
+        config.service_auth_share,
+        config.reverify_share,
+    )
     pace = _PACES.get(key)
     if pace is None:
         pace = _PACES[key] = HostPace(

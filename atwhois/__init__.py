@@ -185,6 +185,6 @@ def verify_service_auth(
 
 def _config_from_environment() -> Config:
     """The resolution settings as the `atwhois` command reads them from the environment."""
-    from atwhois.cli import configuration
+    from atwhois.resolver.config import Config
 
-    return configuration.resolver_config(configuration.from_environment())
+    return Config.from_environment()

@@ -204,7 +204,7 @@ class World:
         by name (`refresh_token="…"`, …); its cache is in memory and its audit history in
         a folder of its own, removed when the app is cleaned up, unless they are given."""
         from atwhois.cli.serve import build_daemon
-        from atwhois.cli.settings import Values
+        from atwhois.settings import Values
 
         folder = Path(tempfile.mkdtemp(prefix="atwhois-world-"))
         values = Values(**{"cache": "memory:", "audit_db": str(folder / "audit.db"), **settings})

@@ -143,9 +143,7 @@ class DevnetState:
     def config(self, **changes: Any) -> Config:
         """A resolver configuration pointed at this network (never at /etc/hosts)."""
         quick = {"dns_timeout": 1.0, "https_timeout": 2.0, "document_timeout": 2.0}
-        from atwhois.cli import configuration
-
-        configured = configuration.resolver_config(configuration.from_environment(self.env()))
+        configured = Config.from_environment(self.env())
         return dataclasses.replace(configured, **{**quick, **changes})
 
     def exports(self) -> str:

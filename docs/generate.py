@@ -45,7 +45,7 @@ def references() -> dict[str, str]:
 
 
 def settings_page() -> str:
-    from atwhois.cli import settings
+    from atwhois import settings
 
     kinds = {bool: "bool", int: "int", float: "number", str: "string", Path: "path", list: "list"}
     out = [
@@ -54,7 +54,7 @@ def settings_page() -> str:
         "Every setting has one name: a flag (`--plc-url`), an environment variable",
         "(`ATWHOIS_PLC_URL`) and a TOML key (`plc_url`, in `--config FILE`); flags win over",
         "variables, variables over the file. `atwhois config show` prints the value in force",
-        "and where it came from. Made from the settings table (`cli/settings.py`).",
+        "and where it came from. Made from the settings table (`atwhois/settings/table.py`).",
     ]
     for group, title in settings.GROUP_TITLES.items():
         out += ["", f"## {title[0].upper()}{title[1:]}", ""]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from atwhois import settings
 from atwhois.cache import open_store
-from atwhois.cli import configuration
 from atwhois.resolver import Config
 from atwhois.resolver.errors import InvalidInput
 from devnet.atwhois import ATWHOIS, run
@@ -39,12 +39,12 @@ def test_config_refuses_values_it_would_misread(changes: dict[str, object]) -> N
 
 
 def test_boolean_variables_take_only_the_usual_spellings() -> None:
-    assert configuration.from_environment({"ATWHOIS_DEV": "false"}) == {"dev": False}
-    assert configuration.from_environment({"ATWHOIS_DEV": "yes"}) == {"dev": True}
-    with pytest.raises(configuration.SettingError, match="ATWHOIS_VERIFY_PLC"):
-        configuration.from_environment({"ATWHOIS_VERIFY_PLC": "maybe"})
-    with pytest.raises(configuration.SettingError, match="ATWHOIS_HTTPS_PORT"):
-        configuration.from_environment({"ATWHOIS_HTTPS_PORT": "https"})
+    assert settings.from_environment({"ATWHOIS_DEV": "false"}) == {"dev": False}
+    assert settings.from_environment({"ATWHOIS_DEV": "yes"}) == {"dev": True}
+    with pytest.raises(settings.SettingError, match="ATWHOIS_VERIFY_PLC"):
+        settings.from_environment({"ATWHOIS_VERIFY_PLC": "maybe"})
+    with pytest.raises(settings.SettingError, match="ATWHOIS_HTTPS_PORT"):
+        settings.from_environment({"ATWHOIS_HTTPS_PORT": "https"})
 
 
 @pytest.mark.parametrize(
@@ -63,15 +63,15 @@ def test_boolean_variables_take_only_the_usual_spellings() -> None:
     ],
 )
 def test_settings_are_typed(toml: dict[str, object], message: str) -> None:
-    with pytest.raises(configuration.SettingError, match=message):
-        configuration.from_file(toml)
+    with pytest.raises(settings.SettingError, match=message):
+        settings.from_file(toml)
 
 
 def test_settings_from_the_environment_are_converted_and_checked() -> None:
-    assert configuration.from_environment({"ATWHOIS_PORT": "2600"}) == {"port": 2600}
-    with pytest.raises(configuration.SettingError, match="ATWHOIS_PORT"):
-        configuration.from_environment({"ATWHOIS_PORT": "http"})
-    assert configuration.from_file({"memory_cache_mb": 8, "dns_server": "127.0.0.1:53"}) == {
+    assert settings.from_environment({"ATWHOIS_PORT": "2600"}) == {"port": 2600}
+    with pytest.raises(settings.SettingError, match="ATWHOIS_PORT"):
+        settings.from_environment({"ATWHOIS_PORT": "http"})
+    assert settings.from_file({"memory_cache_mb": 8, "dns_server": "127.0.0.1:53"}) == {
         "memory_cache_mb": 8.0,
         "dns_server": ["127.0.0.1:53"],
     }

@@ -108,7 +108,7 @@ def test_the_systemd_unit() -> None:
 def _kept_in_files() -> dict[str, str]:
     """The settings whose default is a file in the user's folders: name -> variable."""
     from atwhois.cli.config import _DEFAULT_PLACES
-    from atwhois.cli.settings import SETTINGS
+    from atwhois.settings import SETTINGS
 
     return {name: SETTINGS[name].env for name in _DEFAULT_PLACES}
 

@@ -17,9 +17,9 @@ from types import ModuleType
 import pytest
 
 import atwhois
+from atwhois import settings
 from atwhois.audit import KINDS
 from atwhois.cache.accounts import STATUSES
-from atwhois.cli import settings
 from atwhois.cli.commands import COMMANDS
 from atwhois.resolver.outcome import Status
 from atwhois.server.routes import described

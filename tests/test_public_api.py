@@ -167,3 +167,42 @@ def test_a_typo_in_a_name_of_the_front_door_fails_the_type_check(tmp_path: Path)
     )
     errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 1 and 'has no attribute "lokup"' in errors[0], checked.stdout
+
+
+def test_the_library_reads_the_settings_as_the_command_does(tmp_path: Path) -> None:
+    """`Config.from_environment()`: the TOML file `ATWHOIS_CONFIG` names, the `ATWHOIS_*`
+    variables over it, from the one settings table, with nothing of the command line; a
+    setting that is not one is refused under the one root."""
+    file = tmp_path / "atwhois.toml"
+    file.write_text('plc_url = "https://plc.example.com"\ntimeout = 4.0\ndev = true\n')
+    environ = {"ATWHOIS_CONFIG": str(file), "ATWHOIS_TIMEOUT": "2.5"}
+    config = atwhois.Config.from_environment(environ)
+    assert config.plc_url == "https://plc.example.com" and config.dev  # from the file
+    assert config.dns_timeout == config.https_timeout == 2.5  # the variable wins
+    assert atwhois.Config.from_environment({}) == atwhois.Config()
+    with pytest.raises(atwhois.AtwhoisError, match="did you mean 'plc_url'"):
+        file.write_text('plc_ulr = "https://plc.example.com"\n')
+        atwhois.Config.from_environment(environ)
+    script = (
+        "import sys, atwhois\n"
+        "atwhois.Config.from_environment()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('atwhois.cli')))\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.strip() == "[]", ran.stderr
+
+
+def test_no_part_of_the_library_imports_the_command_line() -> None:
+    """Issue 67: nothing under `atwhois` but the command line's own modules imports
+    `atwhois.cli`, except the in-process daemon of `atwhois.testing` (`World.daemon`, the
+    daemon's entry point for tests)."""
+    root = Path(atwhois.__file__ or "").parent
+    importing = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] == "cli":
+            continue
+        name = ".".join(["atwhois", *relative.with_suffix("").parts]).removesuffix(".__init__")
+        if any(m.startswith("atwhois.cli") for m in imported(name, path)):
+            importing.append(str(relative))
+    assert importing == ["testing.py"]

@@ -23,7 +23,6 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from atwhois.cache.policy import Kind, Lifetime, Policy
 from atwhois.cli.serve import _policy
-from atwhois.cli.settings import Values
 from atwhois.mirror.state import MirrorState
 from atwhois.resolver import Config, Outcome, Resolver, Status, document, errors, syntax
 from atwhois.resolver.did import (
@@ -43,6 +42,7 @@ from atwhois.resolver.plc.operation import parse_operation
 from atwhois.resolver.plc.signature import verify, why_unverified
 from atwhois.resolver.response import Response
 from atwhois.resolver.verdict import Step, with_plc_log
+from atwhois.settings import Values
 from devnet.plc_ops import Key, plc_operation
 
 DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from atwhois import settings
 from atwhois.cache import CachedResolver, MemoryStore
-from atwhois.cli import settings
 from atwhois.resolver import Config, Identity, Resolver, Status
 from atwhois.server import Service, Settings
 from devnet.atwhois import Daemon, running_daemon

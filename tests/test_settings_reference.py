@@ -8,7 +8,8 @@ import re
 import tomllib
 from pathlib import Path
 
-from atwhois.cli import configuration, settings
+from atwhois import settings
+from atwhois.resolver import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "atwhois.example.toml"
@@ -18,12 +19,12 @@ def test_the_example_file_names_every_setting_and_loads() -> None:
     text = EXAMPLE.read_text()
     named = set(re.findall(r"^#? ?([a-z0-9_]+) = ", text, re.M))
     assert named == set(settings.SETTINGS)
-    merged = configuration.from_file(tomllib.loads(text))
-    config = configuration.resolver_config(merged)
+    merged = settings.from_file(tomllib.loads(text))
+    config = Config.from_settings(merged)
     assert config.plc_url == "https://plc.directory" and config.dns_timeout == 5.0
     # every commented line is valid too, once uncommented
     uncommented = re.sub(r"^# ([a-z0-9_]+ = )", r"\1", text, flags=re.M)
-    configuration.from_file(tomllib.loads(uncommented))
+    settings.from_file(tomllib.loads(uncommented))
 
 
 def test_every_setting_has_one_name_in_flag_variable_and_file() -> None:

@@ -34,10 +34,10 @@ from atwhois.foundation import iso_time
 from atwhois.resolver import Config, Resolver
 from atwhois.resolver.errors import InvalidInput
 from atwhois.resolver.syntax import parse_lookup
+from atwhois.settings import Values
 
 from .lookup import numbered_lines
 from .running import configure
-from .settings import Values
 
 Progress = Callable[[int, int], None]
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import settings
+import atwhois.settings as settings
 
 EXAMPLES = """examples:
   atwhois alice.example.com

@@ -8,12 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import atwhois.settings as settings
 from atwhois.audit import default_audit_path
 from atwhois.cache.stores import default_sqlite_path
 from atwhois.mirror import default_mirror_path
 
-from . import settings
-from .configuration import FROM_CONFIG, Resolved
+from .configuration import Resolved
 from .running import configure
 
 # Where the daemon keeps what it keeps when not told: shown as such, not as "no value".
@@ -29,11 +29,12 @@ def effective_settings(resolved: Resolved) -> list[dict[str, Any]]:
     settings as the resolver holds them, the stores' default places, secrets only as set.
     `config show` prints it; the daemon logs it when it starts."""
     rows = []
+    from_config = resolved.config.as_settings()
     for name, setting in settings.SETTINGS.items():
         value = getattr(resolved.values, name)  # as given, or the default: the only copy
         origin = resolved.origins.get(name, "default")
-        if name in FROM_CONFIG:
-            value = FROM_CONFIG[name](resolved.config)
+        if name in from_config:
+            value = from_config[name]
         elif value is None and name in _DEFAULT_PLACES:
             value = _DEFAULT_PLACES[name]()
         if setting.secret and value is not None:

@@ -26,9 +26,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+import atwhois.settings as settings
 from atwhois.foundation import version
+from atwhois.settings import SettingError
 
-from . import configuration, settings
+from . import configuration
 from .commands import COMMANDS, DEFAULT_SUBCOMMAND, EXAMPLES, GROUPS, TREE
 from .running import UsageError
 
@@ -188,6 +190,6 @@ def _dispatch(argv: list[str]) -> int:
     except UsageError as err:
         print(f"{err.prog}: error: {err}", file=sys.stderr)
         return 2
-    except configuration.SettingError as err:
+    except SettingError as err:
         print(f"atwhois: bad configuration: {err}", file=sys.stderr)
         return 2

@@ -30,10 +30,10 @@ from atwhois.resolver.syntax import check_plc_did
 from atwhois.server.lifecycle import runner_settings, serve_until_stopped
 from atwhois.server.metrics import CONTENT_TYPE, Exposition
 from atwhois.server.routes import MIRROR, add_routes
+from atwhois.settings import Values
 
 from . import configuration
 from .running import configure, say, with_resolver
-from .settings import Values
 
 if TYPE_CHECKING:
     from atwhois.resolver import Resolver

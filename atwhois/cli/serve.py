@@ -1,6 +1,6 @@
 """`atwhois serve`, the local HTTP service.
 
-Settings (`cli.settings`) come from flags, then `ATWHOIS_*` environment variables, then the
+Settings (`atwhois.settings`) come from flags, then `ATWHOIS_*` environment variables, then the
 TOML file (`--config`), then defaults. It binds 127.0.0.1 unless told otherwise, caches in the
 embedded SQLite file unless given `--cache`, and stops gracefully on SIGTERM: no new
 connections, in-flight requests finish, stores are closed.
@@ -50,15 +50,14 @@ from atwhois.server.routes import MIRROR, SERVICE_AUTH
 from atwhois.server.service import Service, Settings
 from atwhois.server.service_auth import Receiver, ServiceAuthApi
 from atwhois.server.web import WebPages
+from atwhois.settings import SettingError, Values
 from atwhois.stream.follower import Follower
 
 from . import configuration
 from .audit import webhook_from
 from .config import effective_settings
-from .configuration import SettingError
 from .plc import mirror_api_from, mirror_follower_from, mirror_store_from
 from .running import configure
-from .settings import Values
 
 
 def _lifetime(name: str, text: str) -> Lifetime:

@@ -1,12 +1,32 @@
 """The one copy of each default that a setting and a part share: the part's own default
-(`CachedResolver`'s resolutions at once, the policy's lifetimes, the daemon's limits) and
-the setting's (`cli.settings`, shown by `--help` and `config show`) both read it here, so
-that they cannot drift apart. The resolver's own (the PLC directory, the deadlines) are
-`resolver.config.Config`'s; the reasons for each value are with the part that uses it."""
+(the resolver's `Config`, `CachedResolver`'s resolutions at once, the policy's lifetimes,
+the daemon's limits) and the setting's (`atwhois.settings`, shown by `--help` and `config
+show`) both read it here, so that they cannot drift apart. The reasons for each value are
+with the part that uses it."""
 
 from __future__ import annotations
 
 MIB = 1024 * 1024
+
+# The resolver (`resolver.config.Config`)
+PLC_URL = "https://plc.directory"
+DEV = False
+VERIFY_PLC = False
+CHECK_PDS = False
+DNSSEC = False
+# what the DNSSEC walk keeps of the keys and delegations it proved, in all (S-SEC-11): a
+# zone's keys are about 1 KiB, so some 16,000 zones
+DNSSEC_MEMORY_BYTES = 16 * MIB
+DNS_TIMEOUT = 3.0
+HTTPS_TIMEOUT = 5.0  # handle well-known, whole fetch including redirects
+DOCUMENT_TIMEOUT = 5.0  # DID document, whole fetch
+DNS_AUTHORITATIVE = True
+DNS_AUTHORITATIVE_PORT = 53
+PLC_RATE = 300.0  # requests per second to the PLC directory
+HOST_RATE = 20.0  # to any other host
+MAX_PARK = 300.0  # seconds a host's Retry-After parks it at most
+SERVICE_AUTH_SHARE = 0.1  # of each host's rate, for what service-auth tokens cause
+REVERIFY_SHARE = 0.25  # of each host's rate, for re-verifying after a stream's gap
 
 # The daemon (`server`, `atwhois serve`)
 HOST = "127.0.0.1"

@@ -1,15 +1,20 @@
-"""Resolver configuration: one frozen value, checked when it is made. (Reading it from flags,
-`ATWHOIS_*` variables and a TOML file is the command line's business: `cli.settings`.)"""
+"""Resolver configuration: one frozen value, checked when it is made; made from the settings
+(`atwhois.settings`: the TOML file, the `ATWHOIS_*` variables) by `Config.from_environment`
+as the `atwhois` command makes it (which adds its flags), or from settings by name."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
-from atwhois.foundation.version import USER_AGENT
+from atwhois.foundation import defaults
+from atwhois.foundation.version import USER_AGENT, user_agent
 
+from .addresses import nat64_prefix
 from .errors import InvalidInput
 
 # What a DID document and a did:plc's audit log may weigh, read from any directory (a
@@ -18,11 +23,7 @@ DOCUMENT_MAX_BYTES = 64 * 1024
 AUDIT_LOG_MAX_BYTES = 4 * 1024 * 1024
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-DEFAULT_PLC_URL = "https://plc.directory"
 _MAX_TIMEOUT = 3600.0
-# What the DNSSEC walk keeps of the keys and delegations it proved, in all (S-SEC-11): a
-# zone's keys are about 1 KiB, so some 16,000 zones.
-DNSSEC_MEMORY_BYTES = 16 * 1024 * 1024
 # The root zone's key-signing keys, KSK-2017 and KSK-2024 (IANA's root-anchors.xml): where
 # DNSSEC validation starts on the real network (S-SEC-1).
 ROOT_TRUST_ANCHORS = (
@@ -78,7 +79,7 @@ class Nameserver:
 class Config:
     """Everything a `Resolver` needs to know; defaults are production-safe."""
 
-    plc_url: str = DEFAULT_PLC_URL
+    plc_url: str = defaults.PLC_URL
     # Empty: the system's resolvers (/etc/resolv.conf). Fallbacks are asked, in order,
     # only when the ones before them fail (timeout, SERVFAIL, refused).
     dns_servers: tuple[Nameserver, ...] = ()
@@ -88,21 +89,24 @@ class Config:
     allow_nets: tuple[IpNetwork, ...] = ()
     # H-WK-9: an operator's own NAT64 prefixes, besides RFC 6052's and RFC 8215's
     nat64_prefixes: tuple[ipaddress.IPv6Network, ...] = ()
-    dev: bool = False  # .test handles, did:web:localhost, plain http for localhost
+    dev: bool = defaults.DEV  # .test handles, did:web:localhost, plain http for localhost
     https_port: int | None = None  # test-only: where ":443" really listens
     # H-DNS-9: a re-check after a change (a refresh, a claim after an event, an audit's)
     # also asks the TXT of the zone's own nameservers, past the recursive resolver's cache.
-    dns_authoritative: bool = True
-    dns_authoritative_port: int = 53  # test networks: where the zones' nameservers listen
-    dns_timeout: float = 3.0
-    https_timeout: float = 5.0  # handle well-known, whole fetch including redirects
-    document_timeout: float = 5.0  # DID document, whole fetch
-    verify_plc: bool = False  # replay the did:plc audit log instead of trusting the directory
-    check_pds: bool = False  # lookups and audits also ask the PDS (`resolver.pds`)
-    dnssec: bool = False  # validate TXT answers from the trust anchors (`resolver.dnssec_chain`)
+    dns_authoritative: bool = defaults.DNS_AUTHORITATIVE
+    # test networks: where the zones' nameservers listen
+    dns_authoritative_port: int = defaults.DNS_AUTHORITATIVE_PORT
+    dns_timeout: float = defaults.DNS_TIMEOUT
+    https_timeout: float = defaults.HTTPS_TIMEOUT
+    document_timeout: float = defaults.DOCUMENT_TIMEOUT
+    # replay the did:plc audit log instead of trusting the directory
+    verify_plc: bool = defaults.VERIFY_PLC
+    check_pds: bool = defaults.CHECK_PDS  # lookups and audits also ask the PDS (`resolver.pds`)
+    # validate TXT answers from the trust anchors (`resolver.dnssec_chain`)
+    dnssec: bool = defaults.DNSSEC
     # DS or DNSKEY records in presentation form: the zones trusted without a parent.
     dnssec_anchors: tuple[str, ...] = ROOT_TRUST_ANCHORS
-    dnssec_memory_bytes: int = DNSSEC_MEMORY_BYTES
+    dnssec_memory_bytes: int = defaults.DNSSEC_MEMORY_BYTES
     max_redirects: int = 5  # H-WK-6
     # Politeness: at most this many requests at once to one web host, to the PLC directory,
     # and to the DNS servers (None: no limit). Audits set it.
@@ -110,18 +114,18 @@ class Config:
     # Politeness in time: requests per second to the PLC directory (what the field allows
     # it: 300/s) and to any other host (a stranger's web host), each with a second's burst;
     # a host's Retry-After parks it (`foundation.pace`).
-    plc_rate: float = 300.0
-    host_rate: float = 20.0
+    plc_rate: float = defaults.PLC_RATE
+    host_rate: float = defaults.HOST_RATE
     # A pause a host asks for lasts at most this long, then one request asks whether it is
     # over (POL-PARK-1): an hour asked once would take every lookup of the host for an hour.
-    max_park: float = 300.0
+    max_park: float = defaults.MAX_PARK
     # The share of each host's rate the resolutions a service-auth token causes may take
     # (its issuer's, SA-SIG-2's refresh): a flood of refused tokens leaves the rest to
     # lookups (POL-BUDGET-1).
-    service_auth_share: float = 0.1
+    service_auth_share: float = defaults.SERVICE_AUTH_SHARE
     # Of each host's rate, what work in the background may take (`foundation.pace`: the pass
     # re-verifying every held identity after an event stream's gap, F-CUR-6).
-    reverify_share: float = 0.25
+    reverify_share: float = defaults.REVERIFY_SHARE
     document_max_bytes: int = DOCUMENT_MAX_BYTES
     audit_log_max_bytes: int = AUDIT_LOG_MAX_BYTES
     user_agent: str = USER_AGENT
@@ -177,21 +181,29 @@ class Config:
     def allow_test_tld(self) -> bool:
         return self.dev  # H-TLD-2
 
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Config:
+        """The configuration the `atwhois` command reads where no flag is given: the TOML
+        file `ATWHOIS_CONFIG` names, then the `ATWHOIS_*` variables over it. Raises
+        `SettingError` for a setting that is not one, `InvalidInput` for values `Config`
+        refuses."""
+        import atwhois.settings as settings  # here: a library that is given a Config needs none
 
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+        return cls.from_settings(settings.given(environ))
 
+    @classmethod
+    def from_settings(cls, given: Mapping[str, Any]) -> Config:
+        """The configuration the resolution settings among `given` make (by the names of
+        `atwhois.settings`; the others are not the resolver's), checked as any `Config`."""
+        fields: dict[str, Any] = {}
+        for name, convert in _TO_CONFIG.items():
+            if name in given:
+                fields.update(convert(given[name]))
+        return cls(**fields)
 
-def parse_bool(name: str, text: str) -> bool:
-    """A boolean written as text (an environment variable): only the usual spellings; any
-    other word is refused rather than read as true."""
-    word = text.strip().lower()
-    if word in _TRUE:
-        return True
-    if word in _FALSE:
-        return False
-    raise InvalidInput(
-        f"{name} must be one of 1/true/yes/on or 0/false/no/off, not {text!r}", "config"
-    )
+    def as_settings(self) -> dict[str, Any]:
+        """The resolution settings this configuration stands for, by name (`config show`)."""
+        return {name: value_of(self) for name, value_of in _FROM_CONFIG.items()}
 
 
 def parse_nameservers(items: list[str]) -> tuple[Nameserver, ...]:
@@ -203,3 +215,54 @@ def parse_networks(items: list[str]) -> tuple[IpNetwork, ...]:
         return tuple(ipaddress.ip_network(item.strip()) for item in items if item.strip())
     except ValueError as err:
         raise InvalidInput(f"bad network in allow-list: {err}", "config") from None
+
+
+# How each resolution setting lands in `Config`, and back: one place for both ways.
+_TO_CONFIG: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "plc_url": lambda v: {"plc_url": v},
+    "dev": lambda v: {"dev": v},
+    "verify_plc": lambda v: {"verify_plc": v},
+    "check_pds": lambda v: {"check_pds": v},
+    "dnssec": lambda v: {"dnssec": v},
+    "dnssec_anchor": lambda v: {"dnssec_anchors": tuple(v)} if v else {},
+    "dnssec_memory_mb": lambda v: {"dnssec_memory_bytes": int(v * defaults.MIB)},
+    "ca_bundle": lambda v: {"ca_bundle": v},
+    "https_port": lambda v: {"https_port": v},
+    "dns_authoritative": lambda v: {"dns_authoritative": v},
+    "dns_authoritative_port": lambda v: {"dns_authoritative_port": v},
+    "plc_rate": lambda v: {"plc_rate": v},
+    "host_rate": lambda v: {"host_rate": v},
+    "max_park": lambda v: {"max_park": v},
+    "service_auth_share": lambda v: {"service_auth_share": v},
+    "reverify_share": lambda v: {"reverify_share": v},
+    "contact_url": lambda v: {"user_agent": user_agent(v)} if v else {},
+    "dns_server": lambda v: {"dns_servers": parse_nameservers(v)},
+    "dns_fallback": lambda v: {"dns_fallback_servers": parse_nameservers(v)},
+    "allow_net": lambda v: {"allow_nets": parse_networks(v)},
+    "nat64_prefix": lambda v: {"nat64_prefixes": tuple(nat64_prefix(p) for p in v)},
+    "timeout": lambda v: dict.fromkeys(("dns_timeout", "https_timeout", "document_timeout"), v),
+}
+_FROM_CONFIG: dict[str, Callable[[Config], Any]] = {
+    "plc_url": lambda c: c.plc_url,
+    "dev": lambda c: c.dev,
+    "verify_plc": lambda c: c.verify_plc,
+    "check_pds": lambda c: c.check_pds,
+    "dnssec": lambda c: c.dnssec,
+    "dnssec_anchor": lambda c: list(c.dnssec_anchors),
+    "dnssec_memory_mb": lambda c: c.dnssec_memory_bytes / defaults.MIB,
+    "ca_bundle": lambda c: c.ca_bundle,
+    "https_port": lambda c: c.https_port,
+    "dns_authoritative": lambda c: c.dns_authoritative,
+    "dns_authoritative_port": lambda c: c.dns_authoritative_port,
+    "plc_rate": lambda c: c.plc_rate,
+    "host_rate": lambda c: c.host_rate,
+    "max_park": lambda c: c.max_park,
+    "service_auth_share": lambda c: c.service_auth_share,
+    "reverify_share": lambda c: c.reverify_share,
+    "contact_url": lambda c: c.user_agent,
+    "dns_server": lambda c: [str(n) for n in c.dns_servers] or "the system's",
+    "dns_fallback": lambda c: [str(n) for n in c.dns_fallback_servers],
+    "allow_net": lambda c: [str(net) for net in c.allow_nets],
+    "nat64_prefix": lambda c: [str(net) for net in c.nat64_prefixes],
+    "timeout": lambda c: [c.dns_timeout, c.https_timeout, c.document_timeout],
+}

@@ -27,7 +27,8 @@ import dns.name
 import dns.rdatatype
 import dns.rrset
 
-from .config import DNSSEC_MEMORY_BYTES
+from atwhois.foundation import defaults
+
 from .dnssec import (
     DNSKEY,
     DS,
@@ -88,7 +89,7 @@ class DnssecChain:
         ask: Ask,
         anchors: Mapping[dns.name.Name, Anchor],
         *,
-        memory_bytes: int = DNSSEC_MEMORY_BYTES,
+        memory_bytes: int = defaults.DNSSEC_MEMORY_BYTES,
         deadline: float = 3.0,
         clock: Callable[[], float] = time.time,
     ) -> None:

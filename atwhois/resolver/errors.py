@@ -7,11 +7,11 @@ data) can be read off the exception class alone.
 
 from __future__ import annotations
 
+from atwhois.foundation.errors import AtwhoisError
+
 from .outcome import Outcome
 
-
-class AtwhoisError(Exception):
-    """Base class of every error atwhois raises on purpose."""
+__all__ = ["AtwhoisError"]  # the root, at the bottom of the house: the rest is defined here
 
 
 # --- input (never reaches the network) -------------------------------------------------

@@ -35,9 +35,9 @@ import httpx
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from atwhois import settings as atwhois_settings
 from atwhois.cache.entry import Entry, decode_cached
 from atwhois.cache.packing import pack, unpack
-from atwhois.cli import configuration
 from atwhois.mirror import MirrorApi, MirrorState, Replica
 from atwhois.mirror.backends import SqliteMirrorStore
 from atwhois.resolver import Config, syntax
@@ -180,9 +180,13 @@ def _mirror_page(lines: list[str]) -> None:
 
 def _config(text: str) -> None:
     try:
-        merged = configuration.from_file(tomllib.loads(text))
-        configuration.resolver_config(merged)
-    except (ValueError, configuration.SettingError, InvalidInput):  # TOMLDecodeError: a ValueError
+        merged = atwhois_settings.from_file(tomllib.loads(text))
+        Config.from_settings(merged)
+    except (
+        ValueError,
+        atwhois_settings.SettingError,
+        InvalidInput,
+    ):  # TOMLDecodeError: a ValueError
         pass
 
 

@@ -1,9 +1,10 @@
 """Every setting of atwhois, in one table: `Values`, whose fields are the settings, typed,
-with their defaults (the only copy: the parts' own defaults are the same constants, from
-`foundation.defaults` and `resolver.config.Config`), their group, range and help. A setting
+with their defaults (the only copy: the parts' own defaults, the resolver's among them,
+are the same constants, from `foundation.defaults`), their group, range and help. A setting
 has one name, spelt the same way everywhere: `--plc-url` on the command line,
 `ATWHOIS_PLC_URL` in the environment, `plc_url` in the TOML file. Flags win over variables,
-variables over the file, the file over the default (`configuration` reads them).
+variables over the file, the file over the default (`reading` reads the file and the
+variables; the command line adds its flags).
 
 A default shows as its value (`--help`, `config show`, the documentation's table), or as what it
 means where there is no value to show (`shown`: no cache for a lookup, the system's
@@ -20,7 +21,6 @@ from typing import Any
 
 from atwhois.foundation import defaults
 from atwhois.foundation.sql import DATABASE_SCHEMES
-from atwhois.resolver.config import Config
 
 RESOLUTION, STORAGE, SERVICE, AUDITS = "resolution", "cache", "service", "audits"
 MIRROR = "mirror"
@@ -85,15 +85,14 @@ def _ttl(lifetime: tuple[float, float]) -> str:
     return f"{lifetime[0]:g}:{lifetime[1]:g}"
 
 
-_RESOLVER = Config()  # the resolver's own defaults
-_STEP_DEADLINES = f"{_RESOLVER.dns_timeout:g} for DNS, {_RESOLVER.https_timeout:g} for each fetch"
+_STEP_DEADLINES = f"{defaults.DNS_TIMEOUT:g} for DNS, {defaults.HTTPS_TIMEOUT:g} for each fetch"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Values:
     """The value of every setting, as given or by default (`configuration.resolve`)."""
 
-    plc_url: str = _setting(RESOLUTION, "PLC directory base URL", _RESOLVER.plc_url, metavar="URL")
+    plc_url: str = _setting(RESOLUTION, "PLC directory base URL", defaults.PLC_URL, metavar="URL")
     dns_server: list[str] = _setting(
         RESOLUTION,
         "nameserver to ask: an IP address, or a DNS-over-HTTPS server's https URL "
@@ -131,24 +130,24 @@ class Values:
     dev: bool = _setting(
         RESOLUTION,
         "development: .test handles, did:web:localhost, plain http for localhost",
-        _RESOLVER.dev,
+        defaults.DEV,
     )
     verify_plc: bool = _setting(
         RESOLUTION,
         "replay the did:plc operation log instead of trusting the directory",
-        _RESOLVER.verify_plc,
+        defaults.VERIFY_PLC,
     )
     check_pds: bool = _setting(
         RESOLUTION,
         "also ask the PDS the document names: does it host the account, is it active, is "
         "its latest commit signed by the document's key (lookups and audits)",
-        _RESOLVER.check_pds,
+        defaults.CHECK_PDS,
     )
     dnssec: bool = _setting(
         RESOLUTION,
         "validate the DNS answer's DNSSEC chain from the trust anchors: secure, insecure "
         "(proven unsigned), bogus (the DNS method then counts as invalid) or indeterminate",
-        _RESOLVER.dnssec,
+        defaults.DNSSEC,
     )
     dnssec_anchor: list[str] = _setting(
         RESOLUTION,
@@ -162,7 +161,7 @@ class Values:
         RESOLUTION,
         "memory for the keys and delegations the DNSSEC walk proved and keeps (the least "
         "recently used go first)",
-        _RESOLVER.dnssec_memory_bytes / defaults.MIB,
+        defaults.DNSSEC_MEMORY_BYTES / defaults.MIB,
         metavar="MIB",
         low=0.0625,
         high=1024 * 1024,
@@ -179,7 +178,7 @@ class Values:
         "requests per second to the PLC directory, with a second's burst (a 429 or 503 with "
         "Retry-After parks it, for max_park at most: answers meanwhile are unavailable, never "
         "absent)",
-        _RESOLVER.plc_rate,
+        defaults.PLC_RATE,
         metavar="PER_SECOND",
         low=0.1,
         high=1_000_000,
@@ -187,7 +186,7 @@ class Values:
     host_rate: float = _setting(
         RESOLUTION,
         "requests per second to any other host (a handle's web host, a did:web), the same way",
-        _RESOLVER.host_rate,
+        defaults.HOST_RATE,
         metavar="PER_SECOND",
         low=0.1,
         high=1_000_000,
@@ -196,7 +195,7 @@ class Values:
         RESOLUTION,
         "the longest pause a host's Retry-After gets (lookups, the PLC mirror, plc compare); "
         "then one request asks whether it is over before the others follow",
-        _RESOLVER.max_park,
+        defaults.MAX_PARK,
         metavar="SECONDS",
         low=0.1,
         high=3600,
@@ -206,7 +205,7 @@ class Values:
         "the share of each host's rate that the resolutions service-auth tokens cause (their "
         "issuers', a refresh after a refused signature) may take; past it they are refused "
         "at once (unavailable), the rest left to lookups",
-        _RESOLVER.service_auth_share,
+        defaults.SERVICE_AUTH_SHARE,
         metavar="FRACTION",
         low=0.01,
         high=1,
@@ -215,7 +214,7 @@ class Values:
         RESOLUTION,
         "share of each host's rate (plc_rate, host_rate) that re-verifying every held "
         "identity after an event stream's gap may take; lookups keep the rest",
-        _RESOLVER.reverify_share,
+        defaults.REVERIFY_SHARE,
         metavar="FRACTION",
         low=0.01,
         high=1,
@@ -232,12 +231,12 @@ class Values:
         "when a handle is re-checked because something says it changed (refresh, "
         "refreshIdentity, a claim after an event, an audit's re-check), also ask its TXT of "
         "the zone's own nameservers, past the recursive resolver's cache (H-DNS-9)",
-        _RESOLVER.dns_authoritative,
+        defaults.DNS_AUTHORITATIVE,
     )
     dns_authoritative_port: int = _setting(
         RESOLUTION,
         "the port the zones' nameservers are asked on (test networks)",
-        _RESOLVER.dns_authoritative_port,
+        defaults.DNS_AUTHORITATIVE_PORT,
         metavar="PORT",
         low=1,
         high=65535,

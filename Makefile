@@ -78,10 +78,11 @@ mutate: setup
 	$(VENV)/bin/mutmut run --max-children 2 || true
 	$(PY) -m tests.support.mutation_report
 
-## The versions the image installs (requirements.lock), from pyproject.toml's dependencies.
+## The versions the image installs (requirements.lock), from pyproject.toml's dependencies
+## and its `all` extra (the daemon's stack, Redis, PostgreSQL).
 lock: $(STAMP)
 	$(PY) -m pip install -q pip-tools
-	$(VENV)/bin/pip-compile -q --strip-extras --no-header --no-emit-index-url \
+	$(VENV)/bin/pip-compile -q --extra all --strip-extras --no-header --no-emit-index-url \
 		--no-emit-find-links --output-file requirements.lock pyproject.toml
 
 bench: setup

@@ -48,13 +48,16 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from atwhois.auth import ServiceAuthVerifier
-    from atwhois.cache import CachedResolver
+    from atwhois.auth.verifier import ReplayNeedsAVerifier
+    from atwhois.cache import CachedResolver, Lifetime, Policy
+    from atwhois.cache.stores import MemoryStore, NonceStore, SqliteStore, Store
+    from atwhois.cache.stores.redis import RedisStore
     from atwhois.resolver.config import Config
     from atwhois.resolver.directory import Directory
     from atwhois.resolver.identity import Identity
     from atwhois.resolver.remote import Client
     from atwhois.resolver.resolver import Resolver
-    from atwhois.resolver.service_auth import Verification
+    from atwhois.resolver.service_auth import Expected, Verification
 
 __all__ = [
     "AtwhoisError",
@@ -63,14 +66,23 @@ __all__ = [
     "Config",
     "DidDeactivated",
     "Directory",
+    "Expected",
     "Identity",
     "InvalidData",
     "InvalidInput",
+    "Lifetime",
+    "MemoryStore",
+    "NonceStore",
     "NotFound",
+    "Policy",
+    "RedisStore",
+    "ReplayNeedsAVerifier",
     "ResolutionError",
     "Resolver",
     "ServiceAuthVerifier",
+    "SqliteStore",
     "Status",
+    "Store",
     "UpstreamFailure",
     "Verification",
     "WrongEventLoop",
@@ -89,6 +101,15 @@ _ON_FIRST_USE = {
     "Identity": "atwhois.resolver.identity",
     "Resolver": "atwhois.resolver.resolver",
     "ServiceAuthVerifier": "atwhois.auth",
+    "ReplayNeedsAVerifier": "atwhois.auth.verifier",
+    "Expected": "atwhois.resolver.service_auth",
+    "Lifetime": "atwhois.cache",
+    "Policy": "atwhois.cache",
+    "Store": "atwhois.cache.stores",
+    "NonceStore": "atwhois.cache.stores",
+    "MemoryStore": "atwhois.cache.stores",
+    "SqliteStore": "atwhois.cache.stores",
+    "RedisStore": "atwhois.cache.stores.redis",
     "Verification": "atwhois.resolver.service_auth",
 }
 

@@ -9,6 +9,8 @@
 - The floors: the libraries a lookup cannot do without, imported alone (asyncio,
   dnspython, cryptography, and aiohttp or h11), and what a cache hit cannot do without
   (asyncio): what no work on atwhois's own code can go below.
+- The outbound HTTP stacks, each imported alone: what the choice of each costs a command
+  that loads it (docs/architecture.md, "Outbound HTTP").
 
 Byte code is cached as on any installed copy (pip compiles at install; an editable checkout
 writes `__pycache__` on first run). A machine that sets PYTHONDONTWRITEBYTECODE would time
@@ -74,6 +76,18 @@ def floor_cases() -> dict[str, Case]:
             [python, "-c", lookup + "; import h11, ssl"], 0, None
         ),
         "floor: a cache hit's (asyncio)": Case([python, "-c", "import asyncio, sqlite3"], 0, None),
+        # What each outbound HTTP stack costs a command that loads it (docs/architecture.md
+        # says why each stays): the client of a daemon (`--server`) loads http.client alone.
+        "stack: http.client (a daemon's client)": Case(
+            [python, "-c", "import http.client, ssl"], 0, None
+        ),
+        "stack: aiohttp (the fetcher, the streams)": Case(
+            [python, "-c", "import aiohttp"], 0, None
+        ),
+        "stack: httpx (DoH, the mirror's upstream)": Case([python, "-c", "import httpx"], 0, None),
+        "stack: websockets (the mirror's upstream stream)": Case(
+            [python, "-c", "import websockets.sync.client"], 0, None
+        ),
     }
 
 

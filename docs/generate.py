@@ -294,10 +294,15 @@ def _signature(name: str, value: Any) -> str:
 
 
 def _methods(cls: type) -> list[tuple[str, Any]]:
-    """The class's own public methods (and its constructor), in the order written."""
+    """The class's own public methods (and its constructor), in the order written; those
+    it names in `PUBLIC`, when it names them (the rest are other parts' of atwhois)."""
+    public = getattr(cls, "PUBLIC", None)
     found = []
     for method, member in vars(cls).items():
-        if (method == "__init__" or not method.startswith("_")) and callable(member):
+        shown = method == "__init__" or (
+            not method.startswith("_") and (public is None or method in public)
+        )
+        if shown and callable(member):
             found.append((method, member))
     return found
 

@@ -18,8 +18,11 @@ def _name(requirement: str) -> str:
 
 
 def declared() -> set[str]:
+    """What a plain install brings, and the product's extras (not the tests')."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {_name(r) for r in project["dependencies"]}
+    extras = project["optional-dependencies"]
+    wanted = [*project["dependencies"], *extras["server"], *extras["redis"], *extras["postgres"]]
+    return {_name(r) for r in wanted}
 
 
 def third_party_imports() -> dict[str, set[str]]:
@@ -54,3 +57,23 @@ def test_every_declared_dependency_is_imported_by_the_product() -> None:
     }
     # psycopg[binary] is imported as psycopg; its binary build is found by psycopg itself
     assert declared() - used == set()
+
+
+# The daemon's stack, Redis and PostgreSQL: extras, never in a plain install (issue 67)
+DAEMONS_STACK = {"uvloop", "jinja2", "prometheus-client", "websockets", "zstandard"}
+
+
+def test_a_plain_install_names_none_of_the_daemons_stack() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    plain = {_name(r) for r in project["dependencies"]}
+    assert plain & (DAEMONS_STACK | {"redis", "psycopg"}) == set()
+    extras = project["optional-dependencies"]
+    assert {_name(r) for r in extras["server"]} == DAEMONS_STACK
+    assert extras["all"] == ["atwhois[server,redis,postgres]"]
+    assert "atwhois[all]" in extras["test"]  # the tests, make and the image: everything
+    from atwhois.cli.main import EXTRAS  # what a command without its extra says
+
+    distributions = packages_distributions()
+    for module, extra in EXTRAS.items():
+        names = {_name(d) for d in distributions.get(module, [module])}
+        assert names <= {_name(r) for r in extras[extra]}, (module, extra)

@@ -73,7 +73,9 @@ def test_the_image_installs_the_locked_versions() -> None:
         if "==" in line and not line.startswith("#")
     )
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    for dependency in project["project"]["dependencies"]:
+    extras = project["project"]["optional-dependencies"]
+    image = [*project["project"]["dependencies"], *extras["server"], *extras["redis"]]
+    for dependency in [*image, *extras["postgres"]]:
         requirement = Requirement(dependency)
         name = requirement.name.lower()
         assert name in locked, f"{name} is not in requirements.lock"

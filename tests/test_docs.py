@@ -106,8 +106,12 @@ def test_every_name_the_code_defines_has_an_entry() -> None:
     for path, verbs in described(generate.routes()).items():
         for verb in verbs:
             assert f"## `{verb.upper()} {path}`" in pages["reference/http-api.md"], path
+    python = pages["reference/python-api.md"]
     for name in atwhois.__all__:
-        assert f"## `{name}`" in pages["reference/python-api.md"], name
+        assert f"## `{name}`" in python, name
+    for cls in (atwhois.CachedResolver, atwhois.Resolver):  # their API, not the daemon's
+        shown = set(re.findall(rf"^### `{cls.__name__}\.(\w+)`", python, re.M))
+        assert shown == {"__init__", *cls.PUBLIC}, (cls, shown)
     for command in COMMANDS:
         assert f"## `atwhois {' '.join(command.path)}`" in pages["reference/cli.md"], command
     assert "/v1/verify/service-auth" in pages["reference/http-api.md"]

@@ -58,3 +58,21 @@ def test_aiohttp_is_bounded_to_the_releases_the_hooks_were_read_from() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     aiohttp = next(r for r in project["dependencies"] if r.startswith("aiohttp"))
     assert "<" in aiohttp, aiohttp
+
+
+def test_coincurve_is_bounded_and_its_private_functions_are_there() -> None:
+    """resolver/plc/signature.py calls libsecp256k1 through coincurve's private module: the
+    functions it calls are there in this release, and the release is within the bound
+    pyproject.toml sets, as aiohttp's for its hooks."""
+    from importlib.metadata import version
+
+    from coincurve._libsecp256k1 import ffi, lib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    bound = Requirement(next(r for r in project["dependencies"] if r.startswith("coincurve")))
+    assert "<" in str(bound.specifier) and bound.specifier.contains(version("coincurve"))
+    called = (ROOT / "atwhois" / "resolver" / "plc" / "signature.py").read_text()
+    for name in ("secp256k1_ecdsa_signature_parse_compact", "secp256k1_ecdsa_verify"):
+        assert f"lib.{name}" in called and callable(getattr(lib, name)), name
+    assert callable(ffi.new)

@@ -25,9 +25,10 @@ from tests.test_layers import imported, part
 
 EXPORTED = {
     "AtwhoisError", "CachedResolver", "Client", "Config", "DidDeactivated", "Directory",
-    "Identity", "InvalidData", "InvalidInput", "NotFound", "ResolutionError", "Resolver",
-    "ServiceAuthVerifier", "Status", "UpstreamFailure", "Verification", "WrongEventLoop",
-    "__version__",
+    "Expected", "Identity", "InvalidData", "InvalidInput", "Lifetime", "MemoryStore",
+    "NonceStore", "NotFound", "Policy", "RedisStore", "ReplayNeedsAVerifier",
+    "ResolutionError", "Resolver", "ServiceAuthVerifier", "SqliteStore", "Status", "Store",
+    "UpstreamFailure", "Verification", "WrongEventLoop", "__version__",
     "alookup", "averify_service_auth", "lookup", "verify_service_auth",
 }  # fmt: skip
 
@@ -206,3 +207,55 @@ def test_no_part_of_the_library_imports_the_command_line() -> None:
         if any(m.startswith("atwhois.cli") for m in imported(name, path)):
             importing.append(str(relative))
     assert importing == ["testing.py"]
+
+
+# What a plain install leaves out (`pip install atwhois`, no extra): a process that cannot
+# import these plays one (tests/test_dependencies.py holds the list to pyproject.toml).
+_LEFT_OUT = ("uvloop", "jinja2", "prometheus_client", "websockets", "zstandard", "redis", "psycopg")
+_PLAIN = f"import sys\nfor name in {_LEFT_OUT!r}:\n    sys.modules[name] = None\n"
+
+
+def test_the_library_and_its_cache_stand_on_a_plain_install() -> None:
+    """Issue 67: a lookup, a cached one and a service-auth token's verification, with none
+    of the daemon's stack, Redis or PostgreSQL importable."""
+    script = _PLAIN + (
+        "import asyncio, atwhois\n"
+        "from atwhois.testing import World\n"
+        "world = World(); did = world.add('alice.example.org')\n"
+        "assert atwhois.lookup('alice.example.org', directory=world).did == did\n"
+        "async def main():\n"
+        "    async with world.cached() as cached:\n"
+        "        assert (await cached.lookup('alice.example.org')).did == did\n"
+        "        verifier = atwhois.ServiceAuthVerifier(cached)\n"
+        "        token = world.service_token(did, 'did:web:feed.example#svc', method='a.b.c')\n"
+        "        expected = atwhois.Expected('did:web:feed.example#svc', 'a.b.c')\n"
+        "        assert (await verifier.verify(token, expected)).outcome == 'valid'\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in sys.modules if m.startswith('atwhois.server')))\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"
+
+
+def test_the_command_lines_lookup_stands_on_a_plain_install_and_a_daemon_says_its_extra(
+    devnet: DevnetState,
+) -> None:
+    def atwhois_plain(*args: str, given: str = "") -> subprocess.CompletedProcess[str]:
+        script = _PLAIN + f"from atwhois.cli.main import main\nsys.exit(main({list(args)!r}))\n"
+        return subprocess.run(
+            [sys.executable, "-c", script],
+            env=devnet.env(),
+            input=given,
+            capture_output=True,
+            text=True,
+        )
+
+    # two at once: uvloop's loop where it is there, asyncio's here
+    looked = atwhois_plain("-", "--json", given="alice.test\nbob.test\n")
+    assert looked.returncode == 0, looked.stderr
+    assert looked.stdout.count('"status": "verified"') == 2
+    served = atwhois_plain("serve")
+    assert served.returncode == 2
+    assert "atwhois serve: needs the server extra" in served.stderr
+    assert "pip install 'atwhois[server]'" in served.stderr and "Traceback" not in served.stderr

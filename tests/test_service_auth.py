@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 import atwhois
 from atwhois.auth import ServiceAuthVerifier
-from atwhois.auth.verifier import REFRESH_EVERY
+from atwhois.auth.verifier import REFRESH_EVERY, ReplayNeedsAVerifier
 from atwhois.cache.stores import MemoryNonces
 from atwhois.resolver.service_auth import PROCESS_ONLY, Expected
 from atwhois.testing import World
@@ -208,17 +210,21 @@ async def test_the_nonces_held_are_bounded_and_past_the_bound_a_replay_is_not_ru
         assert verifier.unruled == {"issuer": 1, "bound": 1}
 
 
-async def test_a_one_shot_check_cannot_rule_out_a_replay_and_says_so() -> None:
+async def test_a_one_shot_check_cannot_rule_out_a_replay_and_says_what_can() -> None:
+    """Issue 67: `replay=True` through a directory that keeps no nonces is refused with an
+    error that says to keep a ServiceAuthVerifier (it was `unavailable`, saying nothing of
+    why); a kept verifier does rule replays out."""
     world = World()
     did = world.add("alice.example.org")
     token = world.service_token(did, AUDIENCE)
     async with world.cached() as cached:
-        once = await atwhois.averify_service_auth(token, AUDIENCE, replay=True, directory=cached)
-        bad = await atwhois.averify_service_auth(
-            token, "did:web:other.example#x", replay=True, directory=cached
-        )
-    assert once.outcome == "unavailable" and "outlives one token" in (once.reason or "")
-    assert bad.rule == "SA-AUD-1"  # a refusal stays a refusal
+        with pytest.raises(ReplayNeedsAVerifier, match=r"keep one atwhois\.ServiceAuthVerifier"):
+            await atwhois.averify_service_auth(token, AUDIENCE, replay=True, directory=cached)
+        assert (await atwhois.averify_service_auth(token, AUDIENCE, directory=cached)).valid
+        kept = atwhois.ServiceAuthVerifier(cached)
+        expected = atwhois.Expected(AUDIENCE)
+        assert (await kept.verify(token, expected, replay=True)).valid
+        assert (await kept.verify(token, expected, replay=True)).rule == "SA-JTI-2"
 
 
 async def test_the_front_door_verifies_through_any_directory() -> None:

@@ -24,12 +24,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from typing import TYPE_CHECKING, Any
 
 from atwhois.cache.stores import MemoryNonces, NonceStore, NoncesUnavailable
 from atwhois.foundation import defaults
+from atwhois.foundation.errors import AtwhoisError
 from atwhois.foundation.lru import Lru
 from atwhois.foundation.pace import SERVICE_AUTH, charged_to
 from atwhois.resolver.directory import Directory
@@ -50,6 +49,9 @@ from atwhois.resolver.service_auth import (
 )
 
 from .nonces import Held, Pressing, share_of
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 __all__ = ["Expected", "ServiceAuthVerifier", "Verification", "verify_token"]
 
@@ -199,6 +201,8 @@ class ServiceAuthVerifier:
         return _about(token, "unavailable", None, why)
 
     def metrics(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         verified = CounterMetricFamily(
             "atwhois_service_auth_verifications",
             "Inter-service auth tokens verified, by outcome and the rule that refused them.",
@@ -314,11 +318,20 @@ async def verify_token(
 ) -> Verification:
     """One token checked through `directory`: a running daemon (`Client`) verifies it
     there, with the nonces its store keeps; any other directory here, by a verifier made
-    for this token (a service checking many keeps one `ServiceAuthVerifier`)."""
+    for this token (a service checking many keeps one `ServiceAuthVerifier`). A replay
+    check needs the nonces seen before: a daemon's, or a `ServiceAuthVerifier` kept from
+    token to token; asked of a verifier made for one token, it is refused
+    (`ReplayNeedsAVerifier`), never answered `unavailable` without saying why."""
     if isinstance(directory, Client):
         return await directory.verify_service_auth(token, expected, replay=replay)
-    verification = await ServiceAuthVerifier(directory).verify(token, expected)
-    if replay and verification.valid:  # a verifier of one token has seen no other
-        why = "a replay check needs a verifier that outlives one token, or a daemon"
-        return replace(verification, outcome="unavailable", reason=why)
-    return verification
+    if replay:
+        raise ReplayNeedsAVerifier(
+            "a replay check needs the nonces seen before: keep one "
+            "atwhois.ServiceAuthVerifier(directory) and call its verify(token, expected, "
+            "replay=True), or ask a running daemon (directory=atwhois.Client(url))"
+        )
+    return await ServiceAuthVerifier(directory).verify(token, expected)
+
+
+class ReplayNeedsAVerifier(AtwhoisError):
+    """A replay check asked of a verifier made for one token, which has seen no other."""

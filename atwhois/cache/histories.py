@@ -12,11 +12,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
-from prometheus_client.core import CounterMetricFamily, Metric
-
 from atwhois.foundation.lru import Lru
 
 if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
     from atwhois.resolver.plc import Audit
 
 KEPT_FOR = 300.0  # seconds a history is shown as fetched (a page says when it was read)
@@ -68,6 +68,8 @@ class Histories:
         return audit
 
     def metrics(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily
+
         shown = CounterMetricFamily(
             "atwhois_plc_histories",
             "did:plc histories shown, by how: fetched from the directory, kept from an "

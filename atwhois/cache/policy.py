@@ -23,6 +23,9 @@ from atwhois.foundation import defaults
 
 
 class Lifetime(NamedTuple):
+    """How long a kind of answer is served: fresh, then stale (while a refresh runs, or
+    while the upstream fails) until `max_age`."""
+
     fresh: float  # seconds during which the entry is served as fresh
     max_age: float  # seconds after which it is never served, not even when upstream fails
 
@@ -40,6 +43,9 @@ ABSENT = Lifetime(*defaults.TTL_ABSENT)
 
 @dataclass(frozen=True, slots=True)
 class Policy:
+    """How long each kind of answer is served (verified, unverified, absent), and how soon
+    a failed refresh is tried again: the cache's lifetimes (`ttl_*` settings)."""
+
     verified: Lifetime = VERIFIED
     unverified: Lifetime = UNVERIFIED
     absent: Lifetime = ABSENT

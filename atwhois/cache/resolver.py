@@ -61,7 +61,11 @@ P = TypeVar("P", HandleResolution, DocumentResolution)
 
 
 class CachedResolver:
-    """A `Directory` over a `Resolver`: what it verified, kept in `store` as `policy` says."""
+    """A `Directory` over a `Resolver`: what it verified, kept in `store` as `policy` says.
+    Its other methods are the daemon's (claims, account marks, what it holds)."""
+
+    # the library's API (the documentation's reference shows these)
+    PUBLIC = ("lookup", "refresh", "document", "check_pds", "purge", "stats", "aclose")
 
     def __init__(
         self,

@@ -40,14 +40,15 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any, NamedTuple
-
-from prometheus_client.core import CounterMetricFamily, Metric
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from atwhois.foundation import defaults
 from atwhois.resolver import Identity
 
 from .resolver import CachedResolver
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 log = logging.getLogger("atwhois.revalidate")
 CLAIM_WINDOW = 30.0  # seconds a claim waits for its change to show
@@ -181,6 +182,8 @@ class Revalidator:
         return after
 
     def metrics(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily
+
         revalidations = CounterMetricFamily(
             "atwhois_stream_revalidations",
             "Identities re-verified because a source said they changed (an #identity event, "

@@ -19,14 +19,15 @@ import asyncio
 import json
 import logging
 from collections.abc import Iterator
-from typing import Any
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from typing import TYPE_CHECKING, Any
 
 from atwhois.foundation.pace import REVERIFY, charged_to
 
 from .keys import did_key, identifier_of
 from .revalidate import Revalidator
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 log = logging.getLogger("atwhois.revalidate")
 PAGE = 1000  # DIDs read from the store at once
@@ -114,6 +115,8 @@ class Sweep:
         }
 
     def metrics(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         identities = GaugeMetricFamily(
             "atwhois_gap_pass_identities",
             "The pass re-verifying every identity held after an event stream's gap: those it "

@@ -155,6 +155,17 @@ def route(argv: list[str]) -> list[str]:
 
 
 _SIGPIPE_EXIT = 128 + 13  # what a shell reports for a process ended by SIGPIPE
+# The packages a plain install leaves out, by the extra that brings each (pyproject.toml):
+# a command that needs one says which extra to install
+EXTRAS = {
+    "uvloop": "server",
+    "jinja2": "server",
+    "prometheus_client": "server",
+    "websockets": "server",
+    "zstandard": "server",
+    "redis": "redis",
+    "psycopg": "postgres",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -192,4 +203,14 @@ def _dispatch(argv: list[str]) -> int:
         return 2
     except SettingError as err:
         print(f"atwhois: bad configuration: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        wanted = EXTRAS.get((err.name or "").partition(".")[0])
+        if wanted is None:
+            raise
+        print(
+            f"atwhois {argv[0]}: needs the {wanted} extra, which is not installed "
+            f"(no module {err.name}): pip install 'atwhois[{wanted}]'",
+            file=sys.stderr,
+        )
         return 2

@@ -36,17 +36,21 @@ def configure(args: argparse.Namespace) -> Resolved:
 
 
 def run(work: Coroutine[Any, Any, T], *, many: bool = False) -> T:
-    """Run `work` on an event loop. `many` lookups run on uvloop's, as `serve` and `audit`
-    resolve: its TLS and sockets cost less CPU per lookup than asyncio's (python -m bench
-    cold). One lookup does not earn back its import (python -m bench startup)."""
+    """Run `work` on an event loop. `many` lookups run on uvloop's where it is installed
+    (the server extra), as `serve` and `audit` resolve: its TLS and sockets cost less CPU
+    per lookup than asyncio's (python -m bench cold). One lookup does not earn back its
+    import (python -m bench startup)."""
     # here, not at the top: `--help` and bad input never need an event loop
     import asyncio
 
     loop_factory = None
     if many:
-        import uvloop
-
-        loop_factory = uvloop.new_event_loop
+        try:
+            import uvloop
+        except ModuleNotFoundError:  # a plain install: asyncio's loop, slower, the same
+            pass
+        else:
+            loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(work)
 

@@ -8,11 +8,12 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from typing import TYPE_CHECKING, Any
 
 from .store import SqlMirrorStore
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 STALL_AFTER = 300.0  # seconds without progress before /_health says the follower is stalled
 
@@ -170,6 +171,8 @@ class MirrorState:
         }
 
     def metrics(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         labels = ["upstream"]
         ops = CounterMetricFamily(
             "atwhois_plc_mirror_ops", "Operations verified and stored.", labels=labels

@@ -55,7 +55,11 @@ _DOC_ACCEPT = "application/did+ld+json, application/json;q=0.9, */*;q=0.1"
 
 
 class Resolver:
-    """Resolve and verify handles, DIDs and at:// URIs. Use as `async with Resolver(cfg)`."""
+    """Resolve and verify handles, DIDs and at:// URIs. Use as `async with Resolver(cfg)`.
+    Its other methods are the parts a cache composes an answer from."""
+
+    # the library's API (the documentation's reference shows these)
+    PUBLIC = ("lookup", "refresh", "document", "check_pds", "purge", "audit_log", "aclose")
 
     def __init__(
         self,

@@ -24,10 +24,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from atwhois.cache import CachedResolver
 from atwhois.cache.accounts import mark_of
@@ -39,6 +37,9 @@ from .frames import AccountEvent, IdentityEvent
 from .process import WIRES, StreamProcess
 from .state import GAP_FAULT, GAP_WINDOW, RecentGaps, StreamState
 from .subscriber import Subscriber
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 
 class Follower:
@@ -190,6 +191,8 @@ class Follower:
         return stalled + [p for s, recent in pairs if (p := recent.fault(s.url)) is not None]
 
     def metrics(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         events = CounterMetricFamily(
             "atwhois_stream_events",
             "Event-stream frames, by stream and type.",

@@ -50,6 +50,10 @@ class _Decoded:
 
 
 class MemoryStore:
+    """The cache's entries in this process's memory, within a byte budget (the least
+    recently used go first; entries are kept packed, a share of them decoded): what a
+    library uses alone, and the first tier in front of SQLite or Redis."""
+
     name = "memory"
 
     def __init__(

@@ -30,6 +30,10 @@ _DEAD = 3.0  # seconds without any message (not even a pong) before it is given 
 
 
 class RedisStore:
+    """The cache's entries on a Redis server, shared by the daemons that name it (the
+    `redis` extra): each change is heard by the others; a command that waits past its
+    short timeout fails at once, and the memory tier in front answers meanwhile."""
+
     name = "redis"
 
     def __init__(self, url: str, *, prefix: str = "atwhois:", timeout: float = 0.5) -> None:

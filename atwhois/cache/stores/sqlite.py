@@ -54,6 +54,10 @@ _WATCH_SECONDS = 0.1  # how often another process's commits are looked for
 
 
 class SqliteStore:
+    """The cache's entries in a SQLite file: kept across restarts, shared by the processes
+    that open the same file (a daemon's workers, its audits), each change heard by the
+    others (`watch`); the nonces of the replay check in a table of their own."""
+
     name = "sqlite"
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:

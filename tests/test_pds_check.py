@@ -5,6 +5,7 @@ sign with, a deactivated account, a DID whose PDS does not host it, a PDS that i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from atwhois.audit import Auditor, AuditStore, Watched
 from atwhois.cache import CachedResolver, MemoryStore
 from atwhois.cli.render import render_text
-from atwhois.resolver import Resolver
+from atwhois.resolver import Resolver, drisl
 from atwhois.resolver.commit import InvalidCommit, read_commit, signed_by
 from atwhois.resolver.identity import HOSTED, INACTIVE, INVALID, NOT_HOSTED, UNREACHABLE
 from atwhois.resolver.plc.encoding import cid_of, dag_cbor
@@ -45,18 +46,19 @@ def _commit(key: Key, **changes: Any) -> tuple[str, bytes, bytes]:
 def test_a_commit_is_read_from_its_car_and_verified_with_the_key_that_signed_it() -> None:
     """R-COMMIT-4: the signature over the commit without `sig`, by the key that made it and
     by no other; R-CAR-1, R-CAR-2: the block found by its CID among others, in a CAR whose
-    roots are empty (as `getBlocks` sends)."""
+    roots are empty (as `getBlocks` sends); its `data`, the MST root, read as a link."""
     key, other = Key("commit key"), Key("another key")
     text, cid, block = _commit(key)
     commit = read_commit(repo.car((repo.cid(b"x"), b"x"), (cid, block)), text)
     assert (commit.did, commit.rev, commit.cid) == (DID, "3n3qpjq7vrk2v", text)
+    assert commit.data == repo.cid(b"mst root")
     assert signed_by(commit, (other.did_key, key.did_key)) == key.did_key
     assert signed_by(commit, (other.did_key,)) is None
     high_s = commit.signature[:32] + (
         0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
         - int.from_bytes(commit.signature[32:], "big")
     ).to_bytes(32, "big")
-    flipped = type(commit)(commit.cid, commit.did, commit.rev, high_s, commit.unsigned)
+    flipped = dataclasses.replace(commit, signature=high_s)
     assert signed_by(flipped, (key.did_key,)) is None  # R-COMMIT-3: low-S only
 
 
@@ -73,6 +75,11 @@ def test_a_commit_is_read_from_its_car_and_verified_with_the_key_that_signed_it(
         ("no rev", "R-COMMIT-1"),
         ("version 2", "R-COMMIT-2"),
         ("a signature of 63 bytes", "R-COMMIT-3"),
+        ("a field v3 does not have", "R-COMMIT-6"),
+        ("no prev", "R-COMMIT-6"),
+        ("data as bytes, not a link", "R-COMMIT-6"),
+        ("prev a raw CID", "R-COMMIT-6"),
+        ("a longer head than needed", "R-COMMIT-1"),
     ],
 )
 def test_a_car_or_commit_that_breaks_a_rule_is_refused_naming_it(case: str, rule: str) -> None:
@@ -106,6 +113,20 @@ def test_a_car_or_commit_that_breaks_a_rule_is_refused_naming_it(case: str, rule
         case "a signature of 63 bytes":
             text, cid, block = _commit(key, sig=b"s" * 63)
             car = repo.car((cid, block))
+        case "a field v3 does not have":
+            text, cid, block = _commit(key, extra="x")
+            car = repo.car((cid, block))
+        case "no prev" | "data as bytes, not a link" | "prev a raw CID":
+            fields = drisl.decode(block)
+            if case == "no prev":
+                del fields["prev"]
+            elif case == "prev a raw CID":
+                fields["prev"] = drisl.Link(repo.cid(b"x", codec=0x55))
+            else:
+                fields["data"] = fields["data"].cid  # the same bytes, not tagged as a link
+            text, car = repo.alone(drisl.encode(fields))
+        case "a longer head than needed":  # version 3 written in two bytes
+            text, car = repo.alone(block.replace(b"\x67version\x03", b"\x67version\x18\x03"))
     with pytest.raises(InvalidCommit) as refused:
         read_commit(car, text)
     assert refused.value.rule == rule, str(refused.value)

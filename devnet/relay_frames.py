@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import libipld
@@ -56,9 +57,10 @@ def cid(block: bytes, codec: int = 0x71) -> bytes:
     return bytes([1]) + varint(codec) + bytes([0x12, 32]) + hashlib.sha256(block).digest()
 
 
-def car(*blocks: tuple[bytes, bytes]) -> bytes:
-    """A CAR v1 file of these (CID, block) pairs, with no roots (as `getBlocks` sends)."""
-    header = libipld.encode_dag_cbor({"roots": [], "version": 1})
+def car(*blocks: tuple[bytes, bytes], roots: Sequence[bytes] = ()) -> bytes:
+    """A CAR v1 file of these (CID, block) pairs, with no roots (as `getBlocks` sends) unless
+    given (binary CIDs: libipld writes them as links)."""
+    header = libipld.encode_dag_cbor({"roots": list(roots), "version": 1})
     sections = b"".join(varint(len(name) + len(b)) + name + b for name, b in blocks)
     return varint(len(header)) + header + sections
 

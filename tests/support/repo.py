@@ -1,5 +1,6 @@
 """A repository's commit as a PDS sends it, made here and signed for real: the CAR file of
-`getBlocks`, for the PDS check's tests and its fuzz target."""
+`getBlocks`, for the PDS check's tests and its fuzz target; the commit of a record's proof
+(`tests.support.mst`)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ def alone(block: bytes) -> tuple[str, bytes]:
     return libipld.encode_cid(name), car((name, block))
 
 
-def signed_commit(key: Key, did: str, **changes: Any) -> tuple[str, bytes, bytes]:
-    """A commit of `did` signed by `key` (then `changes` made to it): its CID as text, the
-    CID's bytes, and the block."""
+def signed_commit(
+    key: Key, did: str, /, *, data: bytes | None = None, **changes: Any
+) -> tuple[str, bytes, bytes]:
+    """A commit of `did` signed by `key`, its `data` the MST root `data` (a binary CID), then
+    `changes` made to it: its CID as text, the CID's bytes, and the block."""
     fields: dict[str, Any] = {
         "did": did,
         "version": 3,
-        "data": cid(b"mst root"),
+        "data": data or cid(b"mst root"),
         "rev": "3n3qpjq7vrk2v",
         "prev": None,
     }

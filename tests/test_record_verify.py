@@ -47,6 +47,8 @@ def identity(
     pds: str | None = PDS,
     key: str | None = KEY.did_key,
     kept: bool = False,
+    document: Outcome = Outcome.OK,
+    log: Outcome = Outcome.SKIPPED,
 ) -> Identity:
     return Identity(
         query=DID,
@@ -54,7 +56,8 @@ def identity(
         did=DID,
         pds=pds,
         signing_key=key,
-        did_doc=Evidence(Outcome.OK, (DID,)),
+        did_doc=Evidence(document, (DID,) if document is Outcome.OK else ()),
+        plc_log=Evidence(log),
         did_document_json=b"{}",
         error=None if status is Status.VERIFIED else f"it is {status}",
         cache=CacheInfo(cached=kept, age_s=60.0, state="fresh") if kept else None,
@@ -185,7 +188,11 @@ async def test_each_answer_of_a_pds_says_what_the_spec_says_it_does(
 @pytest.mark.parametrize(
     ("authority", "kept", "outcome", "rule"),
     [
-        (DID, identity(Status.UNAVAILABLE), "unavailable", None),
+        (DID, identity(Status.UNAVAILABLE, document=Outcome.FAILED), "unavailable", None),
+        (DID, identity(Status.UNAVAILABLE, log=Outcome.FAILED), "unavailable", None),
+        (DID, identity(Status.UNAVAILABLE), "verified", None),  # only its handle failed
+        (DID, identity(Status.HANDLE_NOT_FOUND), "verified", None),  # none declared
+        ("alice.example.com", identity(Status.UNAVAILABLE), "unavailable", None),
         (DID, identity(Status.DID_NOT_FOUND), "absent", None),
         (DID, identity(Status.DID_DEACTIVATED), "inactive", None),
         (
@@ -207,8 +214,8 @@ async def test_the_identity_decides_before_the_pds_is_asked(
     authority: str, kept: Identity, outcome: str, rule: str | None
 ) -> None:
     """R-REC-1: a handle must verify both ways; a DID needs a document (servable, naming a
-    PDS) whatever its handle; R-COMMIT-4: a document without an `#atproto` key verifies no
-    commit."""
+    PDS, its log replayed if asked) whatever its handle's state; R-COMMIT-4: a document
+    without an `#atproto` key verifies no commit."""
     pds = Pds({PDS: car()})
     verdict = await verify(Directory(kept), pds, f"at://{authority}/{PATH}")
     assert (verdict.outcome, verdict.rule) == (outcome, rule), verdict.reason

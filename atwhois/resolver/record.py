@@ -29,7 +29,7 @@ from atwhois.resolver.errors import (
     ResponseTooLarge,
 )
 from atwhois.resolver.identity import Identity
-from atwhois.resolver.outcome import Status
+from atwhois.resolver.outcome import Outcome, Status
 from atwhois.resolver.record_proof import (
     MAX_CAR,
     RecordVerification,
@@ -146,16 +146,19 @@ def _identity_refused(
     verdict: RecordVerification, target: AtUri, identity: Identity
 ) -> RecordVerification | None:
     """R-REC-1: the verdict the identity settles before the PDS is asked, if it does: a
-    handle must verify both ways, a DID must have a document that names a PDS."""
+    handle must verify both ways; a DID needs its document (its handle's state aside), and
+    the document must name a PDS."""
+    by_did = target.authority.startswith("did:")
     status, error = identity.status, identity.error or str(identity.status)
-    if status is Status.UNAVAILABLE:
-        return dataclasses.replace(verdict, outcome="unavailable", reason=error)
-    if status in (Status.DID_NOT_FOUND, Status.HANDLE_NOT_FOUND):
+    if status is Status.DID_NOT_FOUND or (status is Status.HANDLE_NOT_FOUND and not by_did):
         return _absent(verdict, f"no account: {error}")
     if status is Status.DID_DEACTIVATED:
         return dataclasses.replace(verdict, outcome="inactive", status="deactivated", reason=error)
-    handle = not target.authority.startswith("did:")
-    if (handle and not identity.verified) or identity.servable_document is None:
+    # a DID's record needs its document, whatever its handle's state (that failing now too)
+    steps = (identity.did_doc.outcome, identity.plc_log.outcome) if by_did else ()
+    if Outcome.FAILED in steps or (not by_did and status is Status.UNAVAILABLE):
+        return dataclasses.replace(verdict, outcome="unavailable", reason=error)
+    if (not by_did and not identity.verified) or identity.servable_document is None:
         return _invalid(verdict, "R-REC-1", f"the identity does not verify ({status}): {error}")
     if identity.pds is None or identity.did is None:
         return _absent(verdict, "the DID document names no PDS: nothing hosts the repository")

@@ -102,14 +102,18 @@ class DevnetState:
         knot = Path(self.workdir) / "knot"
         dnssec.set_delegation(knot, self.knot_port, self.dids, child, mode)
 
-    def set_file(self, host: str, path: str, body: str | None) -> None:
-        """Change (or, with None, remove) what an HTTPS host serves at `path`."""
+    def set_file(self, host: str, path: str, body: str | bytes | None) -> None:
+        """Change (or, with None, remove) what an HTTPS host serves at `path` (for any
+        query: a host's XRPC method answers the same whatever it is asked)."""
         file = Path(self.www_root) / host / path.lstrip("/")
         if body is None:
             file.unlink(missing_ok=True)
             return
         file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(body)
+        if isinstance(body, bytes):
+            file.write_bytes(body)
+        else:
+            file.write_text(body)
 
     def set_dns_faults(self, faults: dict[str, str]) -> None:
         """Names the DNS proxy answers with SERVFAIL ("servfail") or never ("never");

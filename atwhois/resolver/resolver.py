@@ -44,10 +44,12 @@ from .syntax import (
 from .untrusted import parse_json
 
 if TYPE_CHECKING:
+    from .directory import Directory
     from .dns import DnsClient
     from .dnssec_chain import DnssecChain
     from .fetch import Fetcher
     from .plc import Audit
+    from .record_proof import RecordVerification
 
 _CONNECTION_WAIT = 0.5  # seconds a did.json fetch waits for the well-known fetch's connection
 
@@ -392,6 +394,23 @@ class Resolver:
             timeout=self.config.https_timeout,
         )
         return dataclasses.replace(identity, pds_check=check)
+
+    async def verify_record(
+        self,
+        uri: str,
+        *,
+        cid: str | None = None,
+        record: bytes | None = None,
+        directory: Directory | None = None,
+    ) -> RecordVerification:
+        """The record `uri` names, verified at its PDS (`resolver.record`), its identity
+        looked up in `directory` (a cache over this resolver; by default, resolved now);
+        `cid` or `record` is what the caller holds. Raises `InvalidInput`."""
+        from .record import verify_record
+
+        timeout = self.config.https_timeout
+        found = directory or self
+        return await verify_record(found, self.web, uri, cid=cid, record=record, timeout=timeout)
 
     async def signing_keys(self, did: str) -> tuple[str, ...]:
         """Every `#atproto` key a did:plc's log declared, newest first (from its

@@ -372,7 +372,9 @@ def test_what_the_caller_holds_is_read_into_the_cid_it_claims() -> None:
     assert claimed_cid() is None
     raw = libipld.encode_cid(cid(encoded, codec=0x55))
     assert claimed_cid(cid=raw) == raw  # kept as given: no proof names it
-    for bad in (b"[1]", b'{"a": 1.5}', b"\xa1\x61\x61\x18\x01", b"{", b'{"a": {"$link": "x"}}'):
+    bad_ones = [b"[1]", b'{"a": 1.5}', b"\xa1\x61\x61\x18\x01", b"{", b'{"a": {"$link": "x"}}']
+    bad_ones += [b'{"a": 18446744073709551616}', b'{"a": "\\ud800"}']  # found by the fuzzer
+    for bad in bad_ones:
         with pytest.raises(InvalidInput) as refused:
             claimed_cid(record=bad)
         assert refused.value.rule == "R-REC-7", bad

@@ -100,20 +100,15 @@ def claimed_cid(cid: str | None = None, record: bytes | None = None) -> str | No
         return drisl.Link(b"\x01\x71\x12\x20" + hashed["digest"]).text  # as proofs spell it
     if record is None:
         return None
-    if record[:1] and record[0] >> 5 == 5:  # a CBOR map: JSON starts with a printable byte
-        try:
-            value = drisl.decode(record)
-        except drisl.NotDrisl as err:
-            raise InvalidIdentifier(f"the record given is not DRISL: {err}", "R-REC-7") from None
-    else:
-        try:
-            value = drisl.from_json(parse_json(record))
-        except ValueError as err:
-            why = f"the record given is not atproto JSON: {err}"
-            raise InvalidIdentifier(why, "R-REC-7") from None
-    if not isinstance(value, dict):
-        raise InvalidIdentifier("the record given is not an object", "R-REC-7")
-    return cid_of(drisl.encode(value))
+    as_drisl = bool(record) and record[0] >> 5 == 5  # a CBOR map; JSON starts printable
+    try:
+        value = drisl.decode(record) if as_drisl else drisl.from_json(parse_json(record))
+        if not isinstance(value, dict):
+            raise drisl.NotDrisl(f"a record is a map, not a {type(value).__name__}")
+        return cid_of(drisl.encode(value))  # DRISL read is the bytes given, encoded again
+    except ValueError as err:  # a bound of the data model, in the JSON or in the bytes
+        form = "DRISL" if as_drisl else "atproto JSON"
+        raise InvalidIdentifier(f"the record given is not {form}: {err}", "R-REC-7") from None
 
 
 Outcome = Literal["verified", "invalid", "absent", "inactive", "unavailable"]

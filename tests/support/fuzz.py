@@ -2,8 +2,9 @@
 bodies, `Retry-After` headers, DID documents, PLC operations, audit logs and export lines,
 service auth tokens (their text, and their header's and claims' bytes through the
 verifier), XRPC query strings and bodies, the TOML configuration, DNSSEC responses and the
-walk over them (`fuzz_dnssec`); and the followers of hostile sources (`fuzz_hostile`):
-export page sequences, stream frame sequences, the mirror's read API queries.
+walk over them (`fuzz_dnssec`), DRISL blocks and records' proofs (`fuzz_records`); and the
+followers of hostile sources (`fuzz_hostile`): export page sequences, stream frame
+sequences, the mirror's read API queries.
 
 Each target is a Hypothesis strategy (random input, and real inputs from the vectors with
 parts swapped for random ones) and a function that may fail only in the classified ways the
@@ -59,7 +60,7 @@ from devnet.atwhois import error_name
 from devnet.jetstream_wire import events
 from devnet.synthetic_plc import export_lines
 
-from . import fuzz_dnssec
+from . import fuzz_dnssec, fuzz_records
 from .fuzz_hostile import HOSTILE
 from .fuzz_inputs import (
     LOGS,
@@ -495,6 +496,10 @@ TARGETS = [
     ),
     Target("cache entries", flipped_or_random(ENTRIES), _entry),
     Target("PDS commit blocks", flipped_or_random([COMMIT_CAR]), _commit),
+    Target("DRISL blocks", flipped_or_random(fuzz_records.BLOCKS), fuzz_records.drisl_block),
+    Target("record proofs", flipped_or_random(fuzz_records.PROOFS), fuzz_records.proof),
+    Target("record proofs, trees changed", fuzz_records.changed_trees(), fuzz_records.changed),
+    Target("record claims", fuzz_records.claims, fuzz_records.claim),
     Target("DNSSEC records", flipped_or_random(fuzz_dnssec.SEEDS), fuzz_dnssec.rules_and_walk),
     Target("service auth tokens", tokens, _service_auth),
     Target("service auth token bytes", token_bytes, _token_bytes),

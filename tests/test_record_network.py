@@ -19,8 +19,11 @@ import pytest
 from atwhois.cache import CachedResolver, MemoryStore
 from atwhois.resolver import Resolver
 from atwhois.resolver.commit import car_blocks, car_roots
+from atwhois.resolver.errors import InvalidInput
 from atwhois.resolver.record_proof import MAX_CAR, RecordVerification, read_proof
+from atwhois.resolver.remote import Client
 from devnet import world
+from devnet.atwhois import Daemon
 from devnet.network import DevnetState
 from devnet.pds import create_account
 from devnet.plc_ops import Key, PlcAccount
@@ -244,3 +247,54 @@ async def test_a_kept_identity_is_refreshed_once_for_a_rotated_key_and_a_moved_a
         moved = await resolver.verify_record(uri, directory=cached)
         assert (moved.outcome, moved.refreshed, moved.pds) == ("verified", True, f"https://{host}")
         assert libipld.encode_cid(mst.record_block(RECORDS[path])[0]) == moved.cid
+
+
+# --- the faces: the daemon, its client ----------------------------------
+
+
+async def test_the_daemon_verifies_a_record_with_the_identities_it_keeps(
+    devnet: DevnetState, daemon: Daemon, hostile: tuple[PlcAccount, str]
+) -> None:
+    """`GET /v1/verify/record` answers the verdict (200), with whether it is the CID given
+    (R-REC-7), an absence proven (R-REC-6); a URI that names no record is a 400, nothing
+    asked (R-REC-1); unavailable is a 502 with Retry-After; a `Client` asks it the same, the
+    record given as JSON; `/openapi.json` describes it."""
+    _, did, token = _account(devnet, "dmn")
+    record = mst.post("asked of the daemon")
+    made = _create(devnet, did, token, record)
+    url = f"{daemon.url}/v1/verify/record"
+    answer = httpx.get(url, params={"uri": made["uri"], "cid": made["cid"]}, timeout=30)
+    assert answer.status_code == 200 and answer.headers["Cache-Control"] == "no-store"
+    body = answer.json()
+    assert (body["outcome"], body["matches"], body["value"]) == ("verified", True, record)
+    other = mst.blessed(REPO_CID)
+    answer = httpx.get(url, params={"uri": made["uri"], "cid": libipld.encode_cid(other)})
+    assert (answer.json()["outcome"], answer.json()["matches"]) == ("verified", False)
+    absent = httpx.get(url, params={"uri": f"at://{did}/{POST}/3zzzzzzzzzzzz"}, timeout=30)
+    assert (absent.status_code, absent.json()["outcome"], absent.json()["proven"]) == (
+        200,
+        "absent",
+        True,
+    )
+    for params in ({"uri": f"at://{did}/{POST}"}, {}, {"uri": made["uri"], "cid": "nope"}):
+        refused = httpx.get(url, params=params, timeout=30)
+        assert (refused.status_code, refused.json()["error"]) == (400, "InvalidRequest"), params
+    assert "[R-REC-1]" in httpx.get(url, params={"uri": f"at://{did}/{POST}"}).json()["message"]
+    account, host = hostile
+    devnet.set_https_faults({host: "503"})
+    try:
+        down = httpx.get(url, params={"uri": f"at://{account.did}/{POST}/3l2a"}, timeout=30)
+    finally:
+        devnet.set_https_faults({})
+    assert down.status_code == 502 and down.headers["Retry-After"]
+    assert down.json()["outcome"] == "unavailable"
+    client = Client(daemon.url)
+    asked = await client.verify_record(made["uri"], record=json.dumps(record).encode())
+    assert (asked.outcome, asked.matches, asked.cid) == ("verified", True, made["cid"])
+    with pytest.raises(InvalidInput):
+        await client.verify_record(f"at://{did}")
+    assert "/v1/verify/record" in httpx.get(f"{daemon.url}/openapi.json").json()["paths"]
+
+
+REPO_CID = "bafyreie5cvv4h45feadgeuwhbcutmh6t2ceseocckahdoe6uat64zmz454"  # any other CID
+

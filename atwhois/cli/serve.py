@@ -45,8 +45,9 @@ from atwhois.server.lifecycle import ConnectionLimit, runner_settings, serve_unt
 from atwhois.server.memory import TLS_READ_BUFFER, trim_periodically
 from atwhois.server.metrics import pace_families
 from atwhois.server.operations import parked_upstreams
+from atwhois.server.records import RecordsApi
 from atwhois.server.request_log import MalformedRequestLog
-from atwhois.server.routes import MIRROR, SERVICE_AUTH
+from atwhois.server.routes import MIRROR, RECORDS, SERVICE_AUTH
 from atwhois.server.service import Service, Settings
 from atwhois.server.service_auth import Receiver, ServiceAuthApi
 from atwhois.server.web import WebPages
@@ -190,6 +191,7 @@ def build_daemon(
         replay_lifetime=values.service_auth_replay_lifetime,
     )
     service.add_routes(app, ServiceAuthApi(service, verifier, receiver), SERVICE_AUTH)
+    service.add_routes(app, RecordsApi(service), RECORDS)
     service.metric_sources.append(verifier.metrics)
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)

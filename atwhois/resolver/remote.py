@@ -24,12 +24,14 @@ from atwhois.foundation.version import agent
 from .errors import AtwhoisError
 from .identity import Identity, now_iso
 from .outcome import Status
+from .record_proof import RecordVerification, claimed_cid, record_uri
 from .service_auth import Expected, Verification
 from .tls import tls_context
 from .untrusted import parse_json
 
 _REFRESH = "/xrpc/com.atproto.identity.refreshIdentity"
 _VERIFY = "/v1/verify/service-auth"
+_RECORD = "/v1/verify/record"
 _MAX_BYTES = 4 * 1024 * 1024  # a report with its document is a few KiB
 _CHUNK = 64 * 1024
 
@@ -119,6 +121,26 @@ class Client:
         except (DaemonUnanswered, ValueError, KeyError, TypeError, AttributeError) as err:
             why = f"did not answer: {err or type(err).__name__}"
         return Verification("unavailable", None, f"atwhois serve at {self.url} {why}")
+
+    async def verify_record(
+        self, uri: str, *, cid: str | None = None, record: bytes | None = None
+    ) -> RecordVerification:
+        """The daemon verifies the record (`GET /v1/verify/record`) with the identities it
+        keeps; what the caller holds is read into its CID here. Raises `InvalidInput`
+        before asking (R-REC-1, R-REC-7)."""
+        record_uri(uri)
+        claimed = claimed_cid(cid, record)
+        query = urllib.parse.urlencode({"uri": uri, **({"cid": claimed} if claimed else {})})
+        try:
+            status, body = await self._ask("GET", f"{_RECORD}?{query}")
+            answer = parse_json(body)
+            if status in (200, 502) and isinstance(answer, dict) and "outcome" in answer:
+                return RecordVerification.from_json(answer)
+            why = f"answered {status}: {str(answer.get('message', ''))[:200]}"
+        except (DaemonUnanswered, ValueError, KeyError, TypeError, AttributeError) as err:
+            why = f"did not answer: {err or type(err).__name__}"
+        reason = f"atwhois serve at {self.url} {why}"
+        return RecordVerification("unavailable", uri, reason=reason, claimed=claimed)
 
     async def purge(self, identifier: str) -> list[str]:
         raise PurgeNotOffered(

@@ -1,0 +1,35 @@
+"""`GET /v1/verify/record?uri=AT_URI[&cid=CID]`: a record verified at its repository's PDS
+(docs/spec.md: R-REC-*), the identity the daemon keeps refreshed once when the answer may
+be its change (R-REC-8). 200 answers a verdict (verified, invalid with the rule, absent,
+inactive), with whether it is the CID given; 400 a URI or a CID that is not one (nothing
+is asked); 502 (with Retry-After) unavailable, which is no verdict on the record."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from atwhois.auth import verify_record
+from atwhois.resolver.errors import InvalidInput
+
+from .bodies import json_response
+from .service import Service
+from .xrpc_errors import XrpcError
+
+
+class RecordsApi:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def verify_record(self, request: web.Request) -> web.Response:
+        uri = request.query.get("uri")
+        if not uri:
+            raise XrpcError(400, "InvalidRequest", "uri is required (at://DID/COLLECTION/RKEY)")
+        try:
+            verdict = await verify_record(self.service.cached, uri, cid=request.query.get("cid"))
+        except InvalidInput as err:
+            raise XrpcError(400, "InvalidRequest", str(err)) from None
+        status, headers = 200, {"Cache-Control": "no-store"}
+        if verdict.outcome == "unavailable":
+            status = 502
+            headers["Retry-After"] = str(self.service.settings.retry_after)
+        return json_response(verdict.to_json(), status, headers)

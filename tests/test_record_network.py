@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +24,7 @@ from atwhois.resolver.errors import InvalidInput
 from atwhois.resolver.record_proof import MAX_CAR, RecordVerification, read_proof
 from atwhois.resolver.remote import Client
 from devnet import world
-from devnet.atwhois import Daemon
+from devnet.atwhois import Daemon, run
 from devnet.network import DevnetState
 from devnet.pds import create_account
 from devnet.plc_ops import Key, PlcAccount
@@ -249,7 +250,7 @@ async def test_a_kept_identity_is_refreshed_once_for_a_rotated_key_and_a_moved_a
         assert libipld.encode_cid(mst.record_block(RECORDS[path])[0]) == moved.cid
 
 
-# --- the faces: the daemon, its client ----------------------------------
+# --- the faces: the daemon, its client, the command line ----------------------------------
 
 
 async def test_the_daemon_verifies_a_record_with_the_identities_it_keeps(
@@ -298,3 +299,41 @@ async def test_the_daemon_verifies_a_record_with_the_identities_it_keeps(
 
 REPO_CID = "bafyreie5cvv4h45feadgeuwhbcutmh6t2ceseocckahdoe6uat64zmz454"  # any other CID
 
+
+def test_the_command_line_says_the_verdict_in_its_exit_code(
+    devnet: DevnetState,
+    devnet_env: dict[str, str],
+    daemon: Daemon,
+    hostile: tuple[PlcAccount, str],
+    tmp_path: Path,
+) -> None:
+    """`atwhois verify-record`: 0 verified (the CID or the record given matching), 1 another
+    record than the one given, absent, inactive; 2 a URI or a file that cannot be read; 3
+    unavailable; the same through `--server`."""
+    _, did, token = _account(devnet, "cli")
+    record = mst.post("asked on the command line")
+    made = _create(devnet, did, token, record)
+    held = tmp_path / "record.json"
+    held.write_text(json.dumps(record))
+    code, out, err = run(["verify-record", made["uri"], "--cid", made["cid"]], devnet_env)
+    assert code == 0, err
+    assert out.startswith("verified\n") and f"given     {made['cid']}: it matches" in out
+    code, out, _ = run(["verify-record", made["uri"], "--record", str(held), "--json"], devnet_env)
+    assert code == 0 and json.loads(out)["matches"] is True
+    code, out, _ = run(["verify-record", made["uri"], "--cid", REPO_CID], devnet_env)
+    assert code == 1 and "it DIFFERS" in out
+    code, out, _ = run(["verify-record", f"at://{did}/{POST}/3zzzzzzzzzzzz"], devnet_env)
+    assert code == 1 and out.startswith("ABSENT (proven by the signed tree)")
+    code, _, err = run(["verify-record", f"at://{did}/{POST}"], devnet_env)
+    assert code == 2 and "R-REC-1" in err
+    code, _, err = run(["verify-record", made["uri"], "--record", str(tmp_path / "no")], devnet_env)
+    assert code == 2 and "cannot read the record" in err
+    account, host = hostile
+    devnet.set_https_faults({host: "503"})
+    try:
+        code, out, _ = run(["verify-record", f"at://{account.did}/{POST}/3l2a"], devnet_env)
+    finally:
+        devnet.set_https_faults({})
+    assert code == 3 and out.startswith("UNAVAILABLE")
+    code, out, _ = run(["verify-record", made["uri"], "--server", daemon.url, "--json"], devnet_env)
+    assert code == 0 and json.loads(out)["cid"] == made["cid"]

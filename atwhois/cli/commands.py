@@ -21,6 +21,7 @@ EXAMPLES = """examples:
   atwhois alice.example.com --server http://127.0.0.1:2584
   atwhois history alice.example.com
   atwhois verify-token "$JWT" --aud did:web:feed.example#bsky_fg --lxm app.bsky.feed.getFeedSkeleton
+  atwhois verify-record at://alice.example.com/app.bsky.feed.post/3k2a --cid bafyrei...
   atwhois plc verify-export export.jsonl --known-bad known_bad_cids.json
   atwhois cache stats
   atwhois cache purge alice.example.com
@@ -117,6 +118,20 @@ def _verify_arguments(parser: argparse.ArgumentParser) -> None:
         "--replay",
         action="store_true",
         help="with --server: refuse a jti the daemon saw before from the same issuer",
+    )
+    parser.add_argument("--server", metavar="URL", help="have a running `atwhois serve` verify it")
+    _json_flag(parser)
+
+
+def _record_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("uri", help="the record's at:// URI: at://HANDLE-OR-DID/COLLECTION/RKEY")
+    held = parser.add_mutually_exclusive_group()
+    held.add_argument("--cid", help="the record's CID you hold: is it the one proven?")
+    held.add_argument(
+        "--record",
+        metavar="FILE",
+        help="the record you hold, as JSON or DRISL (- reads standard input): is it the one "
+        "proven?",
     )
     parser.add_argument("--server", metavar="URL", help="have a running `atwhois serve` verify it")
     _json_flag(parser)
@@ -282,6 +297,14 @@ COMMANDS = [
         "issuer's identity: exit 0 valid, 1 invalid, 2 not a token, 3 issuer unavailable",
         [*RESOLUTION, "cache"],
         _verify_arguments,
+    ),
+    Command(
+        ("verify-record",),
+        "atwhois.cli.record:verify_record",
+        "verify a record at its PDS: the signed commit, the MST path, the record (exit 0 "
+        "verified, 1 invalid, absent or inactive, 2 not a record URI, 3 unavailable)",
+        [*RESOLUTION, "cache"],
+        _record_arguments,
     ),
     Command(
         ("history",),

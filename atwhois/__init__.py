@@ -9,17 +9,21 @@
     verification = atwhois.verify_service_auth(token, "did:web:feed.example#bsky_fg")
     verification.outcome, verification.issuer, verification.rule
 
+    # a record, proven by its repository's signed commit (and is it the CID you hold?)
+    record = atwhois.verify_record("at://alice.example.com/app.bsky.feed.post/3k2a", cid=cid)
+    record.outcome, record.value, record.matches
+
 Without a `config`, the settings are read as the `atwhois` command reads them: the
 `ATWHOIS_*` variables (`ATWHOIS_PLC_URL`, `ATWHOIS_DNS_SERVER`, …). The parts compose through
 `Directory`: a `Resolver` resolves now, a `CachedResolver` answers from a cache of verified
 bindings, a `Client` asks a running `atwhois serve`; `atwhois.testing` is a world in memory
 that stands in for the network in tests.
 
-The sync calls (`lookup`, `verify_service_auth`) run on one event loop the library keeps
-in a thread of its own, the same loop from call to call: a `Resolver` given to two of them
-keeps its connections, and they work where a loop already runs (a notebook). An object
-opened with `async with` in your own loop belongs to that loop: use it with the async calls
-there (mixing the two is refused: `WrongEventLoop`).
+The sync calls (`lookup`, `verify_service_auth`, `verify_record`) run on one event loop the
+library keeps in a thread of its own, the same loop from call to call: a `Resolver` given to
+two of them keeps its connections, and they work where a loop already runs (a notebook). An
+object opened with `async with` in your own loop belongs to that loop: use it with the async
+calls there (mixing the two is refused: `WrongEventLoop`).
 
 What this module exports is the public API; the parts' modules (`atwhois.resolver`,
 `atwhois.cache`, …) are internal unless their own documentation says otherwise. Names are
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
     from atwhois.resolver.config import Config
     from atwhois.resolver.directory import Directory
     from atwhois.resolver.identity import Identity
+    from atwhois.resolver.record_proof import RecordVerification
     from atwhois.resolver.remote import Client
     from atwhois.resolver.resolver import Resolver
     from atwhois.resolver.service_auth import Expected, Verification
@@ -75,6 +80,7 @@ __all__ = [
     "NonceStore",
     "NotFound",
     "Policy",
+    "RecordVerification",
     "RedisStore",
     "ReplayNeedsAVerifier",
     "ResolutionError",
@@ -88,8 +94,10 @@ __all__ = [
     "WrongEventLoop",
     "__version__",
     "alookup",
+    "averify_record",
     "averify_service_auth",
     "lookup",
+    "verify_record",
     "verify_service_auth",
 ]
 
@@ -99,6 +107,7 @@ _ON_FIRST_USE = {
     "Config": "atwhois.resolver.config",
     "Directory": "atwhois.resolver.directory",
     "Identity": "atwhois.resolver.identity",
+    "RecordVerification": "atwhois.resolver.record_proof",
     "Resolver": "atwhois.resolver.resolver",
     "ServiceAuthVerifier": "atwhois.auth",
     "ReplayNeedsAVerifier": "atwhois.auth.verifier",
@@ -201,6 +210,48 @@ def verify_service_auth(
     )
     from atwhois.foundation.loop import run_sync
 
+    return run_sync(verifying)
+
+
+async def averify_record(
+    uri: str,
+    *,
+    cid: str | None = None,
+    record: bytes | None = None,
+    config: Config | None = None,
+    directory: Directory | None = None,
+) -> RecordVerification:
+    """The record an at:// URI names, verified at its PDS (docs/spec.md: R-REC-*): the
+    repository's signed commit, the MST path to the key, the record; `outcome` is
+    `verified`, `invalid` (`rule` says which), `absent` (`proven` or only said), `inactive`
+    or `unavailable`. `cid` or `record` (its JSON or DRISL bytes) is what you hold, and
+    `matches` says whether it is the record proven. `directory` answers the identity (a
+    `CachedResolver` lends its kept ones, a `Client` has its daemon verify); by default a
+    `Resolver` of `config`, or of the environment's settings. Raises `InvalidInput` for a URI
+    or claim that is not one, before anything is asked."""
+    from atwhois.auth import verify_record
+
+    if directory is not None:
+        settings = config or _config_from_environment()
+        return await verify_record(directory, uri, cid=cid, record=record, config=settings)
+    from atwhois.resolver.resolver import Resolver
+
+    async with Resolver(config or _config_from_environment()) as resolver:
+        return await resolver.verify_record(uri, cid=cid, record=record)
+
+
+def verify_record(
+    uri: str,
+    *,
+    cid: str | None = None,
+    record: bytes | None = None,
+    config: Config | None = None,
+    directory: Directory | None = None,
+) -> RecordVerification:
+    """`averify_record`, as a plain call, on the library's loop."""
+    from atwhois.foundation.loop import run_sync
+
+    verifying = averify_record(uri, cid=cid, record=record, config=config, directory=directory)
     return run_sync(verifying)
 
 

@@ -26,10 +26,11 @@ from tests.test_layers import imported, part
 EXPORTED = {
     "AtwhoisError", "CachedResolver", "Client", "Config", "DidDeactivated", "Directory",
     "Expected", "Identity", "InvalidData", "InvalidInput", "Lifetime", "MemoryStore",
-    "NonceStore", "NotFound", "Policy", "RedisStore", "ReplayNeedsAVerifier",
-    "ResolutionError", "Resolver", "ServiceAuthVerifier", "SqliteStore", "Status", "Store",
-    "UpstreamFailure", "Verification", "WrongEventLoop", "__version__",
-    "alookup", "averify_service_auth", "lookup", "verify_service_auth",
+    "NonceStore", "NotFound", "Policy", "RecordVerification", "RedisStore",
+    "ReplayNeedsAVerifier", "ResolutionError", "Resolver", "ServiceAuthVerifier",
+    "SqliteStore", "Status", "Store", "UpstreamFailure", "Verification", "WrongEventLoop",
+    "__version__", "alookup", "averify_record", "averify_service_auth", "lookup",
+    "verify_record", "verify_service_auth",
 }  # fmt: skip
 
 

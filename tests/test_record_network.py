@@ -17,6 +17,7 @@ import httpx
 import libipld
 import pytest
 
+import atwhois
 from atwhois.cache import CachedResolver, MemoryStore
 from atwhois.resolver import Resolver
 from atwhois.resolver.commit import car_blocks, car_roots
@@ -337,3 +338,24 @@ def test_the_command_line_says_the_verdict_in_its_exit_code(
     assert code == 3 and out.startswith("UNAVAILABLE")
     code, out, _ = run(["verify-record", made["uri"], "--server", daemon.url, "--json"], devnet_env)
     assert code == 0 and json.loads(out)["cid"] == made["cid"]
+
+
+async def test_the_library_verifies_a_record_here_through_a_cache_or_a_daemon(
+    devnet: DevnetState, daemon: Daemon
+) -> None:
+    """`atwhois.verify_record` (on the library's loop) and `averify_record`: resolved now,
+    through a cache, through a running daemon: one verdict; a URI that names no record
+    raises `InvalidInput` before anything is asked."""
+    _, did, token = _account(devnet, "lib")
+    record = mst.post("asked of the library")
+    made = _create(devnet, did, token, record)
+    here = atwhois.verify_record(made["uri"], cid=made["cid"], config=devnet.config())
+    async with CachedResolver(Resolver(devnet.config()), MemoryStore()) as cached:
+        kept = await atwhois.averify_record(made["uri"], record=json.dumps(record).encode(),
+                                            directory=cached)  # fmt: skip
+    there = await atwhois.averify_record(made["uri"], directory=Client(daemon.url))
+    for verdict in (here, kept, there):
+        assert (verdict.outcome, verdict.cid, verdict.value) == ("verified", made["cid"], record)
+    assert here.matches and kept.matches and there.matches is None
+    with pytest.raises(atwhois.InvalidInput):
+        atwhois.verify_record(f"at://{did}", config=devnet.config())

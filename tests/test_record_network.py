@@ -1,7 +1,7 @@
 """Records verified on the test network (`Resolver.verify_record`): the reference PDS proves
 a post just made through its own API, the absence of one never made or since deleted, and
 says an account deactivated or taken down is inactive; its trees are the ones
-`tests/support/mst.py` builds from the same records, block for block. A PDS of the test
+`devnet/mst.py` builds from the same records, block for block. A PDS of the test
 network's that answers as tests write it (a TLS host serving `getRecord`) shows the
 hostile answers end to end, and an identity kept in a cache refreshed once when its key
 rotated or its account moved."""
@@ -24,12 +24,11 @@ from atwhois.resolver.commit import car_blocks, car_roots
 from atwhois.resolver.errors import InvalidInput
 from atwhois.resolver.record_proof import MAX_CAR, RecordVerification, read_proof
 from atwhois.resolver.remote import Client
-from devnet import world
+from devnet import mst, world
 from devnet.atwhois import Daemon, run
 from devnet.network import DevnetState
 from devnet.pds import create_account
 from devnet.plc_ops import Key, PlcAccount
-from tests.support import mst
 from tests.test_live_pds import admin, xrpc
 
 POST = "app.bsky.feed.post"

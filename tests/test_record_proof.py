@@ -1,5 +1,5 @@
 """A record's proof read on bytes made here (`resolver.record_proof`, `resolver.mst`): trees
-built in Python (`tests.support.mst`, checked against indigo's interop vectors) prove every
+built in Python (`devnet.mst`, checked against indigo's interop vectors) prove every
 key they hold and the absence of every other; each answer that breaks one rule, and only
 that one, is refused naming it."""
 
@@ -27,9 +27,9 @@ from atwhois.resolver.record_proof import (
     read_proof,
     record_uri,
 )
+from devnet import mst
 from devnet.plc_ops import Key
 from devnet.relay_frames import cid
-from tests.support import mst
 
 DID = "did:plc:" + "r" * 24
 KEY = Key("record proofs")

@@ -27,8 +27,8 @@ from atwhois.resolver.outcome import Outcome, Status
 from atwhois.resolver.record import verify_record
 from atwhois.resolver.record_proof import MAX_CAR, RecordVerification
 from atwhois.resolver.response import Response
+from devnet import mst
 from devnet.plc_ops import Key
-from tests.support import mst
 
 DID = "did:plc:" + "v" * 24
 KEY, NEW_KEY = Key("record owner"), Key("record owner, rotated")

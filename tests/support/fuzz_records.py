@@ -20,10 +20,10 @@ from atwhois.resolver import drisl
 from atwhois.resolver.commit import InvalidCommit, car_blocks, signed_by
 from atwhois.resolver.errors import InvalidInput
 from atwhois.resolver.record_proof import claimed_cid, read_proof
+from devnet import mst
 from devnet.plc_ops import Key
 from devnet.relay_frames import cid
 
-from . import mst
 from .fuzz_inputs import json_values, mutated_json
 
 DID = "did:plc:" + "f" * 24

@@ -1,8 +1,9 @@
 """Repositories made here, as the repository spec describes them, for the record proofs'
-tests, fuzz target and benchmark: a correct MST built from keys and record CIDs (checked
-against indigo's interop vectors and the reference PDS's own trees), whose nodes a test may
-then change one at a time before they are encoded, and a `getRecord` answer for a key (the
-signed commit, the nodes the reference's walk visits, the record when it is there).
+tests, fuzz targets and benchmark (`python -m bench records`): a correct MST built from keys
+and record CIDs (checked against indigo's interop vectors and the reference PDS's own
+trees), whose nodes a test may then change one at a time before they are encoded; a commit
+signed for real; a `getRecord` answer for a key (the signed commit, the nodes the
+reference's walk visits, the record when it is there).
 
 Written apart from the product's `resolver.mst` and `resolver.drisl`: the layer is counted
 another way, nodes are encoded by libipld, so that the two agreeing means something.
@@ -17,10 +18,8 @@ from typing import Any
 
 import libipld
 
-from devnet.plc_ops import Key
-from devnet.relay_frames import car, cid
-
-from .repo import signed_commit
+from .plc_ops import Key
+from .relay_frames import car, cid
 
 Fields = dict[str, Any]
 
@@ -94,6 +93,24 @@ def _attach(node: Node, subtree: Node | None) -> None:
         node.entries[-1].right = subtree
     else:
         node.left = subtree
+
+
+def signed_commit(
+    key: Key, did: str, /, *, data: bytes | None = None, **changes: Any
+) -> tuple[str, bytes, bytes]:
+    """A commit of `did` signed by `key`, its `data` the MST root `data` (a binary CID), then
+    `changes` made to it: its CID as text, the CID's bytes, and the block."""
+    fields: dict[str, Any] = {
+        "did": did,
+        "version": 3,
+        "data": data or cid(b"mst root"),
+        "rev": "3n3qpjq7vrk2v",
+        "prev": None,
+    }
+    signature = key.private.sign_recoverable(libipld.encode_dag_cbor(fields))[:64]
+    block = libipld.encode_dag_cbor({**fields, "sig": signature, **changes})
+    name = cid(block)
+    return libipld.encode_cid(name), name, block
 
 
 def fields_of(node: Node, blocks: dict[bytes, bytes]) -> Fields:

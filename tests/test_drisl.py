@@ -77,6 +77,19 @@ def test_a_link_and_bytes_that_look_like_a_cid_are_kept_apart() -> None:
     assert drisl.Link(CID).blessed and not drisl.Link(b"\x01\x55" + CID[2:]).blessed
 
 
+def test_a_link_is_written_as_text_whatever_its_multihash() -> None:
+    """R-DATA-4: a link's CID text is libipld's for the CIDs it knows (v1 of any codec, v0),
+    and is written for one whose multihash it cannot read, never an error (the fuzzer's
+    find: a record's link read from a stranger's block)."""
+    for cid in (CID, b"\x01\x55" + CID[2:], b"\x12\x20" + CID[4:]):
+        assert drisl.Link(cid).text == libipld.encode_cid(cid)
+    unknown = b"\x01\x71\x13\x41" + bytes(65)  # a multihash of 65 bytes: libipld stops at 64
+    with pytest.raises(ValueError):
+        libipld.encode_cid(unknown)
+    assert drisl.decode(drisl.encode(drisl.Link(unknown))) == drisl.Link(unknown)
+    assert drisl.Link(unknown).text.startswith("baf")
+
+
 @pytest.mark.parametrize(
     ("encoded", "why"),
     [

@@ -50,8 +50,12 @@ class Link:
 
     @property
     def text(self) -> str:
-        """The CID as text (base32 `b…` for a CIDv1, base58 `Qm…` for a CIDv0)."""
-        return str(libipld.encode_cid(self.cid))
+        """The CID as text: base32 `b…` for a CIDv1, base58 `Qm…` for a CIDv0. Written
+        from the bytes, as libipld's `encode_cid` writes them, without its parse: that
+        refuses a multihash it does not know, which a stranger's link may name."""
+        if self.cid.startswith(b"\x12\x20"):
+            return str(libipld.encode_multibase("z", self.cid))[1:]
+        return str(libipld.encode_multibase("b", self.cid))
 
     @property
     def blessed(self) -> bool:

@@ -21,6 +21,7 @@ from bench import (
     read_after_write,
     refused_tokens,
     replay_flood,
+    record_proofs,
     serve_load,
     slow_readers,
     startup,
@@ -48,6 +49,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "verify": verify_tokens.main,
     "refused": refused_tokens.main,
     "replay": replay_flood.main,
+    "records": record_proofs.main,
 }
 
 

@@ -122,7 +122,10 @@ def _head(data: bytes, at: int) -> tuple[int, int, int]:
 
 
 def _item(data: bytes, at: int, depth: int) -> tuple[Any, int]:
-    major, argument, at = _head(data, at)
+    if at < len(data) and data[at] & 0x1F < 24:  # a head of one byte: most of them
+        major, argument, at = data[at] >> 5, data[at] & 0x1F, at + 1
+    else:
+        major, argument, at = _head(data, at)
     if major == 0:
         if argument > _INT_MAX:
             raise NotDrisl("an integer beyond 64 bits signed")
@@ -135,12 +138,7 @@ def _item(data: bytes, at: int, depth: int) -> tuple[Any, int]:
         end = at + argument
         if end > len(data):
             raise NotDrisl("a string cut short")
-        if major == 2:
-            return data[at:end], end
-        try:
-            return data[at:end].decode("utf-8"), end
-        except UnicodeDecodeError:
-            raise NotDrisl("a text string that is not UTF-8") from None
+        return (data[at:end] if major == 2 else _text(data, at, end)), end
     if major == 6:
         return _link(data, at, argument)
     if major == 7:
@@ -158,14 +156,27 @@ def _item(data: bytes, at: int, depth: int) -> tuple[Any, int]:
     return _map(data, at, argument, depth)
 
 
+def _text(data: bytes, at: int, end: int) -> str:
+    if end > len(data):
+        raise NotDrisl("a string cut short")
+    try:
+        return data[at:end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotDrisl("a text string that is not UTF-8") from None
+
+
 def _map(data: bytes, at: int, count: int, depth: int) -> tuple[dict[str, Any], int]:
     fields: dict[str, Any] = {}
     last = b""
     for index in range(count):
         start = at
-        key, at = _item(data, at, depth + 1)
-        if not isinstance(key, str):
-            raise NotDrisl("a map key that is not text")
+        if at < len(data) and 0x60 <= data[at] < 0x78:  # text of a one-byte head: most keys
+            at += 1 + data[at] - 0x60
+            key = _text(data, start + 1, at)
+        else:
+            key, at = _item(data, at, depth + 1)
+            if not isinstance(key, str):
+                raise NotDrisl("a map key that is not text")
         encoded = data[start:at]  # keys sort as their encodings do: length first
         if index and (len(encoded), encoded) <= (len(last), last):
             raise NotDrisl(f"map key {key[:40]!r} out of order or repeated")
@@ -174,9 +185,14 @@ def _map(data: bytes, at: int, count: int, depth: int) -> tuple[dict[str, Any], 
     return fields, at
 
 
+_BLESSED_LINK = b"\x58\x25\x00\x01\x71\x12\x20"  # 37 bytes: 0x00, a CIDv1 DAG-CBOR SHA-256
+
+
 def _link(data: bytes, at: int, tag: int) -> tuple[Link, int]:
     if tag != 42:
         raise NotDrisl(f"tag {tag}: only 42 (a CID link) is allowed")
+    if data.startswith(_BLESSED_LINK, at) and at + 39 <= len(data):  # what repositories link by
+        return Link(data[at + 3 : at + 39]), at + 39
     major, size, at = _head(data, at)
     end = at + size
     if major != 2 or size < 2 or end > len(data) or data[at] != 0:

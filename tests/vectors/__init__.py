@@ -26,8 +26,10 @@ def load_json(path: Path) -> Any:
 
 
 def did_documents() -> dict[str, Any]:
-    """Every DID-document fixture from indigo, by file name."""
-    return {p.name: load_json(p) for p in sorted(INDIGO.rglob("*.json"))}
+    """Every DID-document fixture from indigo, by file name (its identity and testing
+    fixtures: the repository's proofs beside them are not documents)."""
+    folders = (INDIGO / "atproto" / "identity" / "testdata", INDIGO / "testing" / "testdata")
+    return {p.name: load_json(p) for folder in folders for p in sorted(folder.glob("*.json"))}
 
 
 def plc_logs() -> dict[str, Any]:

@@ -41,7 +41,8 @@ from atwhois.resolver.fetch import shared_pace
 from atwhois.server import hooks
 from atwhois.server.audits_api import AuditApi
 from atwhois.server.audits_pages import AuditPages
-from atwhois.server.lifecycle import ConnectionLimit, runner_settings, serve_until_stopped
+from atwhois.server.connections import ConnectionLimit
+from atwhois.server.lifecycle import runner_settings, serve_until_stopped
 from atwhois.server.memory import TLS_READ_BUFFER, trim_periodically
 from atwhois.server.metrics import pace_families
 from atwhois.server.operations import parked_upstreams

@@ -51,10 +51,10 @@ def test_readers_that_never_read_hold_only_their_share(devnet: DevnetState, tmp_
         listening = next(x for x in daemon.log_lines() if x.get("event") == "listening")
         share = int(listening["connections_per_client"])  # type: ignore[call-overload]
         with SlowReaders(daemon.url, 200):
-            until(lambda: _connection_counts(daemon).get("over_share", 0) > 0, 20)
+            until(lambda: _connection_counts(daemon).get("evicted", 0) > 0, 20)
             _answered_throughout(daemon, 20)
         assert share == int(listening["connections_admitted"]) // 4  # type: ignore[call-overload]
-    assert _connection_counts(daemon).get("over_share", 0) > 0
+    assert _connection_counts(daemon).get("evicted", 0) > 0
 
 
 @pytest.mark.alone

@@ -1,19 +1,38 @@
 """The bound on a daemon's connections (`serve_until_stopped` puts it in front of aiohttp's
-server). Strangers' connections are bounded: a request's head must arrive within the idle
-timeout (aiohttp's keep-alive timer, which also runs from a connection's start), and at most
-`max_connections` sockets are open (never more than the open-file limit leaves room for;
-two accept batches fewer are admitted, for the sockets being accepted and closed). At the
-bound a new connection takes the place of the oldest one that is idle (no request in hand:
-a slow or silent client), or else of the one stuck longest writing (its answer waits for a
-client that does not read), so that neither a flood of idle connections nor one of slow
-readers locks out the clients that ask; with neither, the new one is closed as soon as it
-is accepted. A connection whose answer has not moved for `write_timeout` seconds is closed,
-whatever the bound. One address holds at most `per_client` of the connections: past that,
-its new one takes the place of its own oldest idle one, or is closed at once, before aiohttp
-sees it (an address whose connections are all stuck gets no more, however fast it asks). What
-each connection may hold is bounded too: the answer bytes buffered for it (`WRITE_BUFFER`,
-and the kernel's `SEND_BUFFER`), aiohttp's queue of pipelined requests. Evictions and
-refusals are logged once per interval with the count, not once per connection."""
+server): strangers' connections are counted from their accept to their loss, and bounded.
+
+- A request's head must arrive within the idle timeout (aiohttp's keep-alive timer, which
+  also runs from a connection's start).
+- At most `max_connections` sockets are open (never more than the open-file limit leaves room
+  for; two accept batches fewer are admitted, for the sockets being accepted and closed), and
+  one address holds at most `per_client` of them (a quarter by default): the share keeps the
+  bound fair between addresses.
+- A connection is stuck when answer bytes wait for its client and the client has taken none
+  of them for `STUCK_GRACE`: what the client's kernel has acknowledged is read from the
+  socket (TCP_INFO) at each look (every `SWEEP_EVERY`, and when its writes pause). A client
+  that reads, however slowly, takes some (its kernel acknowledges what its reads make room
+  for) and its clock restarts; one that reads nothing takes nothing once its receive buffer
+  is full. Whether the writes are paused does not tell: a busy daemon takes seconds to fill
+  the buffers of many new connections, and the writes to a slow reader pause over and over.
+- When the bound is full (all of it, or an address's share), a new connection takes the
+  place of the connection stuck longest: at the bound, of any address; at the share, of its
+  own. Else it takes the place of the oldest idle one (no request in hand, no answer on its
+  way: a slow or silent client), unless one whose client took nothing at the last look may be
+  found stuck in a moment: then a client between two requests keeps its place, since the new
+  connection is as likely one more of the stuck ones' (their clients come back when closed).
+  Else the new one is closed as soon as it is accepted, before aiohttp sees it. So neither a
+  flood of idle connections nor one of clients that never read, from any address or from the
+  very address of the clients that ask (every local client's is 127.0.0.1; behind a proxy,
+  every client's is the proxy's), locks out the clients that ask.
+- A connection whose client has taken nothing for `write_timeout` is closed, whatever the
+  bound.
+
+A client that reads in steps longer than `STUCK_GRACE` (its kernel acknowledges nothing
+between two: a large receive buffer, read a little at a time) looks stuck meanwhile, and may
+be taken for stuck at a full bound. What each connection may hold is bounded too: the answer
+bytes buffered for it (`WRITE_BUFFER`, and the kernel's `SEND_BUFFER`), aiohttp's queue of
+pipelined requests. Evictions and refusals are logged once per interval with the count, not
+once per connection."""
 
 from __future__ import annotations
 
@@ -37,13 +56,18 @@ from .metrics import gauge
 
 LOG_EVERY = 10.0  # seconds between two lines about refused connections or loop errors
 # What one connection's unread answers may take: past WRITE_BUFFER bytes buffered in this
-# process, aiohttp waits for the client to read (and the connection counts as stuck); the
-# kernel holds at most about twice SEND_BUFFER more.
+# process, aiohttp waits for the client to read; the kernel holds at most about twice
+# SEND_BUFFER more.
 WRITE_BUFFER = 16 * 1024
 SEND_BUFFER = 32 * 1024
-SWEEP_EVERY = 1.0  # seconds between two looks for connections stuck past the write timeout
-STUCK_GRACE = 0.5  # seconds a connection's writes wait before it counts as stuck, to evict
+SWEEP_EVERY = 0.25  # seconds between two looks at the connections with answers on their way
+STUCK_GRACE = 0.5  # seconds a client may take nothing of its answers before it is stuck
 _LINGER_NONE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets
+# Linux's struct tcp_info as far as tcpi_notsent_bytes: tcpi_unacked (segments in flight),
+# tcpi_bytes_acked, tcpi_notsent_bytes (in the send queue, not yet sent)
+_TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux's only
+_TCP_INFO_FIELDS = struct.Struct("24xI92xQ16xI")
+_TCP_INFO_SIZE = _TCP_INFO_FIELDS.size
 
 
 def _reset(transport: asyncio.BaseTransport) -> None:
@@ -68,18 +92,37 @@ class _Refused(asyncio.Protocol):
         _reset(transport)
 
 
+def _progress(transport: asyncio.BaseTransport) -> tuple[int, bool]:
+    """How many bytes of its answers the client's kernel has acknowledged (which it does as
+    reads make room: a client that reads nothing takes nothing once its buffer is full), and
+    whether answer bytes wait for it, in this process or in the kernel."""
+    waiting = cast(asyncio.WriteTransport, transport).get_write_buffer_size()
+    sock = transport.get_extra_info("socket")
+    if sock is not None and _TCP_INFO is not None:
+        with contextlib.suppress(OSError):
+            info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCP_INFO_SIZE)
+            if len(info) >= _TCP_INFO_SIZE:
+                unacked, acked, unsent = _TCP_INFO_FIELDS.unpack_from(info)
+                return acked, bool(waiting or unacked or unsent)
+    return -waiting, bool(waiting)  # no TCP_INFO: only what this process holds tells
+
+
 class _Counted(asyncio.Protocol):
     """aiohttp's protocol for one connection, counted from the moment it is made (before
     asyncio calls `connection_made`, a batch of accepts later) until it is lost; its peer's
-    address, and since when its writes wait for the client to read (`stuck_since`)."""
+    address; while answer bytes wait for its client, since when the client has taken none
+    (`stuck_since`), and how many it had taken at the last look (`acked`)."""
 
-    __slots__ = ("admitted", "evicted", "inner", "limit", "peer", "stuck_since", "transport")
+    __slots__ = (
+        "acked", "admitted", "evicted", "inner", "limit", "peer", "stuck_since", "transport",
+    )  # fmt: skip
 
     def __init__(self, inner: web.RequestHandler, limit: ConnectionLimit) -> None:
         self.inner, self.limit, self.evicted = inner, limit, False
         self.admitted = False  # past its address's share it never reaches aiohttp
         self.peer = ""
         self.stuck_since: float | None = None
+        self.acked = 0
         self.transport: asyncio.BaseTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -115,24 +158,70 @@ class _Counted(asyncio.Protocol):
             self.inner.eof_received()  # None: the transport closes itself
 
     def pause_writing(self) -> None:
-        self.stuck_since = time.monotonic()
+        if self.stuck_since is None:  # watched from now, not from the next look
+            self.limit.look(self, time.monotonic())
         self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        self.stuck_since = None
         self.inner.resume_writing()
 
     def close(self) -> None:
         """Closed at once: a reset, nothing more written (a stuck client reads nothing)."""
         self.evicted = True
+        self.limit.unwatch(self)  # never chosen again
         if self.transport is not None:
             _reset(self.transport)
+
+
+class _Group:
+    """Connections under one bound (all of them, or one address's): `open`, oldest first,
+    and `watched`, those whose answer bytes wait for their client, the longest without the
+    client taking one first."""
+
+    __slots__ = ("open", "watched")
+
+    def __init__(self) -> None:
+        self.open: dict[_Counted, None] = {}
+        self.watched: dict[_Counted, None] = {}
+
+    def stuck(self, now: float, grace: float) -> _Counted | None:
+        """The connection whose client has taken nothing for longest, if that is more than
+        `grace`, looked at again first (one that took some since, or has nothing waiting, is
+        moved on)."""
+        while self.watched:
+            counted = next(iter(self.watched))
+            if now - (counted.stuck_since or now) <= grace:
+                return None  # and the others have waited less
+            if counted.limit.look(counted, now):
+                return counted
+        return None
+
+    def victim(self, now: float) -> _Counted | None:
+        """Whose place a new connection takes: the one stuck longest; else the oldest idle
+        one (a slow or silent client), unless one whose client took nothing at the last look
+        may be found stuck in a moment: a client between two requests keeps its place while
+        stuck ones may come (the new connection is as likely one more of theirs)."""
+        stuck = self.stuck(now, STUCK_GRACE)
+        if stuck is not None:
+            return stuck
+        first = next(iter(self.watched), None)
+        if first is not None and now - (first.stuck_since or now) > SWEEP_EVERY:
+            return None
+        for counted in self.open:
+            if counted.evicted or counted.stuck_since is not None:
+                continue
+            # between two requests, unless its answers are still on their way: aiohttp waits
+            # for the next request as soon as it has written the last answer to the transport
+            if waiting_for_request(counted.inner) and not counted.limit.look(counted, now):
+                return counted
+        return None
 
 
 class ConnectionLimit:
     """The protocol factory in front of aiohttp's server: its connections up to `limit`
     (past it by at most the connections being closed, one batch of accepts), at most
-    `per_client` of them from one address, none stuck writing past `write_timeout`."""
+    `per_client` of them from one address, none whose client has taken nothing for
+    `write_timeout`."""
 
     def __init__(
         self,
@@ -146,67 +235,90 @@ class ConnectionLimit:
         self.server, self.limit, self.log = server, limit, log
         self.per_client = per_client or max(1, limit // 4)
         self.write_timeout = write_timeout
-        self.open: dict[_Counted, None] = {}  # oldest first
-        self.by_peer: dict[str, dict[_Counted, None]] = {}  # each address's, oldest first
+        self.all = _Group()
+        self.by_peer: dict[str, _Group] = {}  # each address's
         self.counts = {"evicted": 0, "refused": 0, "stuck": 0, "over_share": 0}
         self._told = dict(self.counts)  # already logged
         self._told_at = 0.0
 
     def __call__(self) -> asyncio.BaseProtocol:
-        if len(self.open) >= self.limit:
-            victim = self._victim(self.open)
+        if len(self.all.open) >= self.limit:
+            victim = self.all.victim(time.monotonic())
             if victim is None:
                 self._count("refused")
                 return _Refused()
             victim.close()  # counted until it is lost: the bound holds meanwhile
             self._count("evicted")
         counted = _Counted(self.server(), self)
-        self.open[counted] = None
+        self.all.open[counted] = None
         return counted
 
-    def _victim(self, connections: dict[_Counted, None]) -> _Counted | None:
-        """The connection stuck writing the longest, if it has been for `STUCK_GRACE` (a
-        client that does not read); else the oldest idle one (a client that does not ask:
-        a kept-alive client between two requests is worth more than one that does not
-        read); else one stuck a moment."""
-        now = time.monotonic()
-        stuck = [c for c in connections if c.stuck_since is not None and not c.evicted]
-        longest = min(stuck, key=lambda c: c.stuck_since or 0.0) if stuck else None
-        if longest is not None and now - (longest.stuck_since or now) >= STUCK_GRACE:
-            return longest
-        idle = _oldest_idle(connections)
-        return idle if idle is not None else longest
-
     def arrived(self, counted: _Counted) -> bool:
-        """Its address is known now: at its share, it takes the place of one of its own
-        that is idle (a client coming back), or it is refused (one whose connections are
-        all stuck or busy gets no more; the stuck ones go at the write timeout)."""
-        mine = self.by_peer.setdefault(counted.peer, {})
-        if len(mine) >= self.per_client:
-            self._count("over_share")
-            idle = _oldest_idle(mine)
-            if idle is None:
+        """Its address is known now: at its share, it takes the place of one of its own,
+        chosen as at the bound, or it is refused."""
+        mine = self.by_peer.setdefault(counted.peer, _Group())
+        if len(mine.open) >= self.per_client:
+            victim = mine.victim(time.monotonic())
+            if victim is None:
+                self._count("over_share")
                 return False
-            idle.close()
-        mine[counted] = None
+            victim.close()
+            self._count("evicted")
+        mine.open[counted] = None
         return True
 
-    def left(self, counted: _Counted) -> None:
-        self.open.pop(counted, None)
+    def look(self, counted: _Counted, now: float) -> bool:
+        """Whether answer bytes wait for the connection's client and it has taken none since
+        `stuck_since`. Those first seen waiting are watched from now; a client that took
+        some since the last look reads, however slowly: its clock restarts; once nothing
+        waits, the connection is no longer watched."""
+        if counted.transport is None:
+            return False
+        acked, waiting = _progress(counted.transport)
+        took, counted.acked = acked > counted.acked, acked
+        if not waiting:
+            self.unwatch(counted)
+            return False
+        seen = counted.stuck_since is not None
+        if seen and not took:
+            return True
+        counted.stuck_since = now
+        for group in self._groups(counted):
+            group.watched.pop(counted, None)
+            group.watched[counted] = None
+        return not seen
+
+    def unwatch(self, counted: _Counted) -> None:
+        counted.stuck_since = None
+        for group in self._groups(counted):
+            group.watched.pop(counted, None)
+
+    def _groups(self, counted: _Counted) -> Iterator[_Group]:
+        yield self.all
         mine = self.by_peer.get(counted.peer)
         if mine is not None:
-            mine.pop(counted, None)
-            if not mine:
+            yield mine
+
+    def left(self, counted: _Counted) -> None:
+        self.unwatch(counted)
+        self.all.open.pop(counted, None)
+        mine = self.by_peer.get(counted.peer)
+        if mine is not None:
+            mine.open.pop(counted, None)
+            if not mine.open:
                 del self.by_peer[counted.peer]
 
     def sweep(self, now: float | None = None) -> None:
-        """Close every connection whose answer has not moved for the write timeout."""
+        """Look at every connection with a request in hand or answer bytes waiting, then
+        close every one whose client has taken nothing for the write timeout."""
         now = time.monotonic() if now is None else now
-        for counted in list(self.open):
-            since = counted.stuck_since
-            if since is not None and now - since > self.write_timeout and not counted.evicted:
-                counted.close()
-                self._count("stuck")
+        for counted in self.all.open:
+            idle = counted.stuck_since is None and waiting_for_request(counted.inner)
+            if counted.admitted and not counted.evicted and not idle:
+                self.look(counted, now)
+        while (stuck := self.all.stuck(now, self.write_timeout)) is not None:
+            stuck.close()
+            self._count("stuck")
 
     async def sweeping(self) -> None:
         while True:
@@ -221,19 +333,19 @@ class ConnectionLimit:
     def health(self) -> dict[str, Any]:
         """For `/_health`: connections open now, the bounds, and those closed, by why."""
         return {
-            "open": len(self.open),
+            "open": len(self.all.open),
             "admitted": self.limit,
             "per_client": self.per_client,
             "closed": dict(self.counts),
         }
 
     def metrics(self) -> Iterator[Metric]:
-        yield gauge("atwhois_connections_open", "Client connections open.", len(self.open))
+        yield gauge("atwhois_connections_open", "Client connections open.", len(self.all.open))
         closed = CounterMetricFamily(
             "atwhois_connections_closed",
-            "Client connections closed by the bound: evicted for a new one (idle or stuck "
-            "writing), refused at the bound, stuck writing past the write timeout, or over "
-            "their address's share.",
+            "Client connections closed by the bound: evicted for a new one (stuck or idle), "
+            "refused at the bound, stuck (their client took nothing for the write timeout), "
+            "or refused over their address's share.",
             labels=["reason"],
         )
         for reason, count in self.counts.items():
@@ -248,8 +360,3 @@ class ConnectionLimit:
         line.update({k: n - self._told[k] for k, n in self.counts.items()})
         self.log.warning(json.dumps(line))
         self._told, self._told_at = dict(self.counts), time.monotonic()
-
-
-def _oldest_idle(connections: dict[_Counted, None]) -> _Counted | None:
-    """The first (oldest) of `connections` that waits for a request and is not closing."""
-    return next((c for c in connections if not c.evicted and waiting_for_request(c.inner)), None)

@@ -16,8 +16,8 @@ Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 def waiting_for_request(handler: web.RequestHandler) -> bool:
     """Whether a connection waits for a request's head: what aiohttp's own keep-alive timer
-    closes, read the way it reads it (its private `_waiter`). The connection bound evicts
-    these first."""
+    closes, read the way it reads it (its private `_waiter`). At a full bound, these are
+    evicted when no connection is stuck."""
     waiter = getattr(handler, "_waiter", None)
     return waiter is not None and not waiter.done()
 

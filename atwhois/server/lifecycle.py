@@ -2,8 +2,13 @@
 JSON line with what it serves, runs until SIGTERM or SIGINT, then stops listening, lets the
 requests in flight finish and runs the app's clean-up (which closes its stores).
 
-Strangers' connections are bounded (server/connections.py). The event loop's errors are
-logged at most once per kind per interval."""
+Strangers' connections are bounded (server/connections.py): a request's head must arrive
+within the idle timeout, at most `max_connections` sockets are open (never more than the
+open-file limit leaves room for), one address holds at most `per_client` of them, and at a
+full bound a new connection takes the place of one whose client has taken nothing of its
+answers for a moment (of any address at the bound, of its own at the share; a client that
+reads, however slowly, is not one), else of an idle one, or is closed at once. The event
+loop's errors are logged at most once per kind per interval."""
 
 from __future__ import annotations
 

@@ -280,7 +280,8 @@ class Values:
     max_connections: int = _setting(
         SERVICE,
         "open connections per process (serve and plc mirror): at the bound a new one takes "
-        "the place of the oldest idle one, or is closed at once; never past the open-file limit",
+        "the place of the one stuck longest (its client takes nothing of its answer), else of "
+        "the oldest idle one, or is closed at once; never past the open-file limit",
         defaults.MAX_CONNECTIONS,
         metavar="N",
         low=1,
@@ -288,15 +289,16 @@ class Values:
     max_connections_per_client: int | None = _setting(
         SERVICE,
         "open connections one client address may hold (past it, its new one takes the place "
-        "of its own oldest idle or stuck one, or is closed); behind a proxy, raise it",
+        "of its own stuck longest, else its oldest idle one, or is closed); behind a proxy, "
+        "raise it",
         shown="a quarter of max_connections",
         metavar="N",
         low=1,
     )
     write_timeout: float = _setting(
         SERVICE,
-        "seconds an answer (or a stream's message) may wait for its client to read before "
-        "the connection is closed",
+        "seconds an answer (or a stream's message) may wait for a client that takes none of "
+        "it before the connection is closed (one that reads, however slowly, is not closed)",
         defaults.WRITE_TIMEOUT,
         metavar="SECONDS",
         low=0.1,

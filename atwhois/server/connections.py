@@ -173,6 +173,11 @@ class _Counted(asyncio.Protocol):
             _reset(self.transport)
 
 
+def _since(counted: _Counted, now: float) -> float:
+    """Since when a watched connection's client has taken nothing (`now` for one not)."""
+    return now if counted.stuck_since is None else counted.stuck_since
+
+
 class _Group:
     """Connections under one bound (all of them, or one address's): `open`, oldest first,
     and `watched`, those whose answer bytes wait for their client, the longest without the
@@ -190,7 +195,7 @@ class _Group:
         moved on)."""
         while self.watched:
             counted = next(iter(self.watched))
-            if now - (counted.stuck_since or now) <= grace:
+            if now - _since(counted, now) <= grace:
                 return None  # and the others have waited less
             if counted.limit.look(counted, now):
                 return counted
@@ -205,7 +210,7 @@ class _Group:
         if stuck is not None:
             return stuck
         first = next(iter(self.watched), None)
-        if first is not None and now - (first.stuck_since or now) > SWEEP_EVERY:
+        if first is not None and now - _since(first, now) > SWEEP_EVERY:
             return None
         for counted in self.open:
             if counted.evicted or counted.stuck_since is not None:

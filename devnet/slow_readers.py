@@ -1,5 +1,6 @@
 """Clients that ask and never read: each connection sends a batch of pipelined requests and
-then reads nothing, so that every answer waits in the server's buffers (issue 55, item 1).
+then reads nothing, so that every answer waits in the server's buffers (issue 55, item 1);
+and, to tell them from, a client that asks as much and reads it slowly (`ReadingSlowly`).
 A connection the server closes is opened again a second later while the hold lasts, so the
 pressure stays (a second, not at once: a client that reconnects as fast as it can is a
 connection flood, which is the network's to stop, not a slow reader).
@@ -87,6 +88,43 @@ class SlowReaders:
                 reopen_at = time.monotonic() + REOPEN_AFTER
         for conn in held:
             conn.close()
+
+
+class ReadingSlowly:
+    """One connection that asks `count` times at once, as a slow reader does, then reads the
+    answers at `rate` bytes a second, a little at a time (a client on a slow link, or one
+    working through a long answer): the server waits for it most of the time, but it reads.
+    `run()` returns the complete answers it got, once it has all, or the server closed the
+    connection, or nothing came for `TIMEOUT` seconds."""
+
+    CHUNK = 512  # bytes read at a time: small reads, each making a little room
+    TIMEOUT = 30.0
+    STATUS = b"HTTP/1.1 200 OK\r\n"
+
+    def __init__(self, url: str, count: int, rate: float) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.address = (host, int(port))
+        self.count, self.rate = count, rate
+
+    def run(self) -> int:
+        answers, tail = 0, b""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as conn:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # as the slow readers'
+            conn.settimeout(self.TIMEOUT)
+            conn.connect(self.address)
+            conn.sendall(REQUEST * self.count)
+            while answers < self.count:
+                try:
+                    data = conn.recv(self.CHUNK)
+                except OSError:  # reset, or nothing for the timeout
+                    break
+                if not data:
+                    break
+                seen = tail + data  # a status line may straddle two reads
+                answers += seen.count(self.STATUS)
+                tail = seen[-(len(self.STATUS) - 1) :]
+                time.sleep(len(data) / self.rate)
+        return answers
 
 
 if __name__ == "__main__":

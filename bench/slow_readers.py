@@ -1,60 +1,105 @@
-"""Clients that ask and never read against the daemon (issue 55, item 1): connections that
-pipeline a thousand requests each and read nothing, from one address, held by helper
-processes that open a new one whenever one is closed. Meanwhile another address asks
-`/_health` and resolveHandle in turn, one request at a time: how many were answered, and their
-p50 and p99 against the same requests with no slow reader, in the same run. Then the
-daemon's resident memory with many more slow readers at the default bound, against it idle.
+"""Clients that ask and never read against the daemon (issue 55, item 1; issue 65): connections
+that pipeline a thousand requests each and read nothing, held by helper processes that open a
+new one a second after one is closed, all from 127.0.0.1; and the probe asks from 127.0.0.1
+too, as every local client of a daemon does (and every client behind a reverse proxy).
 
-    python -m bench slow [--readers 600] [--max-connections 600] [--seconds 20]
-                         [--many 8000]
+For each count of readers, a daemon whose `--max-connections` is that count (the readers fill
+its bound: their address's share of it, and would fill all of it). Once they hold it, the
+probe asks twice a second, 30 rounds: `/_health` and then resolveHandle on one kept-alive
+connection, and `/_health` again on a new connection each time (which must get in: take the
+place of a stuck one), every request given 10 s. Targets: at least 28 of 30 answered for
+each, and no gap over 2 s between two answers of one (from the first round to the last).
+Memory: the daemon's highest RSS while the readers are held, less its RSS before they came,
+over the most sockets it held beyond those it held before; the target is 80 KiB each (800
+MiB at the default bound). With the readers coming and going, that counts the work of
+answering their new connections too; `--many` readers held at the default bound, with no
+share per address (as behind a proxy) and no write timeout to speak of, are every one
+admitted and kept: the memory each held connection costs.
+
+    python -m bench slow [--readers 300 1000] [--rounds 30] [--many 8000]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import itertools
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from bench import Row
 from bench.memory_load import Highest, rss_mib
-from devnet.atwhois import Daemon, running_daemon
+from devnet.atwhois import running_daemon
 from devnet.network import running_devnet
+from devnet.process import open_sockets
 
-PATHS = ("/_health", "/xrpc/com.atproto.identity.resolveHandle?handle=alice.test")
-
-
-def _asked(url: str, seconds: float) -> tuple[list[float], int]:
-    """Latencies (ms) of the answered requests, and how many failed, over `seconds`."""
-    timings: list[float] = []
-    failed = 0
-    transport = httpx.HTTPTransport(local_address="127.0.0.2")
-    with httpx.Client(base_url=url, transport=transport, timeout=10) as client:
-        end = time.monotonic() + seconds
-        index = 0
-        while time.monotonic() < end:
-            started = time.perf_counter()
-            try:
-                answer = client.get(PATHS[index % 2])
-                ok = answer.status_code in (200, 503) if index % 2 == 0 else answer.is_success
-            except httpx.TransportError:
-                ok = False
-            if ok:
-                timings.append((time.perf_counter() - started) * 1000)
-            else:
-                failed += 1
-            index += 1
-            time.sleep(0.02)
-    return timings, failed
+RESOLVE = "/xrpc/com.atproto.identity.resolveHandle?handle=alice.test"
+# what the probe asks each round, and on which connection: kept, or new each time
+PATHS = {
+    "/_health": ("/_health", True),
+    "resolveHandle": (RESOLVE, True),
+    "/_health (new conn)": ("/_health", False),
+}
+EVERY = 0.5  # seconds between two rounds of the probe: twice a second
+ANSWERED = 28  # of 30: the target for each path
+GAP = 2.0  # seconds: the longest wait between two answers of one path, the target
+KIB_PER_CONNECTION = 80.0  # the target: at most 800 MiB at the default bound
 
 
-def _p(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
+@dataclass
+class Probes:
+    """What the probe saw: for each path, when it was answered, and what failed; the
+    daemon's counts of connections closed, from its last `/_health`."""
+
+    rounds: int
+    started: float = 0.0
+    ended: float = 0.0
+    answered: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PATHS})
+    failures: dict[str, list[str]] = field(default_factory=lambda: {p: [] for p in PATHS})
+    closed: dict[str, int] = field(default_factory=dict)
+
+    def gap(self, path: str) -> float:
+        """The longest wait for an answer: from the first round, between two answers, to the
+        end of the last round."""
+        times = [self.started, *self.answered[path], self.ended]
+        return max(later - earlier for earlier, later in itertools.pairwise(times))
+
+
+def _client(url: str) -> httpx.Client:
+    transport = httpx.HTTPTransport(local_address="127.0.0.1")
+    return httpx.Client(base_url=url, transport=transport, timeout=10)
+
+
+def probe(url: str, rounds: int) -> Probes:
+    """`rounds` of the probe from 127.0.0.1, one every `EVERY` s."""
+    probes = Probes(rounds)
+    with _client(url) as kept:
+        probes.started = time.monotonic()
+        for index in range(rounds):
+            for path, (ask, keep) in PATHS.items():
+                try:
+                    if keep:
+                        answer = kept.get(ask)
+                    else:
+                        with _client(url) as new:
+                            answer = new.get(ask)
+                except httpx.TransportError as error:
+                    probes.failures[path].append(type(error).__name__)
+                    continue
+                if ask == "/_health" and answer.status_code in (200, 503):
+                    probes.closed = dict(answer.json()["connections"]["closed"])
+                elif ask == "/_health" or not answer.is_success:
+                    probes.failures[path].append(str(answer.status_code))
+                    continue
+                probes.answered[path].append(time.monotonic())
+            time.sleep(max(0.0, probes.started + (index + 1) * EVERY - time.monotonic()))
+        probes.ended = time.monotonic()
+    return probes
 
 
 def _readers(url: str, count: int, seconds: float) -> list[subprocess.Popen[bytes]]:
@@ -66,57 +111,93 @@ def _readers(url: str, count: int, seconds: float) -> list[subprocess.Popen[byte
     ]
 
 
-def _held(daemon: Daemon, readers: int, seconds: float) -> tuple[list[float], int, float]:
-    """The other address's answers while `readers` slow readers are held, and the daemon's
-    highest resident memory meanwhile (MiB)."""
-    helpers = _readers(daemon.url, readers, seconds + 10)
-    with Highest(lambda: rss_mib(daemon.process.pid)) as most:
-        time.sleep(5)  # the readers connected, their answers stuck
-        timings, failed = _asked(daemon.url, seconds)
+def _stop(helpers: list[subprocess.Popen[bytes]]) -> None:
     for helper in helpers:
         helper.kill()
         helper.wait()
-    return timings, failed, most.value
+
+
+def _kib_each(before: float, most: float, connections: int) -> float:
+    return (most - before) * 1024 / max(1, connections)
+
+
+def _held(url: str, pid: int, readers: int, rounds: int) -> list[Row]:
+    """The probe while `readers` slow readers are held, and the daemon's memory meanwhile."""
+    before, sockets = rss_mib(pid), open_sockets(pid)
+    helpers = _readers(url, readers, rounds * EVERY + 20)
+    with Highest(lambda: rss_mib(pid)) as most, Highest(lambda: open_sockets(pid)) as held:
+        time.sleep(5)  # the readers connected, their answers stuck, the bound full
+        probes = probe(url, rounds)
+    _stop(helpers)
+    more = int(held.value) - sockets
+    kib = _kib_each(before, most.value, more)
+    answered = {path: len(times) for path, times in probes.answered.items()}
+    print(
+        f"{readers} slow readers against --max-connections {readers}, the probe on their "
+        f"address: answered {answered} of {rounds}, longest gaps "
+        f"{ {path: round(probes.gap(path), 2) for path in PATHS} } s, failures "
+        f"{probes.failures}; RSS {before:.0f} -> {most.value:.0f} MiB with at most {more} "
+        f"sockets more: {kib:.1f} KiB each; closed by the bound {probes.closed}"
+    )
+    rows = []
+    for path in PATHS:
+        rows += [
+            Row(f"{readers} readers: {path}, answered", answered[path], ANSWERED,
+                f"target (of {rounds})", "probes"),
+            Row(f"{readers} readers: {path}, longest gap", probes.gap(path), GAP, "target",
+                "s", True),
+        ]  # fmt: skip
+    rows.append(Row(f"{readers} readers: RSS growth per socket", kib, KIB_PER_CONNECTION,
+                    "target", "KiB", True))  # fmt: skip
+    return rows
+
+
+def _memory(env: dict[str, str], workdir: Path, readers: int) -> Row:
+    """The daemon's RSS per connection, `readers` slow readers held at the default bound with
+    no share per address and no write timeout to speak of: every one admitted, and kept."""
+    log = workdir / "default.log"
+    keep = ("--max-connections-per-client", "10000", "--write-timeout", "3600")
+    with running_daemon(env, log, "--cache", "memory:", "--no-request-log", *keep) as daemon:
+        probe(daemon.url, 4)
+        pid = daemon.process.pid
+        before, sockets = rss_mib(pid), open_sockets(pid)
+        helpers = _readers(daemon.url, readers, 600)
+        held, grown_at = sockets, time.monotonic()
+        while time.monotonic() - grown_at < 10:  # until no more come in for 10 s
+            time.sleep(1)
+            now_held = open_sockets(pid)
+            if now_held > held:
+                held, grown_at = now_held, time.monotonic()
+        with Highest(lambda: rss_mib(pid)) as most:
+            time.sleep(2)
+        _stop(helpers)
+    kib = _kib_each(before, most.value, held - sockets)
+    print(
+        f"{readers} slow readers at the default bound, no share per address: RSS "
+        f"{before:.0f} -> {most.value:.0f} MiB with {held - sockets} sockets more: {kib:.1f} "
+        f"KiB each ({kib * 10_000 / 1024:.0f} MiB for 10,000)"
+    )
+    return Row(f"{readers} readers held: RSS per connection", kib, KIB_PER_CONNECTION,
+               "target", "KiB", True)  # fmt: skip
 
 
 def main(argv: list[str]) -> list[Row]:
     parser = argparse.ArgumentParser(prog="python -m bench slow", description=__doc__)
-    parser.add_argument("--readers", type=int, default=600)
-    parser.add_argument("--max-connections", type=int, default=600)
-    parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--many", type=int, default=8000)
+    parser.add_argument("--readers", type=int, nargs="+", default=[300, 1000])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--many", type=int, default=8000, help="0: not this run")
     args = parser.parse_args(argv)
     rows: list[Row] = []
     with (
         tempfile.TemporaryDirectory(prefix="atwhois-bench-") as workdir,
         running_devnet(Path(workdir)) as devnet,
     ):
-        bound = ("--max-connections", str(args.max_connections))
-        log = Path(workdir) / "bounded.log"
-        with running_daemon(devnet.env(), log, "--cache", "memory:", *bound) as daemon:
-            _asked(daemon.url, 2)  # warm
-            quiet, quiet_failed = _asked(daemon.url, args.seconds)
-            loaded, failed, _ = _held(daemon, args.readers, args.seconds)
-        print(
-            f"{args.readers} slow readers against --max-connections {args.max_connections}: "
-            f"another address had {len(loaded)} answers and {failed} failures "
-            f"({len(quiet)} and {quiet_failed} with no slow reader); p50 {_p(quiet, 50):.1f} / "
-            f"{_p(loaded, 50):.1f} ms, p99 {_p(quiet, 99):.1f} / {_p(loaded, 99):.1f} ms"
-        )
-        rows += [
-            Row(f"p99 with {args.readers} slow readers", _p(loaded, 99), _p(quiet, 99),
-                "the same, none", "ms", True),
-            Row(f"  failures with {args.readers} slow readers", failed, max(quiet_failed, 1),
-                "the same, none (at least 1)", "requests", True),
-        ]  # fmt: skip
-        log = Path(workdir) / "default.log"
-        with running_daemon(devnet.env(), log, "--cache", "memory:") as daemon:
-            _asked(daemon.url, 2)
-            idle = rss_mib(daemon.process.pid)
-            _, _, most = _held(daemon, args.many, 10)
-        print(
-            f"{args.many} slow readers at the default bound: resident memory {idle:.0f} MiB "
-            f"idle, at most {most:.0f} MiB held"
-        )
-        rows.append(Row(f"RSS with {args.many} slow readers", most, idle, "idle", "MiB", True))
+        for readers in args.readers:
+            log = Path(workdir) / f"bound-{readers}.log"
+            bound = ("--max-connections", str(readers))
+            with running_daemon(devnet.env(), log, "--cache", "memory:", *bound) as daemon:
+                probe(daemon.url, 4)  # warm: the answer cached
+                rows += _held(daemon.url, daemon.process.pid, readers, args.rounds)
+        if args.many:
+            rows.append(_memory(devnet.env(), Path(workdir), args.many))
     return rows

@@ -58,6 +58,7 @@ def _open(
     counted.transport, counted.peer = cast(Any, transport), peer
     limit.all.open[counted] = None
     assert limit.arrived(counted)
+    counted.admitted = True
     if idle:
         handler._waiter = _Waiter()
     transport.waiting = waiting
@@ -94,14 +95,18 @@ def test_a_client_that_takes_some_of_its_answer_is_not_stuck() -> None:
 
 
 def test_an_idle_client_keeps_its_place_while_a_stuck_one_may_come() -> None:
-    limit = _limit(per_client=2)
+    limit = _limit(per_client=3)
     idle = _open(limit, "127.0.0.1", idle=True)
+    reader = _open(limit, "127.0.0.1", waiting=50_000)
     quiet = _open(limit, "127.0.0.1", waiting=50_000)
-    # its client took nothing at a look since it was first seen: refused, the idle one kept
+    cast(_Transport, reader.transport).waiting = 40_000  # it reads: no stuck one to come
+    # the quiet one's client has taken nothing for longer than a look's interval: the new
+    # connection is refused, the idle one kept
     assert _arrival(limit, "127.0.0.1", SWEEP_EVERY + 0.01) is None
     assert _arrival(limit, "127.0.0.1", STUCK_GRACE + 0.01) is quiet
     quiet.close()
-    assert _arrival(limit, "127.0.0.1", STUCK_GRACE + 0.01) is idle  # no stuck one to come
+    cast(_Transport, reader.transport).waiting = 30_000  # still reading
+    assert _arrival(limit, "127.0.0.1", STUCK_GRACE + 0.01) is idle  # none may be stuck soon
 
 
 def test_an_idle_connection_whose_answer_is_on_its_way_is_not_idle() -> None:
@@ -118,3 +123,19 @@ def test_at_its_share_an_address_makes_room_among_its_own_only() -> None:
     mine = _open(limit, "127.0.0.1", waiting=50_000, seen=1.0)
     assert _arrival(limit, "127.0.0.1", 10.0) is mine
     assert limit.all.victim(10.0) is theirs  # at the bound: the one stuck longest, any address
+
+
+def test_a_sweep_finds_answers_waiting_and_looks_again_at_the_newly_watched_only() -> None:
+    limit = _limit(per_client=3)
+    old = _open(limit, "127.0.0.1", waiting=50_000)  # watched since 0.0
+    young = _open(limit, "127.0.0.1", waiting=50_000, seen=0.4)
+    busy = _open(limit, "127.0.0.1")  # a request in hand, nothing written yet
+    for counted in (old, young):
+        cast(_Transport, counted.transport).waiting -= 1_000  # both clients took some
+    cast(_Transport, busy.transport).waiting = 20_000
+    limit.sweep(0.6)
+    assert busy.stuck_since == 0.6  # found waiting: watched from now
+    assert young.stuck_since == 0.6  # what it took counts now: its clock restarted
+    assert old.stuck_since == 0.0  # left for when its clock matters
+    assert _arrival(limit, "127.0.0.1", 0.6) is None
+    assert old.stuck_since == 0.6  # then seen to have read

@@ -9,17 +9,20 @@ server): strangers' connections are counted from their accept to their loss, and
   bound fair between addresses.
 - A connection is stuck when answer bytes wait for its client and the client has taken none
   of them for `STUCK_GRACE`: what the client's kernel has acknowledged is read from the
-  socket (TCP_INFO) at each look (every `SWEEP_EVERY`, and when its writes pause). A client
-  that reads, however slowly, takes some (its kernel acknowledges what its reads make room
-  for) and its clock restarts; one that reads nothing takes nothing once its receive buffer
-  is full. Whether the writes are paused does not tell: a busy daemon takes seconds to fill
-  the buffers of many new connections, and the writes to a slow reader pause over and over.
+  socket (TCP_INFO). A connection with a request in hand is looked at every `SWEEP_EVERY`
+  (and when its writes pause) until answer bytes are seen waiting, then again whenever its
+  clock matters: at a full bound, and for the write timeout. A client that reads, however
+  slowly, takes some (its kernel acknowledges what its reads make room for) and its clock
+  restarts; one that reads nothing takes nothing once its receive buffer is full. Whether the
+  writes are paused does not tell: a busy daemon takes seconds to fill the buffers of many
+  new connections, and the writes to a slow reader pause over and over.
 - When the bound is full (all of it, or an address's share), a new connection takes the
   place of the connection stuck longest: at the bound, of any address; at the share, of its
   own. Else it takes the place of the oldest idle one (no request in hand, no answer on its
-  way: a slow or silent client), unless one whose client took nothing at the last look may be
-  found stuck in a moment: then a client between two requests keeps its place, since the new
-  connection is as likely one more of the stuck ones' (their clients come back when closed).
+  way: a slow or silent client), unless one whose client has taken nothing for longer than
+  `SWEEP_EVERY` may be found stuck in a moment: then a client between two requests keeps its
+  place, since the new connection is as likely one more of the stuck ones' (their clients
+  come back when closed).
   Else the new one is closed as soon as it is accepted, before aiohttp sees it. So neither a
   flood of idle connections nor one of clients that never read, from any address or from the
   very address of the clients that ask (every local client's is 127.0.0.1; behind a proxy,
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import socket
@@ -60,7 +64,7 @@ LOG_EVERY = 10.0  # seconds between two lines about refused connections or loop 
 # SEND_BUFFER more.
 WRITE_BUFFER = 16 * 1024
 SEND_BUFFER = 32 * 1024
-SWEEP_EVERY = 0.25  # seconds between two looks at the connections with answers on their way
+SWEEP_EVERY = 0.25  # seconds between two looks at the connections with a request in hand
 STUCK_GRACE = 0.5  # seconds a client may take nothing of its answers before it is stuck
 _LINGER_NONE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets
 # Linux's struct tcp_info as far as tcpi_notsent_bytes: tcpi_unacked (segments in flight),
@@ -203,15 +207,13 @@ class _Group:
 
     def victim(self, now: float) -> _Counted | None:
         """Whose place a new connection takes: the one stuck longest; else the oldest idle
-        one (a slow or silent client), unless one whose client took nothing at the last look
-        may be found stuck in a moment: a client between two requests keeps its place while
-        stuck ones may come (the new connection is as likely one more of theirs)."""
+        one (a slow or silent client), unless one whose client has taken nothing for longer
+        than a look's interval may be found stuck in a moment: a client between two requests
+        keeps its place while stuck ones may come (the new connection is as likely one more
+        of theirs)."""
         stuck = self.stuck(now, STUCK_GRACE)
-        if stuck is not None:
+        if stuck is not None or self.stuck(now, SWEEP_EVERY) is not None:
             return stuck
-        first = next(iter(self.watched), None)
-        if first is not None and now - _since(first, now) > SWEEP_EVERY:
-            return None
         for counted in self.open:
             if counted.evicted or counted.stuck_since is not None:
                 continue
@@ -314,13 +316,21 @@ class ConnectionLimit:
                 del self.by_peer[counted.peer]
 
     def sweep(self, now: float | None = None) -> None:
-        """Look at every connection with a request in hand or answer bytes waiting, then
-        close every one whose client has taken nothing for the write timeout."""
+        """Look at every connection with a request in hand that is not watched yet, and at
+        those watched for less than `STUCK_GRACE` (what a client's kernel takes in the first
+        moments, the last of what was on its way, counts then, not when it may be evicted;
+        the others are looked at again when their clock matters); then close every one
+        whose client has taken nothing for the write timeout."""
         now = time.monotonic() if now is None else now
         for counted in self.all.open:
-            idle = counted.stuck_since is None and waiting_for_request(counted.inner)
-            if counted.admitted and not counted.evicted and not idle:
+            new = counted.stuck_since is None and counted.admitted and not counted.evicted
+            if new and not waiting_for_request(counted.inner):
                 self.look(counted, now)
+        young = itertools.takewhile(
+            lambda c: now - _since(c, now) < STUCK_GRACE, reversed(self.all.watched)
+        )
+        for counted in list(young):
+            self.look(counted, now)
         while (stuck := self.all.stuck(now, self.write_timeout)) is not None:
             stuck.close()
             self._count("stuck")

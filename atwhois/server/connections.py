@@ -22,20 +22,22 @@ server): strangers' connections are counted from their accept to their loss, and
   way: a slow or silent client), unless one whose client has taken nothing for longer than
   `SWEEP_EVERY` may be found stuck in a moment: then a client between two requests keeps its
   place, since the new connection is as likely one more of the stuck ones' (their clients
-  come back when closed).
-  Else the new one is closed as soon as it is accepted, before aiohttp sees it. So neither a
-  flood of idle connections nor one of clients that never read, from any address or from the
-  very address of the clients that ask (every local client's is 127.0.0.1; behind a proxy,
-  every client's is the proxy's), locks out the clients that ask.
+  come back when closed). Else the new one is closed as soon as it is accepted, before
+  aiohttp sees it. So neither a flood of idle connections nor one of clients that never
+  read, from any address or from the very address of the clients that ask (every local
+  client's is 127.0.0.1; behind a proxy, every client's is the proxy's), locks out the
+  clients that ask.
 - A connection whose client has taken nothing for `write_timeout` is closed, whatever the
   bound.
 
-A client that reads in steps longer than `STUCK_GRACE` (its kernel acknowledges nothing
-between two: a large receive buffer, read a little at a time) looks stuck meanwhile, and may
-be taken for stuck at a full bound. What each connection may hold is bounded too: the answer
-bytes buffered for it (`WRITE_BUFFER`, and the kernel's `SEND_BUFFER`), aiohttp's queue of
-pipelined requests. Evictions and refusals are logged once per interval with the count, not
-once per connection."""
+What behaviour cannot tell: a client that reads in steps longer than `STUCK_GRACE` (its
+kernel acknowledges nothing between two: a large receive buffer, read a little at a time)
+looks stuck meanwhile, and may be taken for stuck at a full bound; one that reads a trickle
+on purpose reads, and keeps its place as a slow client does. Without TCP_INFO (not Linux),
+only the bytes held in this process tell. What each connection may hold is bounded too: the
+answer bytes buffered for it (`WRITE_BUFFER`, and the kernel's `SEND_BUFFER`), aiohttp's
+queue of pipelined requests. Evictions and refusals are logged once per interval with the
+count, not once per connection."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ devnet: setup
 ## A long model-based run of the cache (20,000 steps for each store unless
 ## ATWHOIS_SOAK_STEPS says otherwise): prints how many steps it ran and what it found.
 soak: setup
-	ATWHOIS_SOAK_STEPS=$${ATWHOIS_SOAK_STEPS:-20000} $(PY) -m pytest -s -p no:cacheprovider tests/test_cache_model.py
+	ATWHOIS_SOAK_STEPS=$${ATWHOIS_SOAK_STEPS:-20000} $(PY) -m pytest -s -p no:cacheprovider tests/cache/test_cache_model.py
 
 ## Fuzz every parser that takes a stranger's bytes, 100,000 inputs per target unless
 ## FUZZ_EXAMPLES says otherwise; prints each target's count and any crash (exit 1 on one).

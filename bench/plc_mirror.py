@@ -315,7 +315,7 @@ def _read_path(
 def _directory_file(ops: int) -> Path:
     """The real-shaped directory of `ops` operations, cut from a larger one already made:
     the generator's first lines do not depend on how many follow (`--scale` makes the
-    largest first; tests/test_synthetic_directory.py holds the generator to it)."""
+    largest first; tests/mirror/test_synthetic_directory.py holds the generator to it)."""
     prefix = "plc-directory-"
     made = {
         int(path.stem[len(prefix) :]): path

@@ -11,7 +11,7 @@ read here at v0.2.14 (the reference's go.mod pins v0.3.6, not available to read)
 bodies (keys in sorted order, optional ones left out), and Go's `encoding/json` where the
 reference calls `json.Marshal` (v1 messages, the 400 body, records), which also escapes
 U+2028 and U+2029. `tests/vectors/jetstream/frames.json` holds frames spelled out from that
-code, and `tests/test_jetstream_wire.py` checks these functions give the same bytes.
+code, and `tests/stream/test_jetstream_wire.py` checks these functions give the same bytes.
 
 A firehose frame becomes the reference's events (`events`): `#identity`, `#account` and
 `#sync` one each, carrying the body; `#commit` one per operation, its record read from the

@@ -2,7 +2,7 @@
 DAG-CBOR encoder, whose canonical key order is cbor-gen's (a commit's blocks a CAR file
 holding its record): for the decoder's tests, its fuzz target, `bench/stream_decode.py`,
 and the CAR files of the PDS check's tests. What they make is held to the reference's own
-frames, rebuilt in `tests/vectors/firehose/frames.json` (`tests/test_stream_frames.py`)."""
+frames, rebuilt in `tests/vectors/firehose/frames.json` (`tests/stream/test_stream_frames.py`)."""
 
 from __future__ import annotations
 

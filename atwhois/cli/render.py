@@ -122,7 +122,7 @@ def _key(did_key: str) -> str:
 
 def render_text(report: Report, *, style: Style | None = None, server: str | None = None) -> str:
     """The report (`Identity.to_json()`) for people: every fact in it, and nothing that is
-    not (`tests/test_views.py` holds the two views to that)."""
+    not (`tests/server/test_views.py` holds the two views to that)."""
     style = style or Style(False)
     lines = [verdict_line(report, style)]
 

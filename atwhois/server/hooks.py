@@ -1,6 +1,6 @@
 """Every place the daemon reaches inside aiohttp or asyncio, in one module: what each hook
 needs, why, and `missing()` to say which of them a new release has moved (the daemon logs
-it at start-up; `tests/test_hooks.py` fails on it). pyproject.toml bounds aiohttp to the
+it at start-up; `tests/server/test_hooks.py` fails on it). pyproject.toml bounds aiohttp to the
 minor releases these were read from."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The OpenAPI description of what `atwhois serve` answers (served at /openapi.json): every
 path, every status it may answer with, and the shape of every body, exact enough for a
-contract test (Schemathesis, `tests/test_contract.py`) to check each answer against it.
+contract test (Schemathesis, `tests/server/test_contract.py`) to check each answer against it.
 
 Here: the shapes (the schemas, declarative) and the pieces an operation is written with;
 each route's operation is written beside its handler (`routes.Route`), and `document`

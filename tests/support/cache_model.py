@@ -1,4 +1,4 @@
-"""The model behind `tests/test_cache_model.py`: a small world that changes on command, two
+"""The model behind `tests/cache/test_cache_model.py`: a small world that changes on command, two
 daemons sharing one store, and what each answer is allowed to claim.
 
 The daemons are the real `Service` applications on loopback ports, run on a thread of their

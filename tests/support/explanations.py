@@ -4,7 +4,7 @@ and export lines), the answer each pure parser gives — the value, or the error
 rule tag and message — and every replayed log's full report.
 
 The product is an explanation ("why a binding fails"), so its words are pinned too:
-`tests/test_explanations.py` compares this catalogue with `tests/golden/explanations.json`.
+`tests/resolver/test_explanations.py` compares this catalogue with `tests/golden/explanations.json`.
 After a deliberate change, `python -m tests.support.explanations --update` rewrites the file; the
 diff is then read and committed with the change.
 """

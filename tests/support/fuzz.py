@@ -8,7 +8,7 @@ sequences, the mirror's read API queries.
 
 Each target is a Hypothesis strategy (random input, and real inputs from the vectors with
 parts swapped for random ones) and a function that may fail only in the classified ways the
-code promises; any other exception is a crash. `tests/test_fuzz.py` runs every target a
+code promises; any other exception is a crash. `tests/house/test_fuzz.py` runs every target a
 little, with a fixed seed, in `make test`; `make fuzz` (`python -m tests.support.fuzz`) runs each
 for 100,000 inputs at least and prints what it found.
 """

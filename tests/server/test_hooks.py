@@ -1,0 +1,78 @@
+"""The daemon's hooks into aiohttp's and asyncio's insides (`server/hooks.py`) still find
+what they reach for: a release that moves one fails here, not in production (issue 56)."""
+
+from __future__ import annotations
+
+import asyncio
+import tomllib
+from asyncio import sslproto
+
+from aiohttp import web
+
+from atwhois.server import hooks
+from tests.house.test_layers import PRODUCT, ROOT, modules
+
+
+async def test_every_hook_finds_its_target() -> None:
+    assert hooks.missing() == []
+
+
+async def test_the_hooks_do_what_they_say() -> None:
+    """Each hook does what it names on this release (not only finds an attribute)."""
+
+    async def routed(request: web.BaseRequest) -> web.StreamResponse:
+        return web.Response()
+
+    async def first(request: web.BaseRequest) -> web.StreamResponse:
+        return web.Response()
+
+    server = web.Server(routed)
+    given = []
+    hooks.answer_first(server, lambda handler: given.append(handler) or first)  # type: ignore[func-returns-value]
+    assert given == [routed] and server.request_handler is first
+    handler = web.RequestHandler(server, loop=asyncio.get_running_loop())
+    assert not hooks.waiting_for_request(handler)  # no connection yet: no request awaited
+    saved = sslproto.SSLProtocol.max_size
+    try:
+        hooks.small_tls_buffers(16 * 1024)
+        assert sslproto.SSLProtocol.max_size == 16 * 1024
+    finally:
+        sslproto.SSLProtocol.max_size = saved
+
+
+def test_only_the_hooks_module_reaches_inside_aiohttp() -> None:
+    """No other product module reads a private name of aiohttp, asyncio or httpx."""
+    reaching = {}
+    for package in PRODUCT:
+        for _, path in modules(package):
+            if path.name == "hooks.py":
+                continue
+            text = path.read_text()
+            for private in ("_waiter", "request_handler =", "SSLProtocol.max_size"):
+                if private in text:
+                    reaching.setdefault(str(path.relative_to(ROOT)), []).append(private)
+    assert reaching == {}
+
+
+def test_aiohttp_is_bounded_to_the_releases_the_hooks_were_read_from() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    aiohttp = next(r for r in project["dependencies"] if r.startswith("aiohttp"))
+    assert "<" in aiohttp, aiohttp
+
+
+def test_coincurve_is_bounded_and_its_private_functions_are_there() -> None:
+    """resolver/plc/signature.py calls libsecp256k1 through coincurve's private module: the
+    functions it calls are there in this release, and the release is within the bound
+    pyproject.toml sets, as aiohttp's for its hooks."""
+    from importlib.metadata import version
+
+    from coincurve._libsecp256k1 import ffi, lib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    bound = Requirement(next(r for r in project["dependencies"] if r.startswith("coincurve")))
+    assert "<" in str(bound.specifier) and bound.specifier.contains(version("coincurve"))
+    called = (ROOT / "atwhois" / "resolver" / "plc" / "signature.py").read_text()
+    for name in ("secp256k1_ecdsa_signature_parse_compact", "secp256k1_ecdsa_verify"):
+        assert f"lib.{name}" in called and callable(getattr(lib, name)), name
+    assert callable(ffi.new)

@@ -21,11 +21,11 @@ from atwhois.audit import Finding, RunReport
 from atwhois.audit.findings import Severity
 from atwhois.audit.report import COLUMNS, Report, Row
 from devnet.atwhois import ATWHOIS, running_daemon
-from devnet.atwhois import run as run_cli
 from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount, new_handle
 from devnet.process import open_sockets
 from tests.support import metrics
+from tests.support.cli import run_here as run_cli
 from tests.support.waiting import until
 from tests.support.webhook_receiver import SECRET, Receiver, signed_by
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from atwhois.cli.main import UsageError, main, route
-from devnet.atwhois import run
 from devnet.network import DevnetState
+from tests.support.cli import run_here as run
 
 DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
 

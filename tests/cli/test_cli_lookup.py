@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from devnet.atwhois import run
 from devnet.network import DevnetState
+from tests.support.cli import run_here as run
 
 CONTRACT_KEYS = {
     "query",

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 
-from devnet.atwhois import run
 from devnet.network import DevnetState
 from devnet.synthetic_plc import export_lines
+from tests.support.cli import run_here as run
 from tests.vectors import PLC_LOGS
 
 

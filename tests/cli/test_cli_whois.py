@@ -9,8 +9,9 @@ import select
 import subprocess
 from pathlib import Path
 
-from devnet.atwhois import ATWHOIS, run, running_daemon
+from devnet.atwhois import ATWHOIS, running_daemon
 from devnet.network import DevnetState
+from tests.support.cli import run_here as run
 
 ESC = "\x1b["
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from atwhois import settings
 from atwhois.cache import open_store
 from atwhois.resolver import Config
 from atwhois.resolver.errors import InvalidInput
-from devnet.atwhois import ATWHOIS, run
+from tests.support.cli import run_here
 
 
 @pytest.mark.parametrize(
@@ -90,11 +89,9 @@ def test_an_audit_database_url_of_another_kind_is_refused_and_creates_nothing(
         (["watch", "list", "--audit-db", url], {}),
         (["watch", "list"], {"ATWHOIS_AUDIT_DB": url}),
     ):
-        done = subprocess.run(
-            [ATWHOIS, *args], cwd=tmp_path, env={**env, **extra}, capture_output=True, text=True
-        )
-        assert done.returncode == 2, done.stderr
-        assert "audit_db is a file's path or a sqlite:// or postgresql://" in done.stderr
+        code, _, err = run_here(args, env={**env, **extra}, cwd=tmp_path)
+        assert code == 2, err
+        assert "audit_db is a file's path or a sqlite:// or postgresql://" in err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -123,7 +120,7 @@ def test_serve_refuses_a_bad_config_file(tmp_path: Path, toml: str) -> None:
     config = tmp_path / "serve.toml"
     config.write_text(toml)
     serve = ["serve", "--config", str(config), "--port", "0"]
-    code, _, err = run(serve, env=_env(tmp_path), cwd=tmp_path)
+    code, _, err = run_here(serve, env=_env(tmp_path), cwd=tmp_path)
     assert code == 2, err
     assert "bad configuration" in err and "Traceback" not in err
     assert not any(p.name.startswith("postgres") for p in tmp_path.iterdir())
@@ -143,7 +140,7 @@ def test_lookup_refuses_bad_input_without_a_traceback(tmp_path: Path, args: list
     binary = tmp_path / "ids.bin"
     binary.write_bytes(b"\xff\xfe\x00garbage\x80")
     args = [str(binary) if a == "BINARY" else a for a in args]
-    code, _, err = run(args, env=_env(tmp_path))
+    code, _, err = run_here(args, env=_env(tmp_path))
     assert code == 2, err
     assert "Traceback" not in err and err.strip()
 

@@ -56,7 +56,7 @@ def test_config_show_says_where_each_setting_came_from(tmp_path: Path) -> None:
     import json
     import os
 
-    from devnet.atwhois import run
+    from tests.support.cli import run_here as run
 
     config = tmp_path / "atwhois.toml"
     config.write_text('port = 2600\nrefresh_token = "s3cret-token"\ndns_server = ["10.0.0.1"]\n')
@@ -97,7 +97,7 @@ def test_config_show_prints_every_value_in_effect_aligned(tmp_path: Path) -> Non
     import json
     import os
 
-    from devnet.atwhois import run
+    from tests.support.cli import run_here as run
 
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     code, out, err = run(["config", "show", "--json"], env)

@@ -137,9 +137,11 @@ def test_installing_the_package_says_nothing_to_warn_about(tmp_path: Path) -> No
     import sys
 
     leftover = not (ROOT / "build").exists()  # setuptools builds in the tree: tidy up after
+    # the build backend pip would call (PEP 517), called at once: pip adds only its start-up
+    build = f"from setuptools import build_meta; build_meta.build_wheel({str(tmp_path)!r})"
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(tmp_path), str(ROOT)],
-        capture_output=True, text=True, timeout=300,
+        [sys.executable, "-W", "always", "-c", build],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     if leftover:
         shutil.rmtree(ROOT / "build", ignore_errors=True)

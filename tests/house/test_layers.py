@@ -7,6 +7,7 @@ the product never imports its tooling, and every error it defines is an `Atwhois
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import re
@@ -57,13 +58,19 @@ def part(module: str) -> str:
     return names[1] if names[0] == "atwhois" and len(names) > 1 else names[0]
 
 
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """A module's syntax tree, walked once for every test that reads its imports."""
+    return tuple(ast.walk(ast.parse(path.read_text())))
+
+
 def imported(name: str, path: Path, known: set[str] | frozenset[str] = frozenset()) -> set[str]:
     """The modules `name` imports, as dotted names. `from pkg import x` names `pkg.x` when
     that is one of the `known` modules, and `pkg` itself when a name it defines is taken."""
     is_package = path.name == "__init__.py"
     base = name if is_package else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

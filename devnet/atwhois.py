@@ -100,3 +100,76 @@ def error_name(response: httpx.Response) -> str | None:
         return None
     error = body.get("error") if isinstance(body, dict) else None
     return error if isinstance(error, str) else None
+
+
+@dataclass
+class DaemonHere:
+    """`atwhois serve` built in this process (`build_daemon`, the app `serve` runs) and
+    served on a loopback socket from a thread of its own: what a test of the HTTP faces
+    needs, without a process's start-up. Its log lines (the `atwhois` loggers') go to
+    `log`. A test of the process itself (signals, its memory, the connection bound, its
+    children) runs `running_daemon`."""
+
+    url: str
+    log: Path
+
+    def log_lines(self) -> list[dict[str, object]]:
+        lines = []
+        for line in self.log.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                lines.append(json.loads(line))
+        return lines
+
+
+@contextlib.contextmanager
+def daemon_here(env: dict[str, str], log: Path, *args: str) -> Iterator[DaemonHere]:
+    """`atwhois serve ARGS` with `env` as its environment, in this process, until the
+    context ends (then its app's clean-up runs, as at a SIGTERM)."""
+    import asyncio
+    import logging
+    import threading
+
+    from aiohttp import web
+
+    from atwhois.cli.main import build_parser
+    from atwhois.cli.running import configure
+    from atwhois.cli.serve import build_daemon
+    from atwhois.server.lifecycle import runner_settings
+
+    argv = ["serve", "--port", "0", *args]
+    parsed, extra = build_parser(["serve"]).parse_known_args(argv)
+    assert not extra, extra
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        resolved = configure(parsed)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    handler = logging.FileHandler(log)
+    loggers = [logging.getLogger(name) for name in ("atwhois", "aiohttp")]  # aiohttp's: errors
+    for logger in loggers:
+        logger.addHandler(handler)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="daemon-here", daemon=True)
+    thread.start()
+
+    async def start() -> tuple[web.AppRunner, str]:
+        daemon = build_daemon(resolved.values, resolved.config)
+        runner = await daemon.service.runner(daemon.app, **runner_settings())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        return runner, f"http://{host}:{port}"
+
+    runner, url = asyncio.run_coroutine_threadsafe(start(), loop).result(60)
+    try:
+        yield DaemonHere(url, log)
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+        for logger in loggers:
+            logger.removeHandler(handler)
+        handler.close()

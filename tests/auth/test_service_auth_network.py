@@ -24,7 +24,7 @@ import pytest
 import atwhois
 from atwhois.resolver.service_auth import mint
 from devnet import world
-from devnet.atwhois import ATWHOIS, Daemon, running_daemon
+from devnet.atwhois import ATWHOIS, Daemon, daemon_here
 from devnet.network import DevnetState
 from devnet.pds import create_account, free_port
 from devnet.plc_ops import PlcAccount
@@ -111,7 +111,7 @@ def test_tokens_the_real_pds_mints_verify_everywhere(devnet: DevnetState, tmp_pa
     name = f"sa{uuid.uuid4().hex[:8]}"
     did = create_account(devnet.pds_url, name)
     plain, bound = pds_token(devnet, name), pds_token(devnet, name, METHOD)
-    with running_daemon(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
+    with daemon_here(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
         answer = verify(daemon, plain)
         report = answer.json()
         assert answer.status_code == 200 and report["outcome"] == "valid", report
@@ -167,7 +167,7 @@ def test_tampered_and_misaddressed_tokens_are_refused_naming_their_rule(
                      "SA-ALG-1"),
         "not a JWT": ("definitely not a token", "SA-JWT-1"),
     }  # fmt: skip
-    with running_daemon(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
+    with daemon_here(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
         assert outcome(daemon, mint(key, claims(account.did))) == ("valid", None)
         assert outcome(daemon, token) == ("valid", None)  # the PDS's, as minted
         for why, (tampered, rule) in cases.items():
@@ -177,7 +177,7 @@ def test_tampered_and_misaddressed_tokens_are_refused_naming_their_rule(
         assert "Traceback" not in daemon.log.read_text()
     # the PDS mints a bare audience: refused where the legacy form is not allowed
     args = ("--cache", "memory:", "--service-auth-bare-audience", "refuse")
-    with running_daemon(devnet.env(), tmp_path / "strict.log", *args) as daemon:
+    with daemon_here(devnet.env(), tmp_path / "strict.log", *args) as daemon:
         assert outcome(daemon, token) == ("invalid", "SA-AUD-1")
 
 
@@ -186,7 +186,7 @@ def test_a_rotated_key_verifies_after_one_refresh_and_a_flood_costs_little(
 ) -> None:
     account = PlcAccount(devnet.plc_url, None)
     old_token = mint(account.key.private, claims(account.did))
-    with running_daemon(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
+    with daemon_here(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
         assert outcome(daemon, old_token) == ("valid", None)  # the document cached
         before = documents(daemon)
         new_key = account.rotate_key(uuid.uuid4().hex)  # a real operation at the directory
@@ -225,7 +225,7 @@ def test_a_token_never_waits_on_its_issuers_handle(devnet: DevnetState, tmp_path
     bad = with_signature(good, bytes(32) + signature_of(good)[32:])
     anonymous = mint(deep.key.private, claims(deep.did))
     anonymous = with_signature(anonymous, bytes(32) + signature_of(anonymous)[32:])
-    with running_daemon(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
+    with daemon_here(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
         answer = verify(daemon, good)
         assert answer.status_code == 200 and answer.json()["outcome"] == "valid", answer.text
         assert answer.json()["declared_handle"] == "error.test"
@@ -247,12 +247,12 @@ def test_an_issuer_unreachable_is_unavailable_and_a_deactivated_one_invalid(
     account = PlcAccount(devnet.plc_url, None)
     token = mint(account.key.private, claims(account.did))
     down = {**devnet.env(), "ATWHOIS_PLC_URL": f"http://127.0.0.1:{free_port()}"}
-    with running_daemon(down, tmp_path / "down.log", "--cache", "memory:") as daemon:
+    with daemon_here(down, tmp_path / "down.log", "--cache", "memory:") as daemon:
         answer = verify(daemon, token)
         assert answer.status_code == 502 and answer.headers["Retry-After"]
         assert (answer.json()["outcome"], answer.json()["rule"]) == ("unavailable", None)
     account.tombstone()
-    with running_daemon(devnet.env(), tmp_path / "up.log", "--cache", "memory:") as daemon:
+    with daemon_here(devnet.env(), tmp_path / "up.log", "--cache", "memory:") as daemon:
         report = verify(daemon, mint(account.key.private, claims(account.did))).json()
         assert (report["outcome"], report["rule"]) == ("invalid", "SA-ISS-2")
         assert "did_deactivated" in report["reason"]
@@ -266,8 +266,8 @@ def test_a_replay_is_refused_by_either_of_two_daemons_sharing_redis(
     with RedisServer(tmp_path) as redis:
         args = ("--cache", redis.url, "--service-auth-audience", AUDIENCE)
         with (
-            running_daemon(devnet.env(), tmp_path / "a.log", *args) as first,
-            running_daemon(devnet.env(), tmp_path / "b.log", *args) as second,
+            daemon_here(devnet.env(), tmp_path / "a.log", *args) as first,
+            daemon_here(devnet.env(), tmp_path / "b.log", *args) as second,
         ):
             sidecar = {"token": token, "replay": True}  # the audience is the daemon's
             answer = httpx.post(f"{first.url}/v1/verify/service-auth", json=sidecar, timeout=30)
@@ -317,7 +317,7 @@ def test_no_token_field_is_a_500_and_each_form_names_its_rule(
                                            b"\xef\xbb\xbf" + body), "SA-JWT-3"),
         "crit": (mint(key, claims(account.did), crit=["exp"]), "SA-CRIT-1"),
     }  # fmt: skip
-    with running_daemon(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
+    with daemon_here(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
         assert outcome(daemon, mint(key, claims(account.did)), replay=True) == ("valid", None)
         for why, (token, rule) in cases.items():
             answer = verify(daemon, token, replay=True)
@@ -359,7 +359,7 @@ def test_ten_issuers_flooding_a_daemon_leave_every_other_issuers_token_valid(
         args = ("--cache", store, "--service-auth-audience", AUDIENCE, *bounds)
         count = 1 if cache == "memory" else 2  # daemons on one store
         daemons = [
-            stack.enter_context(running_daemon(devnet.env(), tmp_path / f"{n}.log", *args))
+            stack.enter_context(daemon_here(devnet.env(), tmp_path / f"{n}.log", *args))
             for n in range(count)
         ]
         clients = [stack.enter_context(httpx.Client(base_url=d.url, timeout=30)) for d in daemons]
@@ -398,7 +398,7 @@ def test_ten_issuers_flooding_a_daemon_leave_every_other_issuers_token_valid(
 def test_a_request_without_what_it_needs_is_a_400(
     devnet: DevnetState, tmp_path: Path, field: str
 ) -> None:
-    with running_daemon(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
+    with daemon_here(devnet.env(), tmp_path / "d.log", "--cache", "memory:") as daemon:
         body = {"token": "a.b.c", "audience": AUDIENCE}
         del body[field]
         answer = httpx.post(f"{daemon.url}/v1/verify/service-auth", json=body, timeout=30)

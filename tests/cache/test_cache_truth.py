@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devnet.atwhois import ATWHOIS, Daemon, running_daemon
+from devnet.atwhois import ATWHOIS, Daemon, daemon_here, running_daemon
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount, new_handle
@@ -73,7 +73,7 @@ def test_a_stale_document_is_never_composed_into_a_fresh_answer(
     devnet.set_dns_faults({f"_atproto.{old}.": "servfail"})
     args = ("--cache", "memory:", "--ttl-unverified", "1:60", "--ttl-verified", "60:600")
     try:
-        with running_daemon(devnet.env(), tmp_path / "serve.log", *args) as daemon:
+        with daemon_here(devnet.env(), tmp_path / "serve.log", *args) as daemon:
             # Only the document is cached: the declared handle failed transiently.
             assert get(daemon, XRPC + "resolveDid", did=account.did).status_code == 200
             # The world changes: the old handle points at the DID, which now declares another.
@@ -93,7 +93,7 @@ def test_refresh_re_resolves_every_part(devnet: DevnetState, tmp_path: Path) -> 
     handle = new_handle("moving")
     first, second = PlcAccount(devnet.plc_url, handle), PlcAccount(devnet.plc_url, handle)
     devnet.set_txt(handle, [f"did={first.did}"])
-    with running_daemon(
+    with daemon_here(
         devnet.env(), tmp_path / "serve.log", "--cache", "memory:", "--refresh-token", TOKEN
     ) as daemon:
         # The second DID claims the handle too: its document is cached, declaring the handle.
@@ -124,7 +124,7 @@ def test_a_broken_directory_answer_never_replaces_a_good_entry(
     devnet.set_txt(handle, [f"did={account.did}"])
     env = {**devnet.env(), "ATWHOIS_PLC_URL": plc_stand_in.url}
     args = ("--cache", "memory:", "--ttl-verified", "1:600", "--timeout", "1")
-    with running_daemon(env, tmp_path / "serve.log", *args) as daemon:
+    with daemon_here(env, tmp_path / "serve.log", *args) as daemon:
         good = get(daemon, XRPC + "resolveDid", did=account.did)
         assert good.status_code == 200
         plc_stand_in.set_fault(fault)
@@ -146,7 +146,7 @@ def test_a_broken_directory_answer_is_never_cached_as_absence(
 ) -> None:
     account = PlcAccount(devnet.plc_url, None)
     env = {**devnet.env(), "ATWHOIS_PLC_URL": plc_stand_in.url}
-    with running_daemon(env, tmp_path / "serve.log", "--cache", "memory:") as daemon:
+    with daemon_here(env, tmp_path / "serve.log", "--cache", "memory:") as daemon:
         plc_stand_in.set_fault(fault)
         failed = get(daemon, XRPC + "resolveDid", did=account.did)
         assert failed.status_code == 502, failed.text
@@ -206,7 +206,7 @@ def test_a_redis_outage_degrades_the_daemon_and_it_recovers(
     loaded = identifiers[:-2]  # the last two are first asked for during the outage
     with (
         RedisServer(tmp_path) as redis,
-        running_daemon(devnet.env(), tmp_path / "serve.log", "--cache", redis.url) as daemon,
+        daemon_here(devnet.env(), tmp_path / "serve.log", "--cache", redis.url) as daemon,
     ):
         for identifier in identifiers[:4]:  # some cached before the outage, some not
             assert get(daemon, XRPC + "resolveIdentity", identifier=identifier).status_code == 200
@@ -266,7 +266,7 @@ def test_a_refresh_during_an_outage_keeps_the_copy_readers_fall_back_on(
     devnet.set_txt(handle, [f"did={account.did}"])
     env = {**devnet.env(), "ATWHOIS_PLC_URL": plc_stand_in.url}
     args = ("--cache", "memory:", "--refresh-token", TOKEN)
-    with running_daemon(env, tmp_path / "serve.log", *args) as daemon:
+    with daemon_here(env, tmp_path / "serve.log", *args) as daemon:
         good = get(daemon, XRPC + "resolveIdentity", identifier=handle)
         assert good.status_code == 200 and good.json()["handle"] == handle
         plc_stand_in.set_fault("status:500")
@@ -295,8 +295,8 @@ def test_a_refresh_reaches_every_daemon_on_the_store_within_a_second(
         args = ["--refresh-token", TOKEN]
         args += ["--cache", redis.url] if store == "redis" else ["--cache", str(tmp_path / "c.db")]
         with (
-            running_daemon(devnet.env(), tmp_path / "one.log", *args) as one,
-            running_daemon(devnet.env(), tmp_path / "two.log", *args) as two,
+            daemon_here(devnet.env(), tmp_path / "one.log", *args) as one,
+            daemon_here(devnet.env(), tmp_path / "two.log", *args) as two,
         ):
             for daemon in (one, two):
                 answer = get(daemon, XRPC + "resolveHandle", handle=handle)
@@ -420,7 +420,7 @@ def test_a_handle_that_cannot_be_checked_now_is_never_called_invalid(
     devnet.set_txt(handle, [f"did={account.did}"])
     devnet.set_dns_faults({f"_atproto.{handle}.": "servfail"})
     try:
-        with running_daemon(devnet.env(), tmp_path / "serve.log", "--cache", "memory:") as d:
+        with daemon_here(devnet.env(), tmp_path / "serve.log", "--cache", "memory:") as d:
             unknown = get(d, XRPC + "resolveIdentity", identifier=account.did)
             assert unknown.status_code == 502 and unknown.json()["error"] == "UpstreamFailure"
             assert get(d, XRPC + "resolveDid", did=account.did).status_code == 200

@@ -32,7 +32,7 @@ from atwhois.resolver.did import check_plc_response
 from atwhois.resolver.errors import NotFound, UnconfirmedAbsence
 from atwhois.resolver.response import MIRROR_HEADER, Response
 from devnet import world
-from devnet.atwhois import Daemon, running_daemon
+from devnet.atwhois import Daemon, daemon_here
 from devnet.forwarder import PlcStandIn
 from devnet.network import DevnetState
 from devnet.pds import create_account, free_port
@@ -46,7 +46,7 @@ HOUR = ("--ttl-verified", "3600:86400", "--ttl-absent", "3600:3600")
 
 
 def serve_with_mirror(devnet: DevnetState, tmp_path: Path, interval: float) -> Any:
-    return running_daemon(
+    return daemon_here(
         devnet.env(),
         tmp_path / "serve.log",
         "--plc-mirror",
@@ -169,7 +169,7 @@ def test_an_event_ahead_of_a_lagging_replica_is_re_checked_until_the_change_show
         env = {**devnet.env(), "ATWHOIS_PLC_URL": replica.url}
         stream = devnet.pds_url.replace("http://", "ws://")
         follow = ("--firehose", stream, "--cache", "memory:", *HOUR)
-        with running_daemon(env, tmp_path / "serve.log", *follow) as daemon:
+        with daemon_here(env, tmp_path / "serve.log", *follow) as daemon:
             assert identity(daemon, old)["status"] == "verified"  # held, for an hour
             until(lambda: httpx.get(daemon.url + "/_health").json()["streams"][0]["connected"], 20)
             session = _pds(

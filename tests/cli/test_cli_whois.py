@@ -9,7 +9,7 @@ import select
 import subprocess
 from pathlib import Path
 
-from devnet.atwhois import ATWHOIS, running_daemon
+from devnet.atwhois import ATWHOIS, daemon_here
 from devnet.network import DevnetState
 from tests.support.cli import run_here as run
 
@@ -117,7 +117,7 @@ def test_batch_with_mixed_results(devnet_env: dict[str, str], tmp_path: Path) ->
 def test_server_mode_shares_the_daemon_cache(
     devnet: DevnetState, devnet_env: dict[str, str], tmp_path: Path
 ) -> None:
-    with running_daemon(devnet.env(), tmp_path / "serve.log", "--cache", "memory:") as daemon:
+    with daemon_here(devnet.env(), tmp_path / "serve.log", "--cache", "memory:") as daemon:
         bare = {k: v for k, v in os.environ.items() if not k.startswith("ATWHOIS_")}
         code, out, _ = run(["grace.test", "--server", daemon.url], bare)
         assert code == 0 and out.splitlines()[0] == "grace.test: verified [verified]"

@@ -31,7 +31,7 @@ from atwhois.resolver.dns_authority import authoritative_txt, nameservers_in, zo
 from atwhois.resolver.errors import UpstreamFailure, UpstreamTimeout
 from atwhois.resolver.response import AuthoritativeTxt
 from atwhois.testing import World
-from devnet.atwhois import running_daemon
+from devnet.atwhois import daemon_here
 from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount, new_handle
 from devnet.unbound import HELD_SECONDS
@@ -302,7 +302,7 @@ def test_refresh_identity_at_the_daemon(devnet: DevnetState, tmp_path: Path) -> 
     handle, old, new = _two_accounts(devnet, "daemon")
     env = {**devnet.env(), "ATWHOIS_DNS_SERVER": devnet.dns_server_caching}
     args = ("--cache", "memory:", "--refresh-token", TOKEN)
-    with running_daemon(env, tmp_path / "serve.log", *args) as daemon:
+    with daemon_here(env, tmp_path / "serve.log", *args) as daemon:
         resolve = daemon.url + XRPC + "resolveHandle"
         assert httpx.get(resolve, params={"handle": handle}).json()["did"] == old
         devnet.set_txt(handle, [f"did={new}"])

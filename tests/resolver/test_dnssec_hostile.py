@@ -21,8 +21,8 @@ from atwhois.resolver import Config, Resolver, Status
 from atwhois.resolver.config import ROOT_TRUST_ANCHORS, Nameserver
 from atwhois.resolver.identity import BOGUS, INDETERMINATE, INSECURE, SECURE
 from devnet import dnssec as island
+from devnet.atwhois import daemon_here
 from devnet.atwhois import run as run_cli
-from devnet.atwhois import running_daemon
 from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount
 
@@ -233,7 +233,7 @@ def test_keytrap_and_nsec3_floods_are_bounded_and_the_daemon_keeps_answering(
     wildcard = island.WILDCARD[:-1]
     refused = [h for i in range(2) for h in (f"k{i}.keytrap", f"n{i}.f.{wildcard}")]
     capped = [h for i in range(3) for h in (f"k{i}.kt", f"n{i}.g.{wildcard}")]
-    with running_daemon(env, tmp_path / "serve.log", "--cache", "memory:", "--dnssec") as daemon:
+    with daemon_here(env, tmp_path / "serve.log", "--cache", "memory:", "--dnssec") as daemon:
         waits, answers = _health_while(daemon.url, refused + capped, seconds_each=5.0)
     assert len(answers) == len(refused) + len(capped) and waits
     for answer in answers[: len(refused)]:
@@ -279,7 +279,7 @@ def test_hostile_nsec3_is_an_answer_in_the_daemon_the_cli_a_batch_and_an_audit(
         "ATWHOIS_CACHE": "memory:",
         "ATWHOIS_AUDIT_DB": str(tmp_path / "audit.db"),
     }
-    with running_daemon(env, tmp_path / "serve.log") as daemon:
+    with daemon_here(env, tmp_path / "serve.log") as daemon:
         identity = httpx.get(f"{daemon.url}/v1/identity/{wild}", timeout=30)
         assert identity.status_code == 200
         assert identity.json()["evidence"]["dns"]["dnssec"]["state"] == SECURE
@@ -342,7 +342,7 @@ def test_deep_names_with_slow_ds_answers_hold_no_slot_past_their_deadline(
             return answers, done, time.monotonic() - started
 
     args = ("--cache", "memory:", "--dnssec", "--timeout", "2")
-    with running_daemon(env, tmp_path / "serve.log", *args) as daemon:
+    with daemon_here(env, tmp_path / "serve.log", *args) as daemon:
         answers, deep, seconds = asyncio.run(scenario(daemon.url))
     assert [a.json()["status"] for a in answers] == ["verified"] * len(honest)
     for answer in deep:

@@ -23,7 +23,7 @@ from atwhois.resolver.commit import InvalidCommit, read_commit, signed_by
 from atwhois.resolver.identity import HOSTED, INACTIVE, INVALID, NOT_HOSTED, UNREACHABLE
 from atwhois.resolver.plc.encoding import cid_of, dag_cbor
 from devnet import world
-from devnet.atwhois import run, running_daemon
+from devnet.atwhois import daemon_here, run
 from devnet.network import DevnetState
 from devnet.pds import create_account, free_port
 from devnet.plc_ops import Key, PlcAccount, new_handle
@@ -283,7 +283,7 @@ def test_the_check_from_the_command_line_and_the_daemon(
     assert report["evidence"]["pds"]["key"] == report["signing_key"]
     _, out, _ = run(["lookup", "--json", handle], devnet_env)
     assert "pds" not in json.loads(out)["evidence"]  # asked for only
-    with running_daemon(devnet.env(), tmp_path / "serve.log", "--cache", "memory:") as daemon:
+    with daemon_here(devnet.env(), tmp_path / "serve.log", "--cache", "memory:") as daemon:
         answer = httpx.get(f"{daemon.url}/v1/identity/{handle}", params={"check_pds": "1"})
         assert answer.status_code == 200 and answer.headers["Cache-Control"] == "no-store"
         assert answer.json()["evidence"]["pds"]["outcome"] == HOSTED

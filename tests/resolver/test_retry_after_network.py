@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devnet.atwhois import ATWHOIS, Daemon, running_daemon
+from devnet.atwhois import ATWHOIS, Daemon, daemon_here
 from devnet.counting_directory import PlcStandIn
 from devnet.network import DevnetState
 from devnet.tokens import AUDIENCE, forged_token
@@ -87,7 +87,7 @@ def test_from_the_directory_every_face_answers_a_transient_failure(
     the directory's failure, not atwhois's."""
     env = {**devnet.env(), "ATWHOIS_PLC_URL": standin.url, "ATWHOIS_CACHE": "memory:"}
     alice = devnet.did("alice")
-    with running_daemon(env, tmp_path / "d.log") as daemon:
+    with daemon_here(env, tmp_path / "d.log") as daemon:
         _assert_transient(_faces(daemon, alice, "alice.test"))
         assert "Traceback" not in daemon.log.read_text()
     single = _cli(env, "lookup", alice, "--json")
@@ -111,7 +111,7 @@ def test_from_a_strangers_host_every_face_answers_a_transient_failure(
     nobody can read: the did:web unavailable on every face, the handle never absent."""
     env = {**devnet.env(), "ATWHOIS_CACHE": "memory:"}
     did = f"did:web:{stranger}"
-    with running_daemon(env, tmp_path / "d.log") as daemon:
+    with daemon_here(env, tmp_path / "d.log") as daemon:
         faces = _faces(daemon, did, stranger)
         assert "Traceback" not in daemon.log.read_text()
     _assert_transient(faces)

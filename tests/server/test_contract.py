@@ -20,7 +20,7 @@ from schemathesis.checks import (
 
 from atwhois.server import audits_api, operations
 from atwhois.server.routes import MIRROR, RECORDS, SERVICE, SERVICE_AUTH, described
-from devnet.atwhois import Daemon, running_daemon
+from devnet.atwhois import Daemon, daemon_here
 from devnet.network import DevnetState
 
 TOKEN = "contract-token"
@@ -41,7 +41,7 @@ def contract_daemon(
     args = ("--cache", "memory:", "--refresh-token", TOKEN, "--audit-db", str(folder / "a.db"))
     args += ("--plc-mirror", "--plc-db", str(folder / "mirror.db"))  # its routes are the API too
     args += ("--plc-mirror-interval", str(POLL))
-    with running_daemon(devnet.env(), folder / "serve.log", *args) as daemon:
+    with daemon_here(devnet.env(), folder / "serve.log", *args) as daemon:
         yield daemon
 
 

@@ -23,7 +23,7 @@ from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.wait import WebDriverWait
 
 from devnet import world
-from devnet.atwhois import Daemon, running_daemon
+from devnet.atwhois import Daemon, daemon_here
 from devnet.network import DevnetState
 from devnet.plc_ops import PlcAccount, new_handle
 from tests.support import metrics
@@ -39,7 +39,7 @@ APP = "http://app.test"  # a browser app's origin allowed to read the API
 def daemon(devnet: DevnetState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     tmp = tmp_path_factory.mktemp("web")
     args = ["--cache", "memory:", "--refresh-token", TOKEN, "--audit-db", str(tmp / "a.db")]
-    with running_daemon(devnet.env(), tmp / "serve.log", *args, "--cors-origin", APP) as d:
+    with daemon_here(devnet.env(), tmp / "serve.log", *args, "--cors-origin", APP) as d:
         yield d
 
 
@@ -254,7 +254,7 @@ def test_cors_is_off_by_default_and_a_verifying_daemon_says_the_document_matches
     devnet: DevnetState, tmp_path: Path
 ) -> None:
     args = ("--cache", "memory:", "--verify-plc")
-    with running_daemon(devnet.env(), tmp_path / "serve.log", *args) as plain:
+    with daemon_here(devnet.env(), tmp_path / "serve.log", *args) as plain:
         answer = httpx.get(
             plain.url + "/xrpc/com.atproto.identity.resolveHandle",
             params={"handle": "alice.test"},
@@ -273,7 +273,7 @@ def test_the_dnssec_and_pds_checks_have_their_rows(
     DNSSEC row under DNS TXT (secure with its zone; bogus with the reason, the DNS row
     invalid) and a row for the repository at the PDS; accessible in both schemes."""
     env = {**devnet.env(), "ATWHOIS_DNSSEC": "1", "ATWHOIS_CHECK_PDS": "1"}
-    with running_daemon(env, tmp_path / "serve.log", "--cache", "memory:") as checking:
+    with daemon_here(env, tmp_path / "serve.log", "--cache", "memory:") as checking:
         text = visit(browser, checking, "/id/sam.dnssec.test", "dnssec-secure")
         row = browser.find_element(By.XPATH, "//tr[th[normalize-space()='DNSSEC']]").text
         assert "secure" in row and "zone dnssec.test." in row, row

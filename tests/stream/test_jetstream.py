@@ -28,7 +28,7 @@ from atwhois.stream.frames import (
 from atwhois.stream.subscriber import Subscriber
 from atwhois.stream.wires import JETSTREAM2
 from devnet import world
-from devnet.atwhois import Daemon, running_daemon
+from devnet.atwhois import Daemon, daemon_here
 from devnet.jetstream import JetstreamStandIn
 from devnet.network import DevnetState
 from devnet.pds import create_account
@@ -127,7 +127,7 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
     cache = f"sqlite://{tmp_path}/cache.db"
     with JetstreamStandIn(devnet.pds_url.replace("http://", "ws://"), v2=v2) as jetstream:
         args = ("--jetstream", jetstream.url, "--cache", cache, "--ttl-verified", "3600:86400")
-        with running_daemon(devnet.env(), tmp_path / "a.log", *args) as daemon:
+        with daemon_here(devnet.env(), tmp_path / "a.log", *args) as daemon:
             assert _did_of(daemon, first) == (200, did)  # held, for an hour
             until(lambda: _stream(daemon)["connected"], 10)
             _pds(devnet, "com.atproto.identity.updateHandle", {"handle": second}, token)
@@ -151,7 +151,7 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
         # while no daemon follows: a change it must not miss
         _pds(devnet, "com.atproto.identity.updateHandle", {"handle": fourth}, token)
         until(lambda: _sent(jetstream, fourth, v2) is not None, 5)
-        with running_daemon(devnet.env(), tmp_path / "b.log", *args) as daemon:
+        with daemon_here(devnet.env(), tmp_path / "b.log", *args) as daemon:
             until(lambda: _did_of(daemon, fourth) == (200, did), 5)
             # the stream's state comes from its own process: read once it is past the event
             until(lambda: (_stream(daemon)["cursor"] or 0) > before["cursor"], 5)
@@ -162,7 +162,7 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
         if v2:  # the instance no longer holds what follows the stored seq (CursorTooOld)
             until(lambda: jetstream.kept[-1].seq >= after["cursor"], 5)
             jetstream.forget_before(jetstream.next_seq + 1)
-            with running_daemon(devnet.env(), tmp_path / "c.log", *args) as daemon:
+            with daemon_here(devnet.env(), tmp_path / "c.log", *args) as daemon:
                 until(lambda: _stream(daemon)["gaps"] == 1, 10)  # /_health says so
                 metrics_url = daemon.url + "/metrics"
                 # every identity the daemon holds is re-verified

@@ -22,7 +22,7 @@ from atwhois.stream import AccountEvent, IdentityEvent
 from atwhois.stream.cursors import MemoryCursor, Seq
 from atwhois.stream.subscriber import Subscriber
 from devnet import world
-from devnet.atwhois import Daemon, running_daemon
+from devnet.atwhois import Daemon, daemon_here, running_daemon
 from devnet.network import DevnetState
 from devnet.pds import create_account
 from devnet.process import children, connections_to
@@ -122,8 +122,8 @@ def test_the_daemon_follows_the_pds_and_re_verifies_at_once(
         "--audit-db", str(tmp_path / "audit.db"),
     )  # fmt: skip
     with (
-        running_daemon(devnet.env(), tmp_path / "a.log", *common, *follow) as following,
-        running_daemon(devnet.env(), tmp_path / "b.log", *common) as other,
+        daemon_here(devnet.env(), tmp_path / "a.log", *common, *follow) as following,
+        daemon_here(devnet.env(), tmp_path / "b.log", *common) as other,
     ):
         for daemon in (following, other):
             assert resolve_handle(daemon, old) == (200, did)
@@ -201,7 +201,7 @@ def test_a_restarted_daemon_applies_what_changed_while_it_was_away(
         "--cache", f"sqlite://{tmp_path}/cache.db", "--ttl-verified", "3600:86400",
         "--firehose", devnet.pds_url.replace("http://", "ws://"),
     )  # fmt: skip
-    with running_daemon(devnet.env(), tmp_path / "a.log", *args) as daemon:
+    with daemon_here(devnet.env(), tmp_path / "a.log", *args) as daemon:
         _wait(lambda: httpx.get(daemon.url + "/_health").json()["streams"][0]["connected"])
         xrpc(devnet, "com.atproto.identity.updateHandle", {"handle": second}, session["accessJwt"])
         _wait(lambda: resolve_handle(daemon, second) == (200, did))  # cached, verified
@@ -213,7 +213,7 @@ def test_a_restarted_daemon_applies_what_changed_while_it_was_away(
         cursor = cursor_now()
     # while no daemon listens
     xrpc(devnet, "com.atproto.identity.updateHandle", {"handle": third}, session["accessJwt"])
-    with running_daemon(devnet.env(), tmp_path / "b.log", *args) as daemon:
+    with daemon_here(devnet.env(), tmp_path / "b.log", *args) as daemon:
         _wait(lambda: resolve_handle(daemon, second)[0] == 404)  # the cached answer replaced
         assert resolve_handle(daemon, third) == (200, did)
         assert httpx.get(daemon.url + "/_health").json()["streams"][0]["cursor"] > cursor
@@ -253,7 +253,7 @@ def test_a_takedown_and_a_deletion_by_the_pds_are_what_readers_see(
     stream_url = devnet.pds_url.replace("http://", "ws://")
     args = ("--firehose", stream_url, "--cache", "memory:", "--ttl-verified", "3600:86400")
     subject = {"$type": "com.atproto.admin.defs#repoRef", "did": did}
-    with running_daemon(devnet.env(), tmp_path / "serve.log", *args) as daemon:
+    with daemon_here(devnet.env(), tmp_path / "serve.log", *args) as daemon:
         assert resolve_handle(daemon, handle) == (200, did)
         _wait(lambda: httpx.get(daemon.url + "/_health").json()["streams"][0]["connected"])
 

@@ -3,9 +3,10 @@
 (kept, or resolved now; its handle never resolved: a token's verdict rests on the document
 and its key alone, SA-ISS-2), a signature refused under a kept document gets one refresh of
 it (SA-SIG-2: shared by concurrent ones, and none for a document resolved within
-`refresh_every` seconds, so a refused token costs the directory one request at most), and a
-nonce may be remembered (SA-JTI-2) in a store several daemons share, within a bound for
-this process and a share of it per issuer (`nonces`).
+`refresh_every` seconds, so a refused token costs the directory one request at most: the
+rule every verifier of signed data shares, `refresh`), and a nonce may be remembered
+(SA-JTI-2) in a store several daemons share, within a bound for this process and a share
+of it per issuer (`nonces`).
 
 Three outcomes, never mixed: `valid`; `invalid` with the rule it broke; `unavailable` when
 the issuer's identity (or the nonce store) could not be asked now, or a replay cannot be
@@ -15,8 +16,6 @@ misaddressed tokens cost the directory nothing.
 
 from __future__ import annotations
 
-import asyncio
-import datetime
 import functools
 import hashlib
 import json
@@ -29,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from atwhois.cache.stores import MemoryNonces, NonceStore, NoncesUnavailable
 from atwhois.foundation import defaults
 from atwhois.foundation.errors import AtwhoisError
-from atwhois.foundation.lru import Lru
 from atwhois.foundation.pace import SERVICE_AUTH, charged_to
 from atwhois.resolver.directory import Directory
 from atwhois.resolver.identity import Identity
@@ -49,14 +47,13 @@ from atwhois.resolver.service_auth import (
 )
 
 from .nonces import Held, Pressing, share_of
+from .refresh import REFRESH_EVERY, Refresher, kept
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
 __all__ = ["Expected", "ServiceAuthVerifier", "Verification", "verify_token"]
 
-REFRESH_EVERY = 5.0  # seconds: at most one resolution of a DID's document for refused tokens
-REFRESHED_KEPT = 1 << 20  # bytes for the DIDs' last refreshes (~100 bytes each)
 PARSED_KEPT = 1024  # issuers' documents held decoded (a few KiB each)
 PRESSING_SHOWN = 10  # issuers named in the metrics as pressing on their share
 # What a refresh may change in a refused verification: the key rotated, or a key id added.
@@ -97,10 +94,11 @@ class ServiceAuthVerifier:
         self.held = Held(max_nonces, issuer_nonces)
         self.replay_lifetime = replay_lifetime
         self.clock, self.refresh_every = clock, refresh_every
-        self._refreshed: Lru[str, float] = Lru(REFRESHED_KEPT, lambda did, _: 60 + len(did))
-        self._refreshing: dict[str, asyncio.Task[Identity]] = {}
+        # SA-SIG-2's refreshes: shared by concurrent callers, one a DID every refresh_every
+        self._refresher = Refresher(
+            lambda did: self._resolve_issuer(did, fresh=True), every=refresh_every, clock=clock
+        )
         self.outcomes: Counter[tuple[str, str]] = Counter()  # (outcome, rule or "")
-        self.refreshes = 0  # forced re-resolutions of an issuer (SA-SIG-2)
         self.replays = 0  # tokens refused as seen before (SA-JTI-2)
         self.unruled: Counter[str] = Counter()  # replays not ruled out: "issuer" or "bound"
         self.pressing = Pressing()  # the issuers whose share was full
@@ -134,9 +132,9 @@ class ServiceAuthVerifier:
         if (
             verification.outcome == "invalid"
             and verification.rule in _FIXED_BY_A_REFRESH
-            and _kept(identity)
+            and kept(identity)
         ):
-            fresh = await self._refresh(token.issuer, identity)
+            fresh = await self._refresher.refresh(token.issuer, identity)
             if fresh is not None:
                 verification = _judged(token, fresh, refreshed=True)
         if verification.valid and replay:
@@ -149,23 +147,10 @@ class ServiceAuthVerifier:
         would wrap."""
         return await self.directory.document(did, fresh=fresh)
 
-    async def _refresh(self, did: str, used: Identity) -> Identity | None:
-        """The issuer resolved afresh: once for every caller asking at the same time, and
-        not within `refresh_every` seconds of the last resolution of its document, this
-        one's included (None: resolved lately, nothing new to ask)."""
-        task = self._refreshing.get(did)
-        if task is None:
-            now = self.clock()
-            last = max(self._refreshed.get(did) or 0.0, _resolved_at(used))
-            if now - last < self.refresh_every:
-                return None
-            self._refreshed.put(did, now)
-            self.refreshes += 1
-            resolving = self._resolve_issuer(did, fresh=True)
-            task = self._refreshing[did] = asyncio.ensure_future(resolving)
-            task.add_done_callback(lambda _: self._refreshing.pop(did, None))
-        # one caller giving up does not cancel the refresh the others wait for
-        return await asyncio.shield(task)
+    @property
+    def refreshes(self) -> int:
+        """Forced re-resolutions of an issuer (SA-SIG-2)."""
+        return self._refresher.count
 
     async def _first_use(
         self, token: Token, expected: Expected, verification: Verification
@@ -251,12 +236,6 @@ class ServiceAuthVerifier:
         yield pressing
 
 
-def _kept(identity: Identity) -> bool:
-    """Whether the document came from a cache (SA-SIG-2 refreshes a kept one only: one
-    resolved for this token is as fresh as a refresh would make it)."""
-    return identity.cache is not None and identity.cache.cached
-
-
 @functools.lru_cache(maxsize=PARSED_KEPT)
 def _parsed(document: bytes) -> Any:
     """An issuer's document decoded once while it is the one kept: every token of the
@@ -288,14 +267,6 @@ def _judged(token: Token, identity: Identity, *, refreshed: bool) -> Verificatio
     except TokenRefused as err:
         return replace(judged, outcome="invalid", rule=err.rule, reason=err.reason)
     return judged
-
-
-def _resolved_at(identity: Identity) -> float:
-    """When the document `identity` rests on was resolved (0: unknown)."""
-    try:
-        return datetime.datetime.fromisoformat(identity.checked_at).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def _about(

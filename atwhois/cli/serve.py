@@ -28,7 +28,7 @@ import uvloop
 from aiohttp import web
 
 from atwhois.audit import Auditor, AuditStore, default_audit_path
-from atwhois.auth import ServiceAuthVerifier
+from atwhois.auth import RecordVerifier, ServiceAuthVerifier
 from atwhois.cache import CachedResolver, Lifetime, Policy, open_store
 from atwhois.cache.revalidate import Revalidator
 from atwhois.cache.stores import Tier
@@ -192,8 +192,9 @@ def build_daemon(
         replay_lifetime=values.service_auth_replay_lifetime,
     )
     service.add_routes(app, ServiceAuthApi(service, verifier, receiver), SERVICE_AUTH)
-    service.add_routes(app, RecordsApi(service), RECORDS)
-    service.metric_sources.append(verifier.metrics)
+    records = RecordVerifier(cached)  # one for every request: R-REC-8's refreshes shared
+    service.add_routes(app, RecordsApi(service, records), RECORDS)
+    service.metric_sources += [verifier.metrics, records.metrics]
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)
     return Daemon(app, service, store)

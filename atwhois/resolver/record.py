@@ -10,12 +10,14 @@ signed tree, or only said by the PDS: `proven` tells which); `inactive` (the acc
 deactivated, taken down or suspended); `unavailable` (transient: asked again later, it may
 verify). A verdict that a document changed since it was kept could change (the signature
 refused, the PDS not holding the account) gets one fresh resolution of the identity (R-REC-8),
-which also finds an account that moved to another PDS.
+which also finds an account that moved to another PDS; how often one is asked for is the
+caller's (`refresh`: `auth.records` holds it to one a DID every few seconds).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
 
 from atwhois.resolver import drisl
@@ -52,6 +54,10 @@ _NOT_THERE["RecordNotFound"] = "the PDS says the record is not there, with no pr
 # deactivated).
 _REFRESHED_FOR = {"R-COMMIT-4", "RepoNotFound", "RepoDeactivated"}
 
+# R-REC-8's refresh: the DID's identity resolved afresh, given the DID and the identity kept
+# for it (None: not now, it was lately)
+Refresh = Callable[[str, Identity], Awaitable[Identity | None]]
+
 
 async def verify_record(
     directory: Directory,
@@ -61,18 +67,27 @@ async def verify_record(
     cid: str | None = None,
     record: bytes | None = None,
     timeout: float,
+    refresh: Refresh | None = None,
 ) -> RecordVerification:
     """The record `uri` names, verified at its PDS; `cid` or `record` (its DRISL bytes or its
-    JSON) is what the caller holds, and the answer says whether it is the record proven.
-    Raises `InvalidInput` (a URI or a claim that is not one) before anything is asked."""
+    JSON) is what the caller holds, and the answer says whether it is the record proven;
+    `refresh` resolves a kept identity's DID afresh (R-REC-8; by default `directory.refresh`,
+    each time). Raises `InvalidInput` (a URI or a claim that is not one) before anything is
+    asked."""
     target = record_uri(uri)
     claimed = claimed_cid(cid, record)
     identity = await directory.lookup(target.authority)
     verdict, why = await _verify(web, uri, target, identity, claimed, timeout)
     kept = identity.cache is not None and identity.cache.cached
-    if not (kept and why in _REFRESHED_FOR):
+    if not (kept and why in _REFRESHED_FOR) or identity.did is None:
         return verdict
-    fresh = await directory.refresh(target.authority)
+    # by its DID, whatever the URI names it by: what may have changed is the DID's document
+    if refresh is None:
+        fresh: Identity | None = await directory.refresh(identity.did)
+    else:
+        fresh = await refresh(identity.did, identity)
+    if fresh is None:  # resolved lately: the verdict stands, as it would a moment later
+        return verdict
     if (fresh.status, fresh.pds, fresh.signing_key) != (
         identity.status,
         identity.pds,

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .dnssec_chain import DnssecChain
     from .fetch import Fetcher
     from .plc import Audit
+    from .record import Refresh
     from .record_proof import RecordVerification
 
 _CONNECTION_WAIT = 0.5  # seconds a did.json fetch waits for the well-known fetch's connection
@@ -402,15 +403,19 @@ class Resolver:
         cid: str | None = None,
         record: bytes | None = None,
         directory: Directory | None = None,
+        refresh: Refresh | None = None,
     ) -> RecordVerification:
         """The record `uri` names, verified at its PDS (`resolver.record`), its identity
         looked up in `directory` (a cache over this resolver; by default, resolved now);
-        `cid` or `record` is what the caller holds. Raises `InvalidInput`."""
+        `cid` or `record` is what the caller holds; `refresh` resolves a kept identity
+        afresh when the verdict may be its change (R-REC-8; by default the directory's
+        `refresh`, each time). Raises `InvalidInput`."""
         from .record import verify_record
 
-        timeout = self.config.https_timeout
-        found = directory or self
-        return await verify_record(found, self.web, uri, cid=cid, record=record, timeout=timeout)
+        found, timeout = directory or self, self.config.https_timeout
+        return await verify_record(
+            found, self.web, uri, cid=cid, record=record, timeout=timeout, refresh=refresh
+        )
 
     async def signing_keys(self, did: str) -> tuple[str, ...]:
         """Every `#atproto` key a did:plc's log declared, newest first (from its

@@ -1,14 +1,16 @@
 """`GET /v1/verify/record?uri=AT_URI[&cid=CID]`: a record verified at its repository's PDS
 (docs/spec.md: R-REC-*), the identity the daemon keeps refreshed once when the answer may
-be its change (R-REC-8). 200 answers a verdict (verified, invalid with the rule, absent,
-inactive), with whether it is the CID given; 400 a URI or a CID that is not one (nothing
-is asked); 502 (with Retry-After) unavailable, which is no verdict on the record."""
+be its change (R-REC-8), at most once a DID every few seconds whatever the callers send
+(one `RecordVerifier` for every request). 200 answers a verdict (verified, invalid with the
+rule, absent, inactive), with whether it is the CID given; 400 a URI or a CID that is not
+one (nothing is asked); 502 (with Retry-After) unavailable, which is no verdict on the
+record."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from atwhois.auth import verify_record
+from atwhois.auth import RecordVerifier
 from atwhois.resolver.errors import InvalidInput
 
 from .bodies import json_response
@@ -17,15 +19,15 @@ from .xrpc_errors import XrpcError
 
 
 class RecordsApi:
-    def __init__(self, service: Service) -> None:
-        self.service = service
+    def __init__(self, service: Service, verifier: RecordVerifier) -> None:
+        self.service, self.verifier = service, verifier
 
     async def verify_record(self, request: web.Request) -> web.Response:
         uri = request.query.get("uri")
         if not uri:
             raise XrpcError(400, "InvalidRequest", "uri is required (at://DID/COLLECTION/RKEY)")
         try:
-            verdict = await verify_record(self.service.cached, uri, cid=request.query.get("cid"))
+            verdict = await self.verifier.verify(uri, cid=request.query.get("cid"))
         except InvalidInput as err:
             raise XrpcError(400, "InvalidRequest", str(err)) from None
         status, headers = 200, {"Cache-Control": "no-store"}

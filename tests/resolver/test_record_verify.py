@@ -292,3 +292,37 @@ async def test_no_refresh_where_a_changed_document_would_change_nothing(
     directory = Directory(kept, identity(key=NEW_KEY.did_key, pds=NEW_PDS))
     verdict = await verify(directory, Pds({PDS: answer()}))
     assert directory.refreshes == [] and not verdict.refreshed, case
+
+
+async def test_a_refresh_the_caller_declines_leaves_the_verdict_under_the_kept_identity() -> None:
+    """R-REC-8: a refresh is asked of the caller's `refresh` by the kept identity's DID,
+    with that identity (the daemon's declines one within a few seconds of the last): when
+    it declines, the verdict under the kept document stands, not refreshed, and the
+    directory is not asked; when it answers, the fresh identity decides."""
+    directory = Directory(identity(kept=True), identity(key=NEW_KEY.did_key))
+    asked: list[tuple[str, Identity]] = []
+
+    async def declining(did: str, used: Identity) -> Identity | None:
+        asked.append((did, used))
+        return None
+
+    pds = Pds({PDS: car(SIGNED_BY_NEW_KEY)})
+    verdict = await verify_record(directory, pds, URI, timeout=2.5, refresh=declining)
+    assert (verdict.outcome, verdict.rule, verdict.refreshed) == ("invalid", "R-COMMIT-4", False)
+    assert asked == [(DID, directory.kept)] and directory.refreshes == [] and len(pds.asked) == 1
+
+    async def answering(did: str, used: Identity) -> Identity | None:
+        return identity(key=NEW_KEY.did_key)
+
+    verdict = await verify_record(directory, pds, URI, timeout=2.5, refresh=answering)
+    assert (verdict.outcome, verdict.refreshed) == ("verified", True)
+
+
+async def test_a_record_named_by_its_handle_is_refreshed_by_its_did() -> None:
+    """R-REC-8: what a refresh may find changed is the DID's document, so the DID is
+    refreshed, whatever the URI names it by (a handle and its DID share one refresh)."""
+    directory = Directory(identity(kept=True), identity(key=NEW_KEY.did_key))
+    pds = Pds({PDS: car(SIGNED_BY_NEW_KEY)})
+    verdict = await verify(directory, pds, f"at://alice.example.com/{PATH}")
+    assert (verdict.outcome, verdict.refreshed) == ("verified", True)
+    assert directory.refreshes == [DID]

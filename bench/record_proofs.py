@@ -2,7 +2,7 @@
 under the document's key (`resolver.record_proof`, `resolver.commit`: the CAR and its caps,
 every block hashed, the commit read strictly, the MST path walked with every node checked,
 the record decoded) over `getRecord` answers for a repository of N records made here
-(`devnet.mst`, whose trees are the reference PDS's), against what the Python SDK offers for
+(`atwhois.testing.mst`, whose trees are the reference PDS's), against what the Python SDK offers for
 the same answer: `CAR.from_bytes` (every block decoded by libipld, nothing checked) and its
 `verify_signature` over the commit without `sig`; the walk to the key, which the SDK does
 not do, left out of its side. Interleaved rounds, medians. Only correct verdicts count:
@@ -24,8 +24,8 @@ from atproto_crypto.verify import verify_signature
 
 from atwhois.resolver.commit import signed_by
 from atwhois.resolver.record_proof import read_proof
+from atwhois.testing import mst
 from bench import Row
-from devnet import mst
 from devnet.plc_ops import Key
 
 DID = "did:plc:" + "b" * 24
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     paths = mst.collection_keys(args.records)
-    repo = mst.Repo(DID, KEY, {path: mst.post(path) for path in paths})
+    repo = mst.Repo(DID, KEY.private, {path: mst.post(path) for path in paths})
     tree = repo.tree()
     step = max(1, len(paths) // args.proofs)
     proofs = [(path, repo.proof(path, tree=tree)) for path in paths[::step][: args.proofs]]

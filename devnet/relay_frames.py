@@ -1,18 +1,18 @@
 """subscribeRepos frames as a relay (indigo) and a PDS send them, made with libipld's
 DAG-CBOR encoder, whose canonical key order is cbor-gen's (a commit's blocks a CAR file
-holding its record): for the decoder's tests, its fuzz target, `bench/stream_decode.py`,
-and the CAR files of the PDS check's tests. What they make is held to the reference's own
-frames, rebuilt in `tests/vectors/firehose/frames.json` (`tests/stream/test_stream_frames.py`)."""
+holding its record, written by `atwhois.testing.mst`): for the decoder's tests, its fuzz
+target, `bench/stream_decode.py`. What they make is held to the reference's own frames,
+rebuilt in `tests/vectors/firehose/frames.json` (`tests/stream/test_stream_frames.py`)."""
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import random
-from collections.abc import Sequence
 from typing import Any
 
 import libipld
+
+from atwhois.testing.mst import car, cid  # the one writer of CIDs and CAR files
 
 DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
 TIME = "2026-12-01T02:00:00.000Z"
@@ -41,28 +41,6 @@ def account(
     if status is not None:
         body["status"] = status
     return frame({"op": 1, "t": "#account"}, body)
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def cid(block: bytes, codec: int = 0x71) -> bytes:
-    """A CIDv1 of `block` (DAG-CBOR unless `codec` says otherwise), SHA-256, as bytes."""
-    return bytes([1]) + varint(codec) + bytes([0x12, 32]) + hashlib.sha256(block).digest()
-
-
-def car(*blocks: tuple[bytes, bytes], roots: Sequence[bytes] = ()) -> bytes:
-    """A CAR v1 file of these (CID, block) pairs, with no roots (as `getBlocks` sends) unless
-    given (binary CIDs: libipld writes them as links)."""
-    header = libipld.encode_dag_cbor({"roots": list(roots), "version": 1})
-    sections = b"".join(varint(len(name) + len(b)) + name + b for name, b in blocks)
-    return varint(len(header)) + header + sections
 
 
 def commit(seq: int, blocks: int = 3000, rng: random.Random | None = None) -> bytes:

@@ -207,7 +207,7 @@ def test_no_part_of_the_library_imports_the_command_line() -> None:
         name = ".".join(["atwhois", *relative.with_suffix("").parts]).removesuffix(".__init__")
         if any(m.startswith("atwhois.cli") for m in imported(name, path)):
             importing.append(str(relative))
-    assert importing == ["testing.py"]
+    assert importing == ["testing/__init__.py"]
 
 
 # What a plain install leaves out (`pip install atwhois`, no extra): a process that cannot

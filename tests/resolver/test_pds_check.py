@@ -40,7 +40,7 @@ PDS_ROTATION = Key("atwhois devnet pds rotation key")
 
 
 def _commit(key: Key, **changes: Any) -> tuple[str, bytes, bytes]:
-    return repo.signed_commit(key, DID, **changes)
+    return repo.signed_commit(key.private, DID, **changes)
 
 
 def test_a_commit_is_read_from_its_car_and_verified_with_the_key_that_signed_it() -> None:

@@ -1,7 +1,7 @@
 """Records verified on the test network (`Resolver.verify_record`): the reference PDS proves
 a post just made through its own API, the absence of one never made or since deleted, and
 says an account deactivated or taken down is inactive; its trees are the ones
-`devnet/mst.py` builds from the same records, block for block. A PDS of the test
+`atwhois/testing/mst.py` builds from the same records, block for block. A PDS of the test
 network's that answers as tests write it (a TLS host serving `getRecord`) shows the
 hostile answers end to end, and an identity kept in a cache refreshed once when its key
 rotated or its account moved."""
@@ -24,7 +24,8 @@ from atwhois.resolver.commit import car_blocks, car_roots
 from atwhois.resolver.errors import InvalidInput
 from atwhois.resolver.record_proof import MAX_CAR, RecordVerification, read_proof
 from atwhois.resolver.remote import Client
-from devnet import mst, world
+from atwhois.testing import mst
+from devnet import world
 from devnet.atwhois import Daemon, run
 from devnet.network import DevnetState
 from devnet.pds import create_account
@@ -170,10 +171,11 @@ def hostile(devnet: DevnetState) -> tuple[PlcAccount, str]:
 
 
 RECORDS = {f"{POST}/3l2a{n:03d}": mst.post(f"hostile {n}") for n in range(60)}
+OTHER_KEY = Key("not theirs").private  # signs commits no document of theirs names
 
 
 def _repo(account: PlcAccount) -> mst.Repo:
-    return mst.Repo(account.did, account.key, dict(RECORDS))
+    return mst.Repo(account.did, account.key.private, dict(RECORDS))
 
 
 async def test_a_hostile_pds_s_broken_proofs_are_invalid_end_to_end(
@@ -208,7 +210,7 @@ async def test_a_hostile_pds_s_broken_proofs_are_invalid_end_to_end(
         ),
         "node left out": (repo.proof(path, leave_out=[nodes[1].cid]), "invalid", "R-MST-6"),
         "out of order": (repo.proof(path, tree=unordered), "invalid", "R-MST-4"),
-        "another key": (repo.proof(path, signer=Key("not theirs")), "invalid", "R-COMMIT-4"),
+        "another key": (repo.proof(path, signer=OTHER_KEY), "invalid", "R-COMMIT-4"),
         "over the cap": (b"\x00" * (MAX_CAR + 1), "invalid", "R-REC-3"),
         "a web page": (None, "invalid", "R-REC-2"),  # no file: the host's 404 page
     }

@@ -1,5 +1,5 @@
 """A record's proof read on bytes made here (`resolver.record_proof`, `resolver.mst`): trees
-built in Python (`devnet.mst`, checked against indigo's interop vectors) prove every
+built in Python (`atwhois.testing.mst`, checked against indigo's interop vectors) prove every
 key they hold and the absence of every other; each answer that breaks one rule, and only
 that one, is refused naming it."""
 
@@ -27,14 +27,14 @@ from atwhois.resolver.record_proof import (
     read_proof,
     record_uri,
 )
-from devnet import mst
+from atwhois.testing import mst
+from atwhois.testing.mst import cid
 from devnet.plc_ops import Key
-from devnet.relay_frames import cid
 
 DID = "did:plc:" + "r" * 24
 KEY = Key("record proofs")
 KEYS = mst.collection_keys(300)
-REPO = mst.Repo(DID, KEY, {path: mst.post(path) for path in KEYS})
+REPO = mst.Repo(DID, KEY.private, {path: mst.post(path) for path in KEYS})
 TREE = REPO.tree()
 FIXTURES = (
     Path(__file__).parents[1] / "vectors/indigo/atproto/repo/testdata/commit-proof-fixtures.json"
@@ -106,7 +106,7 @@ def test_any_tree_proves_its_keys_and_the_absence_of_others(
 ) -> None:
     """R-MST-1..R-MST-6 on any set of keys: what the proof says of a key is whether the
     repository holds it."""
-    repo = mst.Repo(DID, KEY, {key: {"k": key} for key in keys})
+    repo = mst.Repo(DID, KEY.private, {key: {"k": key} for key in keys})
     tree = repo.tree()
     for path in [*list(keys)[:5], *probes]:
         proof = _read(repo.proof(path, tree=tree), path)
@@ -115,7 +115,7 @@ def test_any_tree_proves_its_keys_and_the_absence_of_others(
 
 def test_an_empty_repository_proves_every_key_absent() -> None:
     """R-MST-5: the one empty node allowed is the root of an empty repository."""
-    empty = mst.Repo(DID, KEY)
+    empty = mst.Repo(DID, KEY.private)
     for path in KEYS[:3]:
         assert _read(empty.proof(path), path).cid is None
 
@@ -139,7 +139,7 @@ def _entry(path: str, right: mst.Node | None = None) -> mst.Entry:
 
 def _hand(root: mst.Node, *add: tuple[bytes, bytes]) -> bytes:
     """The proof of A0 in a tree built by hand (records left out, unless added)."""
-    return mst.Repo(DID, KEY).proof(A0, tree=root, add=add)
+    return mst.Repo(DID, KEY.private).proof(A0, tree=root, add=add)
 
 
 def _path() -> tuple[mst.Node, list[mst.Node]]:
@@ -331,7 +331,7 @@ def test_a_path_longer_than_the_cap_is_refused(monkeypatch: pytest.MonkeyPatch) 
 def test_a_commit_another_key_signed_proves_nothing_under_the_document_s_key() -> None:
     """R-COMMIT-4: the proof reads (its tree and record are sound), and the commit is not
     signed by the repository's key."""
-    proof = _read(REPO.proof(PROBE, tree=TREE, signer=Key("another")), PROBE)
+    proof = _read(REPO.proof(PROBE, tree=TREE, signer=Key("another").private), PROBE)
     assert proof.cid is not None
     assert signed_by(proof.commit, (KEY.did_key,)) is None
     assert signed_by(proof.commit, (Key("another").did_key,)) == Key("another").did_key

@@ -27,7 +27,7 @@ from atwhois.resolver.outcome import Outcome, Status
 from atwhois.resolver.record import verify_record
 from atwhois.resolver.record_proof import MAX_CAR, RecordVerification
 from atwhois.resolver.response import Response
-from devnet import mst
+from atwhois.testing import mst
 from devnet.plc_ops import Key
 
 DID = "did:plc:" + "v" * 24
@@ -35,7 +35,8 @@ KEY, NEW_KEY = Key("record owner"), Key("record owner, rotated")
 PATH = "app.bsky.feed.post/3l2abcdefghij"
 URI = f"at://{DID}/{PATH}"
 PDS, NEW_PDS = "https://pds.example", "https://new-pds.example"
-REPO = mst.Repo(DID, KEY, {PATH: mst.post("hello"), "app.bsky.feed.post/3l2zz": mst.post("x")})
+RECORDS = {PATH: mst.post("hello"), "app.bsky.feed.post/3l2zz": mst.post("x")}
+REPO = mst.Repo(DID, KEY.private, RECORDS)
 PROOF = REPO.proof(PATH)
 RECORD_CID = mst.record_block(mst.post("hello"))[0]
 RECORD_CID_TEXT = libipld.encode_cid(RECORD_CID)
@@ -242,7 +243,7 @@ async def test_a_uri_or_claim_that_is_not_one_is_refused_before_anything_is_aske
         await verify(Directory(kept), pds, f"at://did:key:zQ3sh/{PATH}")
 
 
-SIGNED_BY_NEW_KEY = REPO.proof(PATH, signer=NEW_KEY)
+SIGNED_BY_NEW_KEY = REPO.proof(PATH, signer=NEW_KEY.private)
 
 
 @pytest.mark.parametrize(

@@ -272,7 +272,7 @@ def _car_of_commit() -> tuple[bytes, str]:
 
     from .repo import alone, signed_commit
 
-    _, _, block = signed_commit(Key("fuzz"), "did:plc:" + "f" * 24)
+    _, _, block = signed_commit(Key("fuzz").private, "did:plc:" + "f" * 24)
     text, car = alone(block)
     return car, text
 

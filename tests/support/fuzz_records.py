@@ -20,17 +20,17 @@ from atwhois.resolver import drisl
 from atwhois.resolver.commit import InvalidCommit, car_blocks, signed_by
 from atwhois.resolver.errors import InvalidInput
 from atwhois.resolver.record_proof import claimed_cid, read_proof
-from devnet import mst
+from atwhois.testing import mst
+from atwhois.testing.mst import cid
 from devnet.plc_ops import Key
-from devnet.relay_frames import cid
 
 from .fuzz_inputs import json_values, mutated_json
 
 DID = "did:plc:" + "f" * 24
 KEY = Key("fuzz records")
-_REPO = mst.Repo(DID, KEY, {path: mst.post(path) for path in mst.collection_keys(60)})
+_REPO = mst.Repo(DID, KEY.private, {path: mst.post(path) for path in mst.collection_keys(60)})
 PATHS = [*list(_REPO.records)[:3], "app.bsky.feed.post/3zzz", "a.b.c/x"]
-PROOFS = [_REPO.proof(path) for path in PATHS] + [mst.Repo(DID, KEY).proof(PATHS[0])]
+PROOFS = [_REPO.proof(path) for path in PATHS] + [mst.Repo(DID, KEY.private).proof(PATHS[0])]
 _FIXTURES = Path(__file__).parents[1] / "vectors/atproto-interop-tests/data-model"
 _VECTORS = json.loads((_FIXTURES / "data-model-fixtures.json").read_text())
 BLOCKS = [base64.b64decode(v["cbor_base64"] + "==") for v in _VECTORS]
@@ -77,7 +77,7 @@ def changed_trees(draw: st.DrawFn) -> tuple[bytes, str]:
     set to anything, an entry dropped, repeated or moved, a field added), as its owner
     could sign it; the path's blocks, or some of them, in the answer."""
     keys = sorted(draw(st.sets(_KEYS, max_size=30)))
-    repo = mst.Repo(DID, KEY, {key: {"k": key} for key in keys})
+    repo = mst.Repo(DID, KEY.private, {key: {"k": key} for key in keys})
     tree = repo.tree()
     probe = draw(st.sampled_from([*keys, "a.b.c/zz", "a.a.a/0"]))
     nodes = mst.path(tree, probe.encode())

@@ -1,9 +1,10 @@
-"""Repositories made here, as the repository spec describes them, for the record proofs'
-tests, fuzz targets and benchmark (`python -m bench records`): a correct MST built from keys
-and record CIDs (checked against indigo's interop vectors and the reference PDS's own
-trees), whose nodes a test may then change one at a time before they are encoded; a commit
-signed for real; a `getRecord` answer for a key (the signed commit, the nodes the
-reference's walk visits, the record when it is there).
+"""Repositories made for tests, as the repository spec describes them: a correct MST built
+from keys and record CIDs (checked against indigo's interop vectors and the reference PDS's
+own trees), whose nodes a test may then change one at a time before they are encoded; a
+commit signed for real; a `getRecord` answer for a key (the signed commit, the nodes the
+reference's walk visits, the record when it is there). The one builder of them: the PDS of
+`atwhois.testing.World`, the record proofs' tests and fuzz targets, and the benchmark
+(`python -m bench records`) all build with it.
 
 Written apart from the product's `resolver.mst` and `resolver.drisl`: the layer is counted
 another way, nodes are encoded by libipld, so that the two agreeing means something.
@@ -12,16 +13,44 @@ another way, nodes are encoded by libipld, so that the two agreeing means someth
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import coincurve
 import libipld
 
-from .plc_ops import Key
-from .relay_frames import car, cid
-
 Fields = dict[str, Any]
+REV = "3n3qpjq7vrk2v"  # a TID: the rev of a commit that does not say another
+_S32 = "234567abcdefghijklmnopqrstuvwxyz"  # base32-sortable, as TIDs are written
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def cid(block: bytes, codec: int = 0x71) -> bytes:
+    """A CIDv1 of `block` (DAG-CBOR unless `codec` says otherwise), SHA-256, as bytes."""
+    return bytes([1]) + varint(codec) + bytes([0x12, 32]) + hashlib.sha256(block).digest()
+
+
+def car(*blocks: tuple[bytes, bytes], roots: Sequence[bytes] = ()) -> bytes:
+    """A CAR v1 file of these (CID, block) pairs, with no roots (as `getBlocks` sends) unless
+    given (binary CIDs: libipld writes them as links)."""
+    header = libipld.encode_dag_cbor({"roots": list(roots), "version": 1})
+    sections = b"".join(varint(len(name) + len(b)) + name + b for name, b in blocks)
+    return varint(len(header)) + header + sections
+
+
+def tid(number: int) -> str:
+    """A TID (a commit's rev, a record key): a 63-bit number in 13 base32-sortable
+    characters, so that TIDs sort as their numbers do (microseconds << 10, a clock id)."""
+    return "".join(_S32[(number >> (60 - 5 * i)) & 31] for i in range(13))
 
 
 def layer(key: bytes) -> int:
@@ -96,18 +125,24 @@ def _attach(node: Node, subtree: Node | None) -> None:
 
 
 def signed_commit(
-    key: Key, did: str, /, *, data: bytes | None = None, **changes: Any
+    key: coincurve.PrivateKey,
+    did: str,
+    /,
+    *,
+    data: bytes | None = None,
+    rev: str = REV,
+    **changes: Any,
 ) -> tuple[str, bytes, bytes]:
-    """A commit of `did` signed by `key`, its `data` the MST root `data` (a binary CID), then
-    `changes` made to it: its CID as text, the CID's bytes, and the block."""
+    """A commit of `did` at `rev` signed by `key`, its `data` the MST root `data` (a binary
+    CID), then `changes` made to it: its CID as text, the CID's bytes, and the block."""
     fields: dict[str, Any] = {
         "did": did,
         "version": 3,
         "data": data or cid(b"mst root"),
-        "rev": "3n3qpjq7vrk2v",
+        "rev": rev,
         "prev": None,
     }
-    signature = key.private.sign_recoverable(libipld.encode_dag_cbor(fields))[:64]
+    signature = key.sign_recoverable(libipld.encode_dag_cbor(fields))[:64]  # low-S r||s
     block = libipld.encode_dag_cbor({**fields, "sig": signature, **changes})
     name = cid(block)
     return libipld.encode_cid(name), name, block
@@ -157,12 +192,26 @@ def record_block(value: Mapping[str, Any]) -> tuple[bytes, bytes]:
     return cid(block), block
 
 
+def answer(
+    commit: tuple[bytes, bytes],
+    tree: Node,
+    blocks: Mapping[bytes, bytes],
+    key: bytes,
+    record: tuple[bytes, bytes] | None,
+) -> list[tuple[bytes, bytes]]:
+    """The blocks of `getRecord`'s answer for `key`, in the reference PDS's order: the commit
+    (CID, block), the nodes of the path (`tree` encoded into `blocks`), the record (CID,
+    block) when the key is there."""
+    chosen = [commit, *((node.cid, blocks[node.cid]) for node in path(tree, key))]
+    return [*chosen, record] if record is not None else chosen
+
+
 @dataclass
 class Repo:
     """A repository of `records` (path -> value), its commits signed by `key`."""
 
     did: str
-    key: Key
+    key: coincurve.PrivateKey
     records: dict[str, Any] = field(default_factory=dict)
 
     def tree(self) -> Node:
@@ -173,7 +222,7 @@ class Repo:
         path_of: str,
         *,
         tree: Node | None = None,
-        signer: Key | None = None,
+        signer: coincurve.PrivateKey | None = None,
         commit: Mapping[str, Any] | None = None,
         leave_out: Iterable[bytes] = (),
         add: Iterable[tuple[bytes, bytes]] = (),
@@ -188,10 +237,8 @@ class Repo:
         root = encode(tree, blocks)
         signer = signer or self.key
         _, name, block = signed_commit(signer, self.did, data=root, **commit or {})
-        chosen = [(name, block)]
-        chosen += [(node.cid, blocks[node.cid]) for node in path(tree, path_of.encode())]
-        if path_of in self.records:
-            chosen.append(record_block(self.records[path_of]))
+        record = record_block(self.records[path_of]) if path_of in self.records else None
+        chosen = answer((name, block), tree, blocks, path_of.encode(), record)
         kept = [(n, b) for n, b in chosen if n not in set(leave_out)]
         return car(*kept, *add, roots=[name] if roots is None else roots)
 

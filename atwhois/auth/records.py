@@ -1,8 +1,9 @@
 """A record verified at its repository's PDS (docs/spec.md: R-REC-*) through whatever
-answers identities: a running daemon (`Client`) verifies it there, with the identities it
-keeps; a cache (`CachedResolver`) lends its kept identities to its resolver, which asks the
-PDS; a `Resolver` resolves the identity now; any other directory (`atwhois.testing.World`)
-answers the identity, and a resolver of `config` asks the PDS. The rules are
+answers identities: a cache (`CachedResolver`) lends its kept identities to its resolver,
+which asks the PDS; a `Resolver` resolves the identity now; a directory standing for a
+network of its own verifies it there (`VerifiesRecords`: a running daemon's `Client`, with
+the identities it keeps; `atwhois.testing.World`, at its PDS); any other directory answers
+the identity, and a resolver of `config` asks the PDS. The rules are
 `resolver.record`'s and `resolver.record_proof`'s; here, how often a kept identity is
 resolved afresh for them (R-REC-8: the refresh-once rule tokens keep, `refresh`)."""
 
@@ -14,9 +15,8 @@ from typing import TYPE_CHECKING
 
 from atwhois.cache import CachedResolver
 from atwhois.resolver import Config, Resolver
-from atwhois.resolver.directory import Directory
+from atwhois.resolver.directory import Directory, VerifiesRecords
 from atwhois.resolver.record_proof import RecordVerification
-from atwhois.resolver.remote import Client
 
 from .refresh import REFRESH_EVERY, Refresher
 
@@ -54,14 +54,14 @@ class RecordVerifier:
         """The record `uri` names, verified; `cid` or `record` (DRISL or JSON) is what the
         caller holds. Raises `InvalidInput` before anything is asked."""
         directory, refresh = self.directory, self.refresher.refresh
-        if isinstance(directory, Client):
-            return await directory.verify_record(uri, cid=cid, record=record)
         if isinstance(directory, CachedResolver):
             resolver = directory.resolver
             return await resolver.verify_record(
                 uri, cid=cid, record=record, directory=directory, refresh=refresh
             )
         if isinstance(directory, Resolver):  # resolved now: nothing kept, nothing refreshed
+            return await directory.verify_record(uri, cid=cid, record=record)
+        if isinstance(directory, VerifiesRecords):  # a daemon, a world: there, as they keep
             return await directory.verify_record(uri, cid=cid, record=record)
         async with Resolver(self.config) as resolver:
             return await resolver.verify_record(

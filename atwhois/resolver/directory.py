@@ -1,13 +1,17 @@
 """`Directory`: what answers identity lookups, whoever does the work. Implemented by
 `Resolver` (resolves now, keeps nothing), `cache.CachedResolver` (answers from a cache of
 verified bindings) and `Client` (asks a running `atwhois serve`), as Bluesky's Go
-identity package has `Directory` for its base, cached and API directories."""
+identity package has `Directory` for its base, cached and API directories. A directory that
+stands for a network of its own verifies records there too (`VerifiesRecords`)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .identity import Identity
+
+if TYPE_CHECKING:
+    from .record_proof import RecordVerification
 
 
 class Directory(Protocol):
@@ -35,3 +39,13 @@ class Directory(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class VerifiesRecords(Protocol):
+    """A directory that verifies a record itself, over the network it stands for: a `Client`
+    (its daemon, with the identities it keeps), `atwhois.testing.World` (the world's PDS)."""
+
+    async def verify_record(
+        self, uri: str, *, cid: str | None = None, record: bytes | None = None
+    ) -> RecordVerification: ...

@@ -9,13 +9,17 @@
         assert (await resolver.lookup("alice.example.org")).did == did
 
 A service that receives inter-service auth tokens tests with `World.service_token` (what
-the account's PDS would mint) and `rotate_key`, against `atwhois.verify_service_auth`.
+the account's PDS would mint) and `rotate_key`, against `atwhois.verify_service_auth`. One
+that verifies records writes them at the accounts' PDS (`put_record`, `delete_record`;
+`tamper_record` makes it serve another record than the one it signed) and verifies them
+with `atwhois.verify_record(uri, directory=world)`: the PDS answers `getRecord` with real
+proofs (`atwhois.testing.mst`), their commits signed with the account's current key.
 
 `World.resolver()` is a real `Resolver` whose DNS and HTTP edges are the world's: every rule
-(syntax, both methods, the check both ways, the three outcomes) runs as it does against
-the network; only the answers come from here. `World.cached()` puts a `CachedResolver` over
-it, with a clock the test moves; `World.daemon()` is `atwhois serve`'s app over it, in
-process. The world changes between steps as the network does:
+(syntax, both methods, the check both ways, the three outcomes, a record's proof) runs as it
+does against the network; only the answers come from here. `World.cached()` puts a
+`CachedResolver` over it, with a clock the test moves; `World.daemon()` is `atwhois serve`'s
+app over it, in process. The world changes between steps as the network does:
 `change_handle`, `remove_handle`, `rotate_key`, `tombstone`, `fail` and `heal`, `lag` and
 `catch_up`.
 DNSSEC and the PDS check need the network (or the project's test network)."""
@@ -30,17 +34,21 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from urllib.parse import parse_qs, urlsplit
 
 import coincurve
 
 from atwhois.resolver.config import Config
 from atwhois.resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
 from atwhois.resolver.keys import Curve, PublicKey
+from atwhois.resolver.record_proof import record_uri
 from atwhois.resolver.response import AuthoritativeTxt, Response, TxtAuthority
+
+from .pds import Repository, record_block
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -48,14 +56,23 @@ if TYPE_CHECKING:
     from atwhois.cache import CachedResolver
     from atwhois.cache.stores import Store
     from atwhois.resolver.identity import Identity
+    from atwhois.resolver.record_proof import RecordVerification
     from atwhois.resolver.resolver import Resolver
 
-__all__ = ["Fault", "World"]
+__all__ = ["Fault", "StrongRef", "World"]
 
 Fault = Literal["timeout", "nxdomain", "5xx"]
 Method = Literal["dns", "https", "both"]
 PLC_URL = "https://plc.world.invalid"  # never a real host: the world answers it
 PDS_URL = "https://pds.world.example"
+GET_RECORD = "/xrpc/com.atproto.sync.getRecord"
+
+
+class StrongRef(NamedTuple):
+    """A record written: its at:// URI and CID, as `com.atproto.repo.createRecord` answers."""
+
+    uri: str
+    cid: str
 
 
 @dataclass
@@ -66,12 +83,13 @@ class _Account:
     secret: bytes  # the #atproto signing key's private part (K-256)
     served: dict[str, Any] | None = None  # the document the directory serves (lag: older)
     tombstoned: bool = False
+    repository: Repository = field(default_factory=Repository)  # at its PDS
 
 
 @dataclass
 class World:
     """Identities and their records, answered by the edges `resolver()` plugs in.
-    `asked` counts the questions by kind (`dns`, `https`, `plc`)."""
+    `asked` counts the questions by kind (`dns`, `https`, `plc`, `pds`: getRecord)."""
 
     plc_url: str = PLC_URL
     accounts: dict[str, _Account] = field(default_factory=dict)
@@ -96,11 +114,40 @@ class World:
         return did
 
     def rotate_key(self, did: str) -> None:
-        """The account signs with a new key from now on; its document says so (a lagging
-        directory keeps serving the old key until `catch_up`)."""
+        """The account signs with a new key from now on: its document says so (a lagging
+        directory keeps serving the old key until `catch_up`), and its PDS signs a new
+        commit with it."""
         account = self.accounts[did]
         account.secret = hashlib.sha256(b"rotated " + account.secret).digest()
+        account.repository.commit()
         self._serve(did)
+
+    # --- the accounts' records, at their PDS --------------------------------------------
+
+    def put_record(
+        self, did: str, collection: str, rkey: str, value: Mapping[str, Any]
+    ) -> StrongRef:
+        """The account's PDS writes `value`, a record in atproto's JSON form (as `json.loads`
+        gives it: links `{"$link": CID}`, bytes `{"$bytes": base64}`), at `collection/rkey`,
+        in a new commit signed with the account's key. Raises `InvalidInput` (a collection
+        or record key that is not one) or `NotDrisl` (a value that is no record)."""
+        uri = record_uri(f"at://{did}/{collection}/{rkey}")
+        path = f"{uri.collection}/{uri.rkey}"
+        return StrongRef(f"at://{did}/{path}", self.accounts[did].repository.put(path, value))
+
+    def delete_record(self, did: str, collection: str, rkey: str) -> None:
+        """The record is gone, in a new commit: its proof is now one of absence."""
+        self.accounts[did].repository.delete(f"{collection}/{rkey}")
+
+    def tamper_record(self, did: str, collection: str, rkey: str, value: Mapping[str, Any]) -> None:
+        """From now on the PDS serves `value` in place of the record its commit signed, under
+        the signed record's CID (a PDS changing a record behind its owner's signature), until
+        the record is put or deleted again."""
+        repository = self.accounts[did].repository
+        path = f"{collection}/{rkey}"
+        if path not in repository.records:
+            raise KeyError(f"{did} has no record {path} to tamper with")
+        repository.tampered[path] = record_block(value)
 
     def service_token(
         self,
@@ -236,6 +283,13 @@ class World:
         async with self.resolver() as resolver:
             return await resolver.check_pds(identity)
 
+    async def verify_record(
+        self, uri: str, *, cid: str | None = None, record: bytes | None = None
+    ) -> RecordVerification:
+        """The record verified by a `resolver()` of this world, at the world's PDS."""
+        async with self.resolver() as resolver:
+            return await resolver.verify_record(uri, cid=cid, record=record, directory=self)
+
     async def purge(self, identifier: str) -> list[str]:
         """Nothing is kept: nothing to forget."""
         return []
@@ -323,15 +377,29 @@ class _Edge:
         if url.startswith(self.world.plc_url + "/"):
             self.world.asked["plc"] += 1
             return self._directory(url, parts.path.lstrip("/"))
-        self.world.asked["https"] += 1
+        self.world.asked["pds" if parts.path == GET_RECORD else "https"] += 1
         fault = self.world._fault(host)
         if fault == "nxdomain":  # as the fetcher says of a host with no address: absent
             raise NotFound(f"{host}: NXDOMAIN (the world's fault)")
         if fault == "5xx":
             return Response(url, 503, b"")
+        if parts.path == GET_RECORD:
+            return _capped(self._get_record(url, host, parse_qs(parts.query)), max_bytes)
         if parts.path == "/.well-known/atproto-did" and host in self.world.well_known:
             return _capped(Response(url, 200, self.world.well_known[host].encode()), max_bytes)
         return Response(url, 404, b"")
+
+    def _get_record(self, url: str, host: str, query: dict[str, list[str]]) -> Response:
+        """`getRecord` as the reference PDS answers it: a proof, or `RepoNotFound` for an
+        account it does not host."""
+        did, collection, rkey = (query.get(name, [""])[0] for name in ("did", "collection", "rkey"))
+        account = self.world.accounts.get(did)
+        if account is None or urlsplit(account.pds).hostname != host:
+            body = {"error": "RepoNotFound", "message": f"Could not find repo for DID: {did}"}
+            return Response(url, 400, json.dumps(body).encode())
+        signer = coincurve.PrivateKey(account.secret)
+        proof = account.repository.get_record(did, signer, f"{collection}/{rkey}")
+        return Response(url, 200, proof)
 
     def _directory(self, url: str, did: str) -> Response:
         if self.world._fault(did) == "5xx":

@@ -8,7 +8,9 @@ rotated or its account moved."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import libipld
 import pytest
 
 import atwhois
+from atwhois.auth.refresh import REFRESH_EVERY
 from atwhois.cache import CachedResolver, MemoryStore
 from atwhois.resolver import Resolver
 from atwhois.resolver.commit import car_blocks, car_roots
@@ -30,10 +33,13 @@ from devnet.atwhois import Daemon, run
 from devnet.network import DevnetState
 from devnet.pds import create_account
 from devnet.plc_ops import Key, PlcAccount
+from tests.support import metrics
+from tests.support.waiting import until
 from tests.stream.test_live_pds import admin, xrpc
 
 POST = "app.bsky.feed.post"
 GET_RECORD = "/xrpc/com.atproto.sync.getRecord"
+UPSTREAM = "atwhois_upstream_resolutions_total"  # the daemon's, by kind
 
 
 def _account(devnet: DevnetState, tag: str) -> tuple[str, str, str]:
@@ -300,6 +306,41 @@ async def test_the_daemon_verifies_a_record_with_the_identities_it_keeps(
 
 
 REPO_CID = "bafyreie5cvv4h45feadgeuwhbcutmh6t2ceseocckahdoe6uat64zmz454"  # any other CID
+
+
+async def test_a_flood_at_the_daemon_against_a_hostile_pds_costs_a_refresh_every_few_seconds(
+    devnet: DevnetState, daemon: Daemon, hostile: tuple[PlcAccount, str]
+) -> None:
+    """R-REC-8 end to end: a PDS whose every proof is signed by a key its account's document
+    does not name. The daemon keeps the identity; once it is older than the spacing, a
+    verification refreshes it (and is still refused); then hundreds of verifications at
+    once cost the PLC directory at most one resolution every `REFRESH_EVERY` seconds they
+    took, as the daemon's /metrics count them (its upstream documents, its records'
+    refreshes)."""
+    account, host = hostile
+    path = next(iter(RECORDS))
+    uri = f"at://{account.did}/{path}"
+    devnet.set_file(host, GET_RECORD, _repo(account).proof(path, signer=OTHER_KEY))
+    url = f"{daemon.url}/v1/verify/record"
+    first = httpx.get(url, params={"uri": uri}, timeout=30).json()
+    assert (first["outcome"], first["rule"], first["refreshed"]) == ("invalid", "R-COMMIT-4", False)
+    # resolved for that first verification: not again within the spacing, then once
+    until(lambda: httpx.get(url, params={"uri": uri}, timeout=30).json()["refreshed"], 30)
+    before = httpx.get(f"{daemon.url}/metrics", timeout=10).text
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=60) as client:
+        answers = await asyncio.gather(*(client.get(url, params={"uri": uri}) for _ in range(300)))
+    took = time.monotonic() - started
+    assert {(a.status_code, a.json()["rule"]) for a in answers} == {(200, "R-COMMIT-4")}
+    after = httpx.get(f"{daemon.url}/metrics", timeout=10).text
+    allowed = 1 + int(took // REFRESH_EVERY)
+    refreshes = metrics.value(after, "atwhois_record_refreshes_total") - metrics.value(
+        before, "atwhois_record_refreshes_total"
+    )
+    documents = metrics.value(after, UPSTREAM, kind="documents") - metrics.value(
+        before, UPSTREAM, kind="documents"
+    )
+    assert refreshes <= allowed and documents <= allowed, (took, refreshes, documents)
 
 
 def test_the_command_line_says_the_verdict_in_its_exit_code(

@@ -226,9 +226,10 @@ async def averify_record(
     `verified`, `invalid` (`rule` says which), `absent` (`proven` or only said), `inactive`
     or `unavailable`. `cid` or `record` (its JSON or DRISL bytes) is what you hold, and
     `matches` says whether it is the record proven. `directory` answers the identity (a
-    `CachedResolver` lends its kept ones, a `Client` has its daemon verify); by default a
-    `Resolver` of `config`, or of the environment's settings. Raises `InvalidInput` for a URI
-    or claim that is not one, before anything is asked."""
+    `CachedResolver` lends its kept ones, a `Client` has its daemon verify, a
+    `testing.World` verifies at its own PDS); by default a `Resolver` of `config`, or of the
+    environment's settings. Raises `InvalidInput` for a URI or claim that is not one, before
+    anything is asked."""
     from atwhois.auth import verify_record
 
     if directory is not None:

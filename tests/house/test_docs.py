@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MKDOCS = Path(sys.executable).with_name("mkdocs")
 GUIDES = (
     "cli", "library", "daemon", "cache", "live-freshness", "mirror", "audits", "dnssec",
-    "pds-check", "service-auth", "deployment", "monitoring",
+    "pds-check", "service-auth", "signed-data", "deployment", "monitoring",
 )  # fmt: skip
 REFERENCES = ("settings", "cli", "http-api", "python-api", "findings", "statuses")
 

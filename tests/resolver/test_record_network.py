@@ -27,7 +27,7 @@ from atwhois.resolver.commit import car_blocks, car_roots
 from atwhois.resolver.errors import InvalidInput
 from atwhois.resolver.record_proof import MAX_CAR, RecordVerification, read_proof
 from atwhois.resolver.remote import Client
-from atwhois.testing import mst
+from atwhois.testing import World, mst
 from devnet import world
 from devnet.atwhois import Daemon, run
 from devnet.network import DevnetState
@@ -129,13 +129,18 @@ async def test_the_builder_s_tree_is_the_reference_s_block_for_block(
 ) -> None:
     """The MST built here from the records the reference PDS lists has the root its commit
     names, and the proof it answers for a key is the commit, the nodes of the builder's path
-    for that key, and the record: the pure tests' trees are the reference's."""
+    for that key, and the record: the pure tests' trees are the reference's. The same
+    records written at `atwhois.testing.World`'s PDS have the reference's CIDs, and its
+    proofs the same tree and the same blocks but the commit (another account's, signed by
+    another key): a service's tests see the reference PDS's answers."""
     _, did, token = _account(devnet, "mst")
     for n in range(40):
         _create(devnet, did, token, mst.post(f"post {n}"))
     _create(devnet, did, token, {"$type": "app.bsky.graph.follow", "subject": did,
                                  "createdAt": "2026-12-01T02:00:00.000Z"})  # fmt: skip
     listed: dict[bytes, bytes] = {}
+    twins = World()
+    twin = twins.add("twin.example.org")
     for collection in (POST, "app.bsky.graph.follow"):
         answer = httpx.get(
             f"{devnet.pds_url}/xrpc/com.atproto.repo.listRecords",
@@ -145,6 +150,8 @@ async def test_the_builder_s_tree_is_the_reference_s_block_for_block(
         for item in answer["records"]:
             path = item["uri"].removeprefix(f"at://{did}/").encode()
             listed[path] = mst.blessed(item["cid"])
+            written = twins.put_record(twin, collection, path.decode().split("/")[1], item["value"])
+            assert written.cid == item["cid"], item
     tree = mst.build(listed)
     blocks: dict[bytes, bytes] = {}
     root = mst.encode(tree, blocks)
@@ -161,6 +168,16 @@ async def test_the_builder_s_tree_is_the_reference_s_block_for_block(
         expected = {commit.cid} | {node.cid for node in mst.path(tree, key)}
         expected |= {listed[key]} if key in listed else set()
         assert {name for name, _ in car_blocks(car)} == expected, key
+        ours = await twins.verify_record(f"at://{twin}/{key.decode()}")
+        assert ours.cid == (libipld.encode_cid(listed[key]) if key in listed else None)
+        query = f"?did={twin}&collection={collection}&rkey={rkey}"
+        async with twins.resolver() as resolver:  # asked of the world's PDS as of any
+            served = await resolver.web.get(
+                f"https://pds.world.example{GET_RECORD}{query}", max_bytes=MAX_CAR, timeout=5
+            )
+        [world_commit] = car_roots(served.body)
+        sent = {name for name, _ in car_blocks(served.body)} - {world_commit.cid}
+        assert sent == expected - {commit.cid}, key
 
 
 # --- a PDS that answers as the tests write it ------------------------------------------

@@ -33,9 +33,9 @@ from devnet.atwhois import Daemon, run
 from devnet.network import DevnetState
 from devnet.pds import create_account
 from devnet.plc_ops import Key, PlcAccount
+from tests.stream.test_live_pds import admin, xrpc
 from tests.support import metrics
 from tests.support.waiting import until
-from tests.stream.test_live_pds import admin, xrpc
 
 POST = "app.bsky.feed.post"
 GET_RECORD = "/xrpc/com.atproto.sync.getRecord"

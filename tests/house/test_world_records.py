@@ -2,7 +2,7 @@
 itself: written at the world's PDS (`put_record`, `delete_record`, `tamper_record`), proven by
 it as the reference PDS proves them, verified through the public API, the world's cache and
 its in-process daemon, with no network and nothing of the project's test network. The same
-rules against the reference PDS: `tests/test_record_network.py`."""
+rules against the reference PDS: `tests/resolver/test_record_network.py`."""
 
 from __future__ import annotations
 

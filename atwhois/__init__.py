@@ -13,17 +13,21 @@
     record = atwhois.verify_record("at://alice.example.com/app.bsky.feed.post/3k2a", cid=cid)
     record.outcome, record.value, record.matches
 
+    # a moderation label from a third-party labeler, checked against its #atproto_label key
+    label = atwhois.verify_label({"ver": 1, "src": "did:plc:…", "uri": …, "sig": {"$bytes": …}})
+    label.outcome, label.in_force, label.rule
+
 Without a `config`, the settings are read as the `atwhois` command reads them: the
 `ATWHOIS_*` variables (`ATWHOIS_PLC_URL`, `ATWHOIS_DNS_SERVER`, …). The parts compose through
 `Directory`: a `Resolver` resolves now, a `CachedResolver` answers from a cache of verified
 bindings, a `Client` asks a running `atwhois serve`; `atwhois.testing` is a world in memory
 that stands in for the network in tests.
 
-The sync calls (`lookup`, `verify_service_auth`, `verify_record`) run on one event loop the
-library keeps in a thread of its own, the same loop from call to call: a `Resolver` given to
-two of them keeps its connections, and they work where a loop already runs (a notebook). An
-object opened with `async with` in your own loop belongs to that loop: use it with the async
-calls there (mixing the two is refused: `WrongEventLoop`).
+The sync calls (`lookup`, `verify_service_auth`, `verify_record`, `verify_label`) run on one
+event loop the library keeps in a thread of its own, the same loop from call to call: a
+`Resolver` given to two of them keeps its connections, and they work where a loop already
+runs (a notebook). An object opened with `async with` in your own loop belongs to that
+loop: use it with the async calls there (mixing the two is refused: `WrongEventLoop`).
 
 What this module exports is the public API; the parts' modules (`atwhois.resolver`,
 `atwhois.cache`, …) are internal unless their own documentation says otherwise. Names are
@@ -51,7 +55,7 @@ from atwhois.resolver.outcome import Status
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from atwhois.auth import ServiceAuthVerifier
+    from atwhois.auth import LabelVerifier, ServiceAuthVerifier
     from atwhois.auth.verifier import ReplayNeedsAVerifier
     from atwhois.cache import CachedResolver, Lifetime, Policy
     from atwhois.cache.stores import MemoryStore, NonceStore, SqliteStore, Store
@@ -59,6 +63,7 @@ if TYPE_CHECKING:
     from atwhois.resolver.config import Config
     from atwhois.resolver.directory import Directory
     from atwhois.resolver.identity import Identity
+    from atwhois.resolver.label import LabelVerification
     from atwhois.resolver.record_proof import RecordVerification
     from atwhois.resolver.remote import Client
     from atwhois.resolver.resolver import Resolver
@@ -75,6 +80,8 @@ __all__ = [
     "Identity",
     "InvalidData",
     "InvalidInput",
+    "LabelVerification",
+    "LabelVerifier",
     "Lifetime",
     "MemoryStore",
     "NonceStore",
@@ -94,9 +101,11 @@ __all__ = [
     "WrongEventLoop",
     "__version__",
     "alookup",
+    "averify_label",
     "averify_record",
     "averify_service_auth",
     "lookup",
+    "verify_label",
     "verify_record",
     "verify_service_auth",
 ]
@@ -107,6 +116,8 @@ _ON_FIRST_USE = {
     "Config": "atwhois.resolver.config",
     "Directory": "atwhois.resolver.directory",
     "Identity": "atwhois.resolver.identity",
+    "LabelVerification": "atwhois.resolver.label",
+    "LabelVerifier": "atwhois.auth",
     "RecordVerification": "atwhois.resolver.record_proof",
     "Resolver": "atwhois.resolver.resolver",
     "ServiceAuthVerifier": "atwhois.auth",
@@ -254,6 +265,38 @@ def verify_record(
 
     verifying = averify_record(uri, cid=cid, record=record, config=config, directory=directory)
     return run_sync(verifying)
+
+
+async def averify_label(
+    label: Any, *, config: Config | None = None, directory: Directory | None = None
+) -> LabelVerification:
+    """A moderation label checked against its labeler's identity (docs/spec.md: L-*): its
+    signature under the `#atproto_label` key of the document of its `src`, over its fields
+    as received. `label` in the lexicon's JSON form (an object with `sig` as `{"$bytes": …}`,
+    or its text), or as DRISL (its bytes, or the map a `#labels` frame decodes to).
+    `outcome` is `verified` (`in_force` is false for a negation, `neg: true`, or a label
+    past its `exp`), `invalid` (`rule` says which) or `unavailable`. `directory` resolves
+    the labeler (a `CachedResolver` keeps its document, refreshed once for a rotated key;
+    a `Client` has its daemon verify; `atwhois.testing.World`); by default a `Resolver` of
+    `config`, or of the environment's settings. A service verifying many keeps one
+    `LabelVerifier` (its `verify_many` asks each labeler's document once)."""
+    from atwhois.auth import verify_labels
+
+    if directory is not None:
+        return (await verify_labels(directory, [label]))[0]
+    from atwhois.resolver.resolver import Resolver
+
+    async with Resolver(config or _config_from_environment()) as resolver:
+        return (await verify_labels(resolver, [label]))[0]
+
+
+def verify_label(
+    label: Any, *, config: Config | None = None, directory: Directory | None = None
+) -> LabelVerification:
+    """`averify_label`, as a plain call, on the library's loop."""
+    from atwhois.foundation.loop import run_sync
+
+    return run_sync(averify_label(label, config=config, directory=directory))
 
 
 def _config_from_environment() -> Config:

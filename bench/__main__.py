@@ -15,6 +15,7 @@ from bench import (
     follow_load,
     hit_cost,
     idle_connections,
+    label_verify,
     memory_load,
     plc_mirror,
     plc_verify,
@@ -50,6 +51,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "refused": refused_tokens.main,
     "replay": replay_flood.main,
     "records": record_proofs.main,
+    "labels": label_verify.main,
 }
 
 

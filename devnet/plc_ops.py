@@ -51,15 +51,27 @@ class Key:
 
 
 def plc_operation(
-    prev: str | None, keys: list[Key], aliases: list[str], pds: str = PDS
+    prev: str | None,
+    keys: list[Key],
+    aliases: list[str],
+    pds: str = PDS,
+    *,
+    labeler: tuple[Key, str] | None = None,
 ) -> dict[str, Any]:
-    """An unsigned `plc_operation`: every key may rotate, the first one signs for atproto."""
+    """An unsigned `plc_operation`: every key may rotate, the first one signs for atproto;
+    `labeler`: the key that signs labels (`#atproto_label`) and the labeler's endpoint
+    (`#atproto_labeler`), as a labeler's identity declares them."""
+    methods = {"atproto": keys[0].did_key}
+    services = {"atproto_pds": {"type": "AtprotoPersonalDataServer", "endpoint": pds}}
+    if labeler is not None:
+        methods["atproto_label"] = labeler[0].did_key
+        services["atproto_labeler"] = {"type": "AtprotoLabeler", "endpoint": labeler[1]}
     return {
         "type": "plc_operation",
         "rotationKeys": [k.did_key for k in keys],
-        "verificationMethods": {"atproto": keys[0].did_key},
+        "verificationMethods": methods,
         "alsoKnownAs": aliases,
-        "services": {"atproto_pds": {"type": "AtprotoPersonalDataServer", "endpoint": pds}},
+        "services": services,
         "prev": prev,
     }
 
@@ -77,6 +89,7 @@ class PlcAccount:
         self.key = Key(seed or uuid.uuid4().hex)
         self._handle = handle
         self._pds = PDS
+        self._labeler: tuple[Key, str] | None = None
         genesis = self.key.sign(plc_operation(None, [self.key], _aliases(handle)))
         self.did = did_of_genesis(dag_cbor(genesis))
         self._head = ""
@@ -92,9 +105,19 @@ class PlcAccount:
         self._pds = endpoint
         self._send(self._operation([self.key]))
 
+    def label_with(self, seed: str, endpoint: str = "https://labeler.test") -> Key:
+        """Become a labeler from now on, or sign labels with another key: an `#atproto_label`
+        key made from `seed` and an `#atproto_labeler` service at `endpoint`."""
+        self._labeler = (Key(seed), endpoint)
+        self._send(self._operation([self.key]))
+        return self._labeler[0]
+
     def _operation(self, keys: list[Key]) -> dict[str, Any]:
         """The next operation, signed by the current key: these keys, the handle, the PDS."""
-        return self.key.sign(plc_operation(self._head, keys, _aliases(self._handle), self._pds))
+        op = plc_operation(
+            self._head, keys, _aliases(self._handle), self._pds, labeler=self._labeler
+        )
+        return self.key.sign(op)
 
     def rotate_key(self, seed: str) -> Key:
         """Hand the identity to a new key (rotation and signing), signed by the old one."""

@@ -128,9 +128,10 @@ def statuses_page() -> str:
 def routes() -> tuple[Any, ...]:
     """Every route the daemon describes (`atwhois serve --plc-mirror` answers them all)."""
     from atwhois.server import audits_api, operations
-    from atwhois.server.routes import MIRROR, RECORDS, SERVICE, SERVICE_AUTH
+    from atwhois.server.routes import LABELS, MIRROR, RECORDS, SERVICE, SERVICE_AUTH
 
-    return (*SERVICE, *SERVICE_AUTH, *RECORDS, *operations.ROUTES, *audits_api.ROUTES, *MIRROR)
+    own = (*SERVICE, *SERVICE_AUTH, *RECORDS, *LABELS)
+    return (*own, *operations.ROUTES, *audits_api.ROUTES, *MIRROR)
 
 
 def http_page() -> str:

@@ -1,18 +1,22 @@
 """Verification for the services that call atwhois: inter-service auth tokens checked
 against the issuer's identity (`verifier`), with the rules of `resolver.service_auth`; a
 record checked against its repository's signed proof (`records`), with the rules of
-`resolver.record`; the refresh-once rule both keep (`refresh`)."""
+`resolver.record`; moderation labels checked against their labelers' identities (`labels`),
+with the rules of `resolver.label`; the refresh-once rule all of them keep (`refresh`)."""
 
 from __future__ import annotations
 
+from .labels import LabelVerifier, verify_labels
 from .records import RecordVerifier, verify_record
 from .verifier import Expected, ServiceAuthVerifier, Verification, verify_token
 
 __all__ = [
     "Expected",
+    "LabelVerifier",
     "RecordVerifier",
     "ServiceAuthVerifier",
     "Verification",
+    "verify_labels",
     "verify_record",
     "verify_token",
 ]

@@ -16,14 +16,12 @@ misaddressed tokens cost the directory nothing.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from atwhois.cache.stores import MemoryNonces, NonceStore, NoncesUnavailable
 from atwhois.foundation import defaults
@@ -45,6 +43,7 @@ from atwhois.resolver.service_auth import (
     issuer_key,
     parse_token,
 )
+from atwhois.resolver.signer import parsed_document, refusal
 
 from .nonces import Held, Pressing, share_of
 from .refresh import REFRESH_EVERY, Refresher, kept
@@ -52,20 +51,11 @@ from .refresh import REFRESH_EVERY, Refresher, kept
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
-__all__ = ["Expected", "ServiceAuthVerifier", "Verification", "verify_token"]
+__all__ = ["REFRESH_EVERY", "Expected", "ServiceAuthVerifier", "Verification", "verify_token"]
 
-PARSED_KEPT = 1024  # issuers' documents held decoded (a few KiB each)
 PRESSING_SHOWN = 10  # issuers named in the metrics as pressing on their share
 # What a refresh may change in a refused verification: the key rotated, or a key id added.
 _FIXED_BY_A_REFRESH = frozenset({"SA-SIG-1", "SA-KID-2", "SA-ALG-2", "C-SIG-2"})
-# An issuer in these states refuses its tokens (SA-ISS-2); UNAVAILABLE is not a verdict.
-_REFUSING = {
-    Status.DID_NOT_FOUND: "the issuer's DID does not exist",
-    Status.DID_DEACTIVATED: "the issuer is not active",
-    Status.INVALID_DOCUMENT: "the issuer's DID document is invalid",
-    Status.PLC_LOG_INVALID: "the issuer's operation log does not prove its document",
-    Status.INVALID_INPUT: "the issuer is not a DID atwhois resolves",
-}
 
 
 class ServiceAuthVerifier:
@@ -236,13 +226,6 @@ class ServiceAuthVerifier:
         yield pressing
 
 
-@functools.lru_cache(maxsize=PARSED_KEPT)
-def _parsed(document: bytes) -> Any:
-    """An issuer's document decoded once while it is the one kept: every token of the
-    issuer is checked against the same bytes (read only, never changed)."""
-    return json.loads(document)
-
-
 def _judged(token: Token, identity: Identity, *, refreshed: bool) -> Verification:
     """The token under the document of `identity` (SA-ISS-2, SA-KID-2, SA-ALG-2, SA-SIG-1)."""
     judged = replace(
@@ -254,16 +237,12 @@ def _judged(token: Token, identity: Identity, *, refreshed: bool) -> Verificatio
     if identity.status is Status.UNAVAILABLE:
         reason = f"the issuer's identity could not be resolved: {identity.error}"
         return replace(judged, outcome="unavailable", reason=reason)
-    refusing = _REFUSING.get(identity.status)
-    if refusing is not None:
-        reason = f"{refusing} ({identity.status}): {identity.error}"
-        return replace(judged, outcome="invalid", rule="SA-ISS-2", reason=reason)
+    refused = refusal(identity, "the issuer")
     document = identity.servable_document
-    if document is None:
-        reason = f"the issuer's DID document did not resolve ({identity.status})"
-        return replace(judged, outcome="invalid", rule="SA-ISS-2", reason=reason)
+    if refused is not None or document is None:
+        return replace(judged, outcome="invalid", rule="SA-ISS-2", reason=refused)
     try:
-        check_signature(token, issuer_key(token, _parsed(document)))
+        check_signature(token, issuer_key(token, parsed_document(document)))
     except TokenRefused as err:
         return replace(judged, outcome="invalid", rule=err.rule, reason=err.reason)
     return judged

@@ -22,6 +22,7 @@ EXAMPLES = """examples:
   atwhois history alice.example.com
   atwhois verify-token "$JWT" --aud did:web:feed.example#bsky_fg --lxm app.bsky.feed.getFeedSkeleton
   atwhois verify-record at://alice.example.com/app.bsky.feed.post/3k2a --cid bafyrei...
+  atwhois verify-label labels.json --json
   atwhois plc verify-export export.jsonl --known-bad known_bad_cids.json
   atwhois cache stats
   atwhois cache purge alice.example.com
@@ -137,9 +138,13 @@ def _record_arguments(parser: argparse.ArgumentParser) -> None:
     _json_flag(parser)
 
 
-def _identifier_and_json(what: str) -> Callable[[argparse.ArgumentParser], None]:
+def _identifier_and_json(
+    what: str, name: str = "identifier", *, server: bool = False
+) -> Callable[[argparse.ArgumentParser], None]:
     def arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("identifier", help=what)
+        parser.add_argument(name, help=what)
+        if server:
+            parser.add_argument("--server", metavar="URL", help="have `atwhois serve` verify")
         _json_flag(parser)
 
     return arguments
@@ -305,6 +310,14 @@ COMMANDS = [
         "verified, 1 invalid, absent or inactive, 2 not a record URI, 3 unavailable)",
         [*RESOLUTION, "cache"],
         _record_arguments,
+    ),
+    Command(
+        ("verify-label",),
+        "atwhois.cli.label:verify_label",
+        "verify moderation labels under their labelers' #atproto_label keys (exit 0 verified "
+        "and in force, 1 invalid, negated or expired, 2 not labels, 3 unavailable)",
+        [*RESOLUTION, "cache"],
+        _identifier_and_json("labels' JSON: one, a list or lines; - stdin", "file", server=True),
     ),
     Command(
         ("history",),

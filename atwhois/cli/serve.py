@@ -28,7 +28,7 @@ import uvloop
 from aiohttp import web
 
 from atwhois.audit import Auditor, AuditStore, default_audit_path
-from atwhois.auth import RecordVerifier, ServiceAuthVerifier
+from atwhois.auth import LabelVerifier, RecordVerifier, ServiceAuthVerifier
 from atwhois.cache import CachedResolver, Lifetime, Policy, open_store
 from atwhois.cache.revalidate import Revalidator
 from atwhois.cache.stores import Tier
@@ -42,13 +42,14 @@ from atwhois.server import hooks
 from atwhois.server.audits_api import AuditApi
 from atwhois.server.audits_pages import AuditPages
 from atwhois.server.connections import ConnectionLimit
+from atwhois.server.labels import LabelsApi
 from atwhois.server.lifecycle import runner_settings, serve_until_stopped
 from atwhois.server.memory import TLS_READ_BUFFER, trim_periodically
 from atwhois.server.metrics import pace_families
 from atwhois.server.operations import parked_upstreams
 from atwhois.server.records import RecordsApi
 from atwhois.server.request_log import MalformedRequestLog
-from atwhois.server.routes import MIRROR, RECORDS, SERVICE_AUTH
+from atwhois.server.routes import LABELS, MIRROR, RECORDS, SERVICE_AUTH
 from atwhois.server.service import Service, Settings
 from atwhois.server.service_auth import Receiver, ServiceAuthApi
 from atwhois.server.web import WebPages
@@ -194,7 +195,9 @@ def build_daemon(
     service.add_routes(app, ServiceAuthApi(service, verifier, receiver), SERVICE_AUTH)
     records = RecordVerifier(cached)  # one for every request: R-REC-8's refreshes shared
     service.add_routes(app, RecordsApi(service, records), RECORDS)
-    service.metric_sources += [verifier.metrics, records.metrics]
+    labels = LabelVerifier(cached)  # the labelers' documents the cache keeps (L-KEY-3)
+    service.add_routes(app, LabelsApi(service, labels), LABELS)
+    service.metric_sources += [verifier.metrics, records.metrics, labels.metrics]
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)
     return Daemon(app, service, store)

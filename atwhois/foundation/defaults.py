@@ -25,7 +25,7 @@ DNS_AUTHORITATIVE_PORT = 53
 PLC_RATE = 300.0  # requests per second to the PLC directory
 HOST_RATE = 20.0  # to any other host
 MAX_PARK = 300.0  # seconds a host's Retry-After parks it at most
-SERVICE_AUTH_SHARE = 0.1  # of each host's rate, for what service-auth tokens cause
+SERVICE_AUTH_SHARE = 0.1  # of each host's rate, for what service-auth tokens and labels cause
 REVERIFY_SHARE = 0.25  # of each host's rate, for re-verifying after a stream's gap
 
 # The daemon (`server`, `atwhois serve`)

@@ -100,6 +100,12 @@ def decode(data: bytes) -> Any:
     return value
 
 
+def decode_prefix(data: bytes, at: int = 0) -> tuple[Any, int]:
+    """The one value that starts at `at`, and where it ends: an event stream's frame holds
+    two back to back, a header and a body. Raises `NotDrisl`."""
+    return _item(data, at, 0)
+
+
 def _head(data: bytes, at: int) -> tuple[int, int, int]:
     """The major type, the argument in its shortest form (R-DATA-1), and where it ends."""
     if at >= len(data):

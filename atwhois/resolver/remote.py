@@ -17,12 +17,15 @@ import http.client
 import json
 import time
 import urllib.parse
+from collections.abc import Sequence
+from typing import Any
 
 from atwhois.foundation.bounded import BoundedBody
 from atwhois.foundation.version import agent
 
 from .errors import AtwhoisError
 from .identity import Identity, now_iso
+from .label import MAX_BATCH, MAX_BATCH_BYTES, MAX_LABEL, LabelRefused, LabelVerification, read
 from .outcome import Status
 from .record_proof import RecordVerification, claimed_cid, record_uri
 from .service_auth import Expected, Verification
@@ -32,6 +35,8 @@ from .untrusted import parse_json
 _REFRESH = "/xrpc/com.atproto.identity.refreshIdentity"
 _VERIFY = "/v1/verify/service-auth"
 _RECORD = "/v1/verify/record"
+_LABEL = "/v1/verify/label"
+_LABEL_BYTES = MAX_BATCH_BYTES - MAX_LABEL - 64  # a request's labels, and room for one more
 _MAX_BYTES = 4 * 1024 * 1024  # a report with its document is a few KiB
 _CHUNK = 64 * 1024
 
@@ -141,6 +146,46 @@ class Client:
             why = f"did not answer: {err or type(err).__name__}"
         reason = f"atwhois serve at {self.url} {why}"
         return RecordVerification("unavailable", uri, reason=reason, claimed=claimed)
+
+    async def verify_labels(self, labels: Sequence[Any]) -> list[LabelVerification]:
+        """The daemon verifies the labels (`POST /v1/verify/label`, a thousand a request)
+        with the labelers' documents it keeps; each is sent in the lexicon's JSON form, and
+        one that cannot be read as a label is refused here, naming its rule."""
+        verdicts: list[LabelVerification | None] = []
+        sending: list[tuple[int, dict[str, Any]]] = []
+        for index, item in enumerate(labels):
+            try:
+                sending.append((index, read(item).to_json()))
+            except LabelRefused as err:
+                verdicts.append(LabelVerification("invalid", err.rule, err.reason))
+                continue
+            verdicts.append(None)
+        chunk: list[tuple[int, dict[str, Any]]] = []
+        size = 0
+        for at, (index, label) in enumerate(sending):
+            chunk.append((index, label))
+            size += len(json.dumps(label)) + 2
+            if at + 1 == len(sending) or len(chunk) == MAX_BATCH or size > _LABEL_BYTES:
+                answered = await self._verify_labels([label for _, label in chunk])
+                for (held, _), verdict in zip(chunk, answered, strict=True):
+                    verdicts[held] = verdict
+                chunk, size = [], 0
+        return [verdict for verdict in verdicts if verdict is not None]
+
+    async def _verify_labels(self, labels: list[dict[str, Any]]) -> list[LabelVerification]:
+        headers = {"Content-Type": "application/json"}
+        body = json.dumps({"labels": labels}).encode()
+        try:
+            status, answered = await self._ask("POST", _LABEL, body, headers)
+            answer = parse_json(answered)
+            verdicts = answer.get("verdicts") if isinstance(answer, dict) else None
+            if status in (200, 502) and isinstance(verdicts, list) and len(verdicts) == len(labels):
+                return [LabelVerification.from_json(verdict) for verdict in verdicts]
+            why = f"answered {status}: {str(answer.get('message', ''))[:200]}"
+        except (DaemonUnanswered, ValueError, KeyError, TypeError, AttributeError) as err:
+            why = f"did not answer: {err or type(err).__name__}"
+        reason = f"atwhois serve at {self.url} {why}"
+        return [LabelVerification("unavailable", reason=reason) for _ in labels]
 
     async def purge(self, identifier: str) -> list[str]:
         raise PurgeNotOffered(

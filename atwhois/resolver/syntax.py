@@ -6,6 +6,7 @@ rule of `docs/spec.md` it enforces, so a user learns *which* rule failed.
 
 from __future__ import annotations
 
+import datetime
 import re
 import urllib.parse
 from dataclasses import dataclass
@@ -252,3 +253,49 @@ def parse_lookup(text: str, *, dev: bool) -> Query:
     else:
         parse_did_web(query.value, dev=dev, allow_test_tld=dev)
     return query
+
+
+# The lexicon's `datetime` (L-SYN-8): RFC 3339 and ISO 8601 at once, an upper-case `T`, whole
+# seconds and any fraction, a zone of `Z` or `±hh:mm` (never `-00:00`), at most 64 characters.
+_DATETIME_RE = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,20})?"
+    r"(Z|[+-][0-9]{2}:[0-9]{2})",
+    re.ASCII,
+)
+_DATETIME_MAX = 64
+_EPOCH = 719_163  # 1970-01-01 as a proleptic Gregorian ordinal (0001-01-01 is 1)
+_YEAR_ZERO = -365  # 0000-01-01's ordinal: year zero is a leap year
+_CYCLE = 146_097  # days in 400 years: the calendar repeats, so year zero is year 400's twin
+
+
+def datetime_seconds(text: str) -> float | None:
+    """The lexicon `datetime` `text` names, in seconds since the Unix epoch; None when it is
+    not one (the syntax above, and a date and time the calendar has: no month 13, no 30
+    February, no hour 24, no second 60, and nothing before year zero once its zone is
+    applied)."""
+    match = _DATETIME_RE.fullmatch(text) if len(text) <= _DATETIME_MAX else None
+    if match is None or text.endswith("-00:00"):
+        return None
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    zone = match.group(8)
+    zone_hours, zone_minutes = (0, 0) if zone == "Z" else (int(zone[1:3]), int(zone[4:]))
+    if hour > 23 or minute > 59 or second > 59 or zone_hours > 23 or zone_minutes > 59:
+        return None
+    try:
+        ordinal = datetime.date(year or 400, month, day).toordinal() - (0 if year else _CYCLE)
+    except ValueError:
+        return None
+    offset = (zone_hours * 60 + zone_minutes) * 60 * (-1 if zone[0] == "-" else 1)
+    moment = (ordinal - _EPOCH) * 86_400 + hour * 3600 + minute * 60 + second - offset
+    if moment < (_YEAR_ZERO - _EPOCH) * 86_400:
+        return None
+    return moment + float(match.group(7) or 0)
+
+
+# The lexicon's `cid` format (L-SYN-5): a CID's text, as indigo's ParseCID reads it; a CIDv0
+# (`Qmb…`) is refused.
+_CID_RE = re.compile(r"[a-zA-Z0-9+=]{8,256}", re.ASCII)
+
+
+def is_valid_cid_text(text: str) -> bool:
+    return _CID_RE.fullmatch(text) is not None and not text.startswith("Qmb")

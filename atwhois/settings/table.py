@@ -202,9 +202,9 @@ class Values:
     )
     service_auth_share: float = _setting(
         RESOLUTION,
-        "the share of each host's rate that the resolutions service-auth tokens cause (their "
-        "issuers', a refresh after a refused signature) may take; past it they are refused "
-        "at once (unavailable), the rest left to lookups",
+        "the share of each host's rate that the resolutions service-auth tokens and labels "
+        "cause (their issuers' and labelers', a refresh after a refused signature) may take; "
+        "past it they are refused at once (unavailable), the rest left to lookups",
         defaults.SERVICE_AUTH_SHARE,
         metavar="FRACTION",
         low=0.01,

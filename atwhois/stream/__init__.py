@@ -1,4 +1,6 @@
-"""Following the network's event stream (`com.atproto.sync.subscribeRepos`)."""
+"""Following the network's event stream (`com.atproto.sync.subscribeRepos`); reading a
+labeler's (`com.atproto.label.subscribeLabels`): `decode_labels` and `LabelsEvent` are for
+the library's users too, whose verifier takes a frame's labels (docs/guides/signed-data.md)."""
 
 from .frames import (
     AccountEvent,
@@ -6,9 +8,11 @@ from .frames import (
     Event,
     IdentityEvent,
     InfoEvent,
+    LabelsEvent,
     MalformedFrame,
     Skipped,
     decode,
+    decode_labels,
 )
 
 __all__ = [
@@ -17,7 +21,9 @@ __all__ = [
     "Event",
     "IdentityEvent",
     "InfoEvent",
+    "LabelsEvent",
     "MalformedFrame",
     "Skipped",
     "decode",
+    "decode_labels",
 ]

@@ -25,6 +25,12 @@ type or a payload type not known yet is skipped (a newer revision of the protoco
 refused, and moves no cursor; a frame without an envelope `$type` (v1's JSON, say) is not
 one of these.
 
+`com.atproto.label.subscribeLabels` frames (`decode_labels`, L-FRAME-1) are framed the same,
+but read with the strict DRISL reader (`resolver.drisl`): a label's signature covers its
+fields as received, so they are taken as the bytes say, a byte string kept apart from a
+link. Its `#labels` message becomes a `LabelsEvent` of the labels as decoded, each still to
+be read and verified by itself (`resolver.label`, `auth.labels`).
+
 A relay is a stranger: a frame that is not what the lexicon says is a `MalformedFrame`
 (invalid data), never a crash and never a half-read event.
 """
@@ -36,6 +42,7 @@ from typing import Any
 
 import libipld
 
+from atwhois.resolver import drisl
 from atwhois.resolver.errors import InvalidData
 from atwhois.resolver.syntax import is_valid_did, is_valid_handle
 from atwhois.resolver.untrusted import parse_json
@@ -76,6 +83,14 @@ class InfoEvent:
 class ErrorFrame:
     error: str  # e.g. FutureCursor, ConsumerTooSlow
     message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LabelsEvent:
+    """subscribeLabels' `#labels`: its seq, and its labels as DRISL decodes them."""
+
+    seq: int
+    labels: tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +136,33 @@ def decode(frame: bytes) -> Event:
         return AccountEvent(
             _seq(body), _did(body), _text(body, "time"), active, _optional_text(body, "status")
         )
+    if kind == "#info":
+        return InfoEvent(_text(body, "name"), _optional_text(body, "message"))
+    seq = body.get("seq")
+    return Skipped(kind, seq if _is_seq(seq) else None)
+
+
+def decode_labels(frame: bytes) -> LabelsEvent | InfoEvent | ErrorFrame | Skipped:
+    """One frame of a labeler's `subscribeLabels` (L-FRAME-1). Raises `MalformedFrame`."""
+    if len(frame) > MAX_FRAME_BYTES:
+        raise MalformedFrame(f"a frame of {len(frame)} bytes (at most {MAX_FRAME_BYTES})")
+    try:
+        header, end = drisl.decode_prefix(frame)
+        body = drisl.decode(frame[end:])
+    except drisl.NotDrisl as err:
+        raise MalformedFrame(f"not two DRISL values: {err} [L-FRAME-1]") from None
+    if not isinstance(header, dict) or not isinstance(body, dict):
+        raise MalformedFrame("a frame is a header map and a body map [L-FRAME-1]")
+    op, kind = header.get("op"), header.get("t")
+    if op == -1:
+        return ErrorFrame(_text(body, "error"), _optional_text(body, "message"))
+    if op != 1 or not isinstance(kind, str):
+        raise MalformedFrame(f"a header of op {op!r:.20}, t {kind!r:.40} [L-FRAME-1]")
+    if kind == "#labels":
+        labels = body.get("labels")
+        if not isinstance(labels, list):
+            raise MalformedFrame("#labels without its list of labels [L-FRAME-1]")
+        return LabelsEvent(_seq(body), tuple(labels))
     if kind == "#info":
         return InfoEvent(_text(body, "name"), _optional_text(body, "message"))
     seq = body.get("seq")

@@ -13,7 +13,9 @@ the account's PDS would mint) and `rotate_key`, against `atwhois.verify_service_
 that verifies records writes them at the accounts' PDS (`put_record`, `delete_record`;
 `tamper_record` makes it serve another record than the one it signed) and verifies them
 with `atwhois.verify_record(uri, directory=world)`: the PDS answers `getRecord` with real
-proofs (`atwhois.testing.mst`), their commits signed with the account's current key.
+proofs (`atwhois.testing.mst`), their commits signed with the account's current key. One
+that takes moderation labels uses `World.add_labeler`, `World.label` (a label signed as
+the reference labeler signs one) and `rotate_label_key`, against `atwhois.verify_label`.
 
 `World.resolver()` is a real `Resolver` whose DNS and HTTP edges are the world's: every rule
 (syntax, both methods, the check both ways, the three outcomes, a record's proof) runs as it
@@ -66,6 +68,7 @@ Method = Literal["dns", "https", "both"]
 PLC_URL = "https://plc.world.invalid"  # never a real host: the world answers it
 PDS_URL = "https://pds.world.example"
 GET_RECORD = "/xrpc/com.atproto.sync.getRecord"
+LABELER_URL = "https://labeler.world.example"
 
 
 class StrongRef(NamedTuple):
@@ -84,6 +87,8 @@ class _Account:
     served: dict[str, Any] | None = None  # the document the directory serves (lag: older)
     tombstoned: bool = False
     repository: Repository = field(default_factory=Repository)  # at its PDS
+    label_secret: bytes | None = None  # a labeler's #atproto_label key (K-256)
+    labeler: str | None = None  # a labeler's #atproto_labeler endpoint
 
 
 @dataclass
@@ -168,6 +173,50 @@ class World:
         if method is not None:
             claims["lxm"] = method
         return mint(coincurve.PrivateKey(self.accounts[did].secret), claims)
+
+    def add_labeler(
+        self, handle: str, *, method: Method = "dns", endpoint: str = LABELER_URL
+    ) -> str:
+        """A labeler: an account (`add`) whose document also has an `#atproto_label` key,
+        its own, and an `#atproto_labeler` service at `endpoint`; its DID."""
+        did = self.add(handle, method=method)
+        account = self.accounts[did]
+        account.label_secret = hashlib.sha256(b"label key " + did.encode()).digest()
+        account.labeler = endpoint
+        self._serve(did)
+        return did
+
+    def rotate_label_key(self, did: str) -> None:
+        """The labeler signs labels with a new key from now on; its document says so."""
+        account = self.accounts[did]
+        assert account.label_secret is not None, f"{did} is no labeler (add_labeler)"
+        account.label_secret = hashlib.sha256(b"rotated " + account.label_secret).digest()
+        self._serve(did)
+
+    def label(
+        self,
+        labeler: str,
+        uri: str,
+        val: str,
+        *,
+        neg: bool = False,
+        exp: str | None = None,
+        cid: str | None = None,
+        cts: str | None = None,
+    ) -> dict[str, Any]:
+        """A label of `labeler`'s on `uri` (an at:// URI or a DID), signed with its current
+        key as the reference labeler signs one (`ver` 1, `neg` only when true, no absent
+        field), in the lexicon's JSON form (`sig` as `{"$bytes": …}`). `cts`: now."""
+        import libipld
+
+        secret = self.accounts[labeler].label_secret
+        assert secret is not None, f"{labeler} is no labeler (add_labeler)"
+        created = cts or time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+        fields = {"ver": 1, "src": labeler, "uri": uri, "cid": cid, "val": val}
+        fields |= {"neg": True if neg else None, "cts": created, "exp": exp}
+        signed = {name: value for name, value in fields.items() if value is not None}
+        sig = coincurve.PrivateKey(secret).sign_recoverable(libipld.encode_dag_cbor(signed))
+        return {**signed, "sig": {"$bytes": base64.b64encode(sig[:64]).decode().rstrip("=")}}
 
     def change_handle(self, did: str, handle: str, *, method: Method = "dns") -> None:
         """The account's new handle: its document and its records change together (a
@@ -309,24 +358,27 @@ class World:
         account = self.accounts[did]
         if self.lagging and account.served is not None:
             return
+        keys = {"atproto": account.secret, "atproto_label": account.label_secret}
+        services = {"atproto_pds": ("AtprotoPersonalDataServer", account.pds)}
+        if account.labeler is not None:
+            services["atproto_labeler"] = ("AtprotoLabeler", account.labeler)
         account.served = {
             "@context": ["https://www.w3.org/ns/did/v1"],
             "id": did,
             "alsoKnownAs": [f"at://{account.handle}"] if account.handle else [],
             "verificationMethod": [
                 {
-                    "id": f"{did}#atproto",
+                    "id": f"{did}#{name}",
                     "type": "Multikey",
                     "controller": did,
-                    "publicKeyMultibase": _multikey(account.secret),
+                    "publicKeyMultibase": _multikey(secret),
                 }
+                for name, secret in keys.items()
+                if secret is not None
             ],
             "service": [
-                {
-                    "id": "#atproto_pds",
-                    "type": "AtprotoPersonalDataServer",
-                    "serviceEndpoint": account.pds,
-                }
+                {"id": f"#{name}", "type": kind, "serviceEndpoint": endpoint}
+                for name, (kind, endpoint) in services.items()
             ],
         }
 

@@ -19,7 +19,7 @@ from schemathesis.checks import (
 )
 
 from atwhois.server import audits_api, operations
-from atwhois.server.routes import MIRROR, RECORDS, SERVICE, SERVICE_AUTH, described
+from atwhois.server.routes import LABELS, MIRROR, RECORDS, SERVICE, SERVICE_AUTH, described
 from devnet.atwhois import Daemon, daemon_here
 from devnet.network import DevnetState
 
@@ -52,7 +52,7 @@ def api(contract_daemon: Daemon) -> Any:
 
 # what atwhois serve answers (with --plc-mirror, the mirror's read API too)
 _PATHS = described(
-    (*SERVICE, *operations.ROUTES, *audits_api.ROUTES, *MIRROR, *SERVICE_AUTH, *RECORDS)
+    (*SERVICE, *operations.ROUTES, *audits_api.ROUTES, *MIRROR, *SERVICE_AUTH, *RECORDS, *LABELS)
 )
 OPERATIONS = [
     (path, method.upper(), mode)
@@ -132,7 +132,7 @@ def test_every_answer_matches_the_contract(
 
 def test_the_contract_run_covers_every_operation_and_is_large_enough() -> None:
     """What the tests above send, whatever order they run in (each checks its own share):
-    every operation the daemon describes (17, and the mirror's 8), and at least 1,000
+    every operation the daemon describes (18, and the mirror's 8), and at least 1,000
     requests in all."""
-    assert len({(path, method) for path, method, _ in OPERATIONS}) == 25
+    assert len({(path, method) for path, method, _ in OPERATIONS}) == 26
     assert sum(sends(path, method) for path, method, _ in OPERATIONS) >= 1000

@@ -2,7 +2,8 @@
 bodies, `Retry-After` headers, DID documents, PLC operations, audit logs and export lines,
 service auth tokens (their text, and their header's and claims' bytes through the
 verifier), XRPC query strings and bodies, the TOML configuration, DNSSEC responses and the
-walk over them (`fuzz_dnssec`), DRISL blocks and records' proofs (`fuzz_records`); and the
+walk over them (`fuzz_dnssec`), DRISL blocks and records' proofs (`fuzz_records`),
+moderation labels and labelers' frames (`fuzz_labels`); and the
 followers of hostile sources (`fuzz_hostile`): export page sequences, stream frame
 sequences, the mirror's read API queries.
 
@@ -60,7 +61,7 @@ from devnet.atwhois import error_name
 from devnet.jetstream_wire import events
 from devnet.synthetic_plc import export_lines
 
-from . import fuzz_dnssec, fuzz_records
+from . import fuzz_dnssec, fuzz_labels, fuzz_records
 from .fuzz_hostile import HOSTILE
 from .fuzz_inputs import (
     LOGS,
@@ -500,6 +501,9 @@ TARGETS = [
     Target("record proofs", flipped_or_random(fuzz_records.PROOFS), fuzz_records.proof),
     Target("record proofs, trees changed", fuzz_records.changed_trees(), fuzz_records.changed),
     Target("record claims", fuzz_records.claims, fuzz_records.claim),
+    Target("label bytes and frames", flipped_or_random(fuzz_labels.BYTES), fuzz_labels.label_bytes),
+    Target("labels as JSON", fuzz_labels.labels_json, fuzz_labels.label_json),
+    Target("labels through the verifier", fuzz_labels.batches, fuzz_labels.through_verifier),
     Target("DNSSEC records", flipped_or_random(fuzz_dnssec.SEEDS), fuzz_dnssec.rules_and_walk),
     Target("service auth tokens", tokens, _service_auth),
     Target("service auth token bytes", token_bytes, _token_bytes),

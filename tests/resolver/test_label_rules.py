@@ -44,7 +44,7 @@ from atwhois.stream import (
 from devnet.labels import as_json, labels_frame, sign_fields, sign_label
 from devnet.plc_ops import Key
 
-VECTORS = Path(__file__).parent / "vectors"
+VECTORS = Path(__file__).parents[1] / "vectors"
 OZONE = json.loads((VECTORS / "labels" / "ozone-sign-label.json").read_text())
 INDIGO = json.loads((VECTORS / "labels" / "indigo-label-test.json").read_text())
 SYNTAX = VECTORS / "atproto-interop-tests" / "syntax"
@@ -115,7 +115,7 @@ def test_the_vectors_are_what_the_reference_packages_make_now() -> None:
         "seq": 1,
         "labels": [case["input"] for case in OZONE["cases"]],
     }
-    script = Path(__file__).parents[1] / "devnet" / "pds" / "sign_labels.js"
+    script = Path(__file__).parents[2] / "devnet" / "pds" / "sign_labels.js"
     ran = subprocess.run(
         ["node", script.name],
         cwd=script.parent,

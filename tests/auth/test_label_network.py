@@ -1,7 +1,8 @@
 """Moderation labels on the test network (L-*): a labeler is a did:plc created on the
 reference PLC directory with an `#atproto_label` verification method and an
 `#atproto_labeler` service (devnet/plc_ops.py), its labels signed as the reference labeler
-signs them (devnet/labels.py, held to the reference's bytes by test_label_rules.py), and
+signs them (devnet/labels.py, held to the reference's bytes by
+tests/resolver/test_label_rules.py), and
 verified through the library, the daemon, its client and the command line, as JSON and as
 the `subscribeLabels` frames a labeler sends; a label key rotated by a real PLC operation
 while the old document is kept verifies after one refresh, counted at the daemon, and a

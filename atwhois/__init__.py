@@ -16,6 +16,11 @@
     # a moderation label from a third-party labeler, checked against its #atproto_label key
     label = atwhois.verify_label({"ver": 1, "src": "did:plc:…", "uri": …, "sig": {"$bytes": …}})
     label.outcome, label.in_force, label.rule
+    # signing in with OAuth: the account's authorization server, found and checked
+    server = atwhois.oauth_server("alice.example.com")
+    server.outcome, server.issuer, server.authorization_server  # ok, its metadata
+    # after the token exchange: the token's sub is the account, its server the issuer
+    check = atwhois.check_token_response(token_json, issuer=server.issuer, did=server.did)
 
 Without a `config`, the settings are read as the `atwhois` command reads them: the
 `ATWHOIS_*` variables (`ATWHOIS_PLC_URL`, `ATWHOIS_DNS_SERVER`, …). The parts compose through
@@ -23,11 +28,12 @@ Without a `config`, the settings are read as the `atwhois` command reads them: t
 bindings, a `Client` asks a running `atwhois serve`; `atwhois.testing` is a world in memory
 that stands in for the network in tests.
 
-The sync calls (`lookup`, `verify_service_auth`, `verify_record`, `verify_label`) run on one
-event loop the library keeps in a thread of its own, the same loop from call to call: a
-`Resolver` given to two of them keeps its connections, and they work where a loop already
-runs (a notebook). An object opened with `async with` in your own loop belongs to that
-loop: use it with the async calls there (mixing the two is refused: `WrongEventLoop`).
+The sync calls (`lookup`, `verify_service_auth`, `verify_record`, `verify_label`,
+`oauth_server`, `check_token_response`) run on one event loop the library keeps in a thread
+of its own, the same loop from call to call: a `Resolver` given to two of them keeps its
+connections, and they work where a loop already runs (a notebook). An object opened with
+`async with` in your own loop belongs to that loop: use it with the async calls there
+(mixing the two is refused: `WrongEventLoop`).
 
 What this module exports is the public API; the parts' modules (`atwhois.resolver`,
 `atwhois.cache`, …) are internal unless their own documentation says otherwise. Names are
@@ -64,6 +70,7 @@ if TYPE_CHECKING:
     from atwhois.resolver.directory import Directory
     from atwhois.resolver.identity import Identity
     from atwhois.resolver.label import LabelVerification
+    from atwhois.resolver.oauth import OAuthServer, TokenCheck
     from atwhois.resolver.record_proof import RecordVerification
     from atwhois.resolver.remote import Client
     from atwhois.resolver.resolver import Resolver
@@ -86,6 +93,7 @@ __all__ = [
     "MemoryStore",
     "NonceStore",
     "NotFound",
+    "OAuthServer",
     "Policy",
     "RecordVerification",
     "RedisStore",
@@ -96,16 +104,21 @@ __all__ = [
     "SqliteStore",
     "Status",
     "Store",
+    "TokenCheck",
     "UpstreamFailure",
     "Verification",
     "WrongEventLoop",
     "__version__",
+    "acheck_token_response",
     "alookup",
     "averify_label",
+    "aoauth_server",
     "averify_record",
     "averify_service_auth",
+    "check_token_response",
     "lookup",
     "verify_label",
+    "oauth_server",
     "verify_record",
     "verify_service_auth",
 ]
@@ -118,6 +131,8 @@ _ON_FIRST_USE = {
     "Identity": "atwhois.resolver.identity",
     "LabelVerification": "atwhois.resolver.label",
     "LabelVerifier": "atwhois.auth",
+    "OAuthServer": "atwhois.resolver.oauth",
+    "TokenCheck": "atwhois.resolver.oauth",
     "RecordVerification": "atwhois.resolver.record_proof",
     "Resolver": "atwhois.resolver.resolver",
     "ServiceAuthVerifier": "atwhois.auth",
@@ -297,6 +312,83 @@ def verify_label(
     from atwhois.foundation.loop import run_sync
 
     return run_sync(averify_label(label, config=config, directory=directory))
+
+
+async def aoauth_server(
+    identifier: str, *, config: Config | None = None, directory: Directory | None = None
+) -> OAuthServer:
+    """An account's OAuth authorization server, found and checked (docs/spec.md: O-*): the
+    handle verified both ways (a DID: its document), the PDS its document names, the PDS's
+    protected resource metadata naming exactly one server, that server's metadata held to
+    the atproto profile. `outcome` is `ok` (`issuer`, `protected_resource`,
+    `authorization_server`, `identity`), `invalid` (`rule` says which), `not_verified` (the
+    identity's `status`) or `unavailable`. `directory` answers the identity (a
+    `CachedResolver` also keeps the documents a few minutes, a `Client` has its daemon find
+    the server, `atwhois.testing.World` serves its own); by default a `Resolver` of
+    `config`, or of the environment's settings. Raises `InvalidInput` before anything is
+    asked for input that names no account."""
+    from atwhois.auth import oauth_server
+
+    settings = config or _config_from_environment()
+    if directory is not None:
+        return await oauth_server(directory, identifier, config=settings)
+    from atwhois.resolver.resolver import Resolver
+
+    async with Resolver(settings) as resolver:
+        return await oauth_server(resolver, identifier)
+
+
+def oauth_server(
+    identifier: str, *, config: Config | None = None, directory: Directory | None = None
+) -> OAuthServer:
+    """`aoauth_server`, as a plain call, on the library's loop."""
+    from atwhois.foundation.loop import run_sync
+
+    return run_sync(aoauth_server(identifier, config=config, directory=directory))
+
+
+async def acheck_token_response(
+    response: Any,
+    *,
+    issuer: str,
+    did: str | None = None,
+    config: Config | None = None,
+    directory: Directory | None = None,
+) -> TokenCheck:
+    """After the OAuth token exchange (docs/spec.md: O-TOK-*): `response` is the token
+    endpoint's JSON (text, bytes or decoded), `issuer` the session's authorization server,
+    `did` the account the flow started from (None when it started from a server). Checked:
+    a DPoP token, `scope` with `atproto`, `sub` that DID, and `sub`'s authorization server,
+    resolved afresh, `issuer`. `outcome` is `ok`, `invalid` (`rule`) or `unavailable`.
+    Raises `InvalidInput` for an issuer or DID that is not one."""
+    from atwhois.auth import check_token_response
+
+    settings = config or _config_from_environment()
+    if directory is not None:
+        return await check_token_response(
+            directory, response, issuer=issuer, did=did, config=settings
+        )
+    from atwhois.resolver.resolver import Resolver
+
+    async with Resolver(settings) as resolver:
+        return await check_token_response(resolver, response, issuer=issuer, did=did)
+
+
+def check_token_response(
+    response: Any,
+    *,
+    issuer: str,
+    did: str | None = None,
+    config: Config | None = None,
+    directory: Directory | None = None,
+) -> TokenCheck:
+    """`acheck_token_response`, as a plain call, on the library's loop."""
+    from atwhois.foundation.loop import run_sync
+
+    checking = acheck_token_response(
+        response, issuer=issuer, did=did, config=config, directory=directory
+    )
+    return run_sync(checking)
 
 
 def _config_from_environment() -> Config:

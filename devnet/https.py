@@ -249,7 +249,8 @@ class HttpsHosts:
         file = self.file_for(host, path)
         if method != "GET" or not file.is_file():
             return await _send(writer, 404, b"not found")
-        content_type = "application/json" if path.endswith(".json") else "text/plain"
+        as_json = path.endswith(".json") or path in world.OAUTH_DOCUMENTS
+        content_type = "application/json" if as_json else "text/plain"
         return await _send(writer, 200, file.read_bytes(), [("Content-Type", content_type)])
 
     async def _from_pds(

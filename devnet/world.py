@@ -7,10 +7,13 @@ what each case should produce). Every name here lives under the reserved `test.`
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
+
+from atwhois.testing import authorization_server_metadata, protected_resource_metadata
 
 PDS = "https://pds.test"
 # The reference PDS of the test network (devnet/pds.py): its host, the domain of the
@@ -272,6 +275,21 @@ STATIC_FILES: dict[tuple[str, str], str] = {
     (TLS_UNKNOWN_CA, WELL_KNOWN): "{did:alice}",
     (TLS_WRONG_NAME, WELL_KNOWN): "{did:alice}",
 }
+
+# OAuth (issue 68): a PDS whose authorization server is another host, an entryway, as
+# bsky.social is for Bluesky's PDSes (the reference PDS of the test network is its own).
+# Both serve the reference's documents (`atwhois.testing`'s, held to tests/vectors/oauth/).
+ENTRYWAY = "https://entryway.test"
+ENTRYWAY_PDS = "https://pds.entryway.test"
+PROTECTED_RESOURCE = "/.well-known/oauth-protected-resource"
+AUTHORIZATION_SERVER = "/.well-known/oauth-authorization-server"
+OAUTH_DOCUMENTS = {PROTECTED_RESOURCE, AUTHORIZATION_SERVER}  # served as JSON, as .json files
+STATIC_FILES[("pds.entryway.test", PROTECTED_RESOURCE)] = json.dumps(
+    protected_resource_metadata(ENTRYWAY_PDS, ENTRYWAY), separators=(",", ":")
+)
+STATIC_FILES[("entryway.test", AUTHORIZATION_SERVER)] = json.dumps(
+    authorization_server_metadata(ENTRYWAY), separators=(",", ":")
+)
 
 # One K-256 key in both encodings (spec checklist DOC-KEY-3): the same signing key.
 K256_MULTIKEY = "zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF"

@@ -128,9 +128,9 @@ def statuses_page() -> str:
 def routes() -> tuple[Any, ...]:
     """Every route the daemon describes (`atwhois serve --plc-mirror` answers them all)."""
     from atwhois.server import audits_api, operations
-    from atwhois.server.routes import LABELS, MIRROR, RECORDS, SERVICE, SERVICE_AUTH
+    from atwhois.server.routes import LABELS, MIRROR, OAUTH, RECORDS, SERVICE, SERVICE_AUTH
 
-    own = (*SERVICE, *SERVICE_AUTH, *RECORDS, *LABELS)
+    own = (*SERVICE, *SERVICE_AUTH, *RECORDS, *LABELS, *OAUTH)
     return (*own, *operations.ROUTES, *audits_api.ROUTES, *MIRROR)
 
 

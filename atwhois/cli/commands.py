@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   atwhois verify-token "$JWT" --aud did:web:feed.example#bsky_fg --lxm app.bsky.feed.getFeedSkeleton
   atwhois verify-record at://alice.example.com/app.bsky.feed.post/3k2a --cid bafyrei...
   atwhois verify-label labels.json --json
+  atwhois oauth alice.example.com
   atwhois plc verify-export export.jsonl --known-bad known_bad_cids.json
   atwhois cache stats
   atwhois cache purge alice.example.com
@@ -144,7 +145,7 @@ def _identifier_and_json(
     def arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(name, help=what)
         if server:
-            parser.add_argument("--server", metavar="URL", help="have `atwhois serve` verify")
+            parser.add_argument("--server", metavar="URL", help="have a running `atwhois serve` answer")
         _json_flag(parser)
 
     return arguments
@@ -318,6 +319,15 @@ COMMANDS = [
         "and in force, 1 invalid, negated or expired, 2 not labels, 3 unavailable)",
         [*RESOLUTION, "cache"],
         _identifier_and_json("labels' JSON: one, a list or lines; - stdin", "file", server=True),
+    ),
+    Command(
+        ("oauth",),
+        "atwhois.cli.oauth:oauth",
+        "find an account's OAuth authorization server and check it: the PDS's protected "
+        "resource metadata, the server's metadata (exit 0 ok, 1 invalid or not verified, 2 "
+        "not an account, 3 unavailable)",
+        [*RESOLUTION, "cache"],
+        _identifier_and_json("the account signing in: a handle or a DID", server=True),
     ),
     Command(
         ("history",),

@@ -46,10 +46,11 @@ from atwhois.server.labels import LabelsApi
 from atwhois.server.lifecycle import runner_settings, serve_until_stopped
 from atwhois.server.memory import TLS_READ_BUFFER, trim_periodically
 from atwhois.server.metrics import pace_families
+from atwhois.server.oauth import OAuthApi
 from atwhois.server.operations import parked_upstreams
 from atwhois.server.records import RecordsApi
 from atwhois.server.request_log import MalformedRequestLog
-from atwhois.server.routes import LABELS, MIRROR, RECORDS, SERVICE_AUTH
+from atwhois.server.routes import LABELS, MIRROR, OAUTH, RECORDS, SERVICE_AUTH
 from atwhois.server.service import Service, Settings
 from atwhois.server.service_auth import Receiver, ServiceAuthApi
 from atwhois.server.web import WebPages
@@ -197,6 +198,7 @@ def build_daemon(
     service.add_routes(app, RecordsApi(service, records), RECORDS)
     labels = LabelVerifier(cached)  # the labelers' documents the cache keeps (L-KEY-3)
     service.add_routes(app, LabelsApi(service, labels), LABELS)
+    service.add_routes(app, OAuthApi(service), OAUTH)
     service.metric_sources += [verifier.metrics, records.metrics, labels.metrics]
     WebPages(service).attach(app)
     AuditPages(service, auditor.store).attach(app)

@@ -262,7 +262,8 @@ class Fetcher:
             status, headers, body = await self._paced(url, max_bytes, accept)
             location = headers.get("Location")
             if status not in _REDIRECTS or location is None:
-                return Response(url, status, body, headers.get(MIRROR_HEADER))
+                content_type = headers.get("Content-Type")
+                return Response(url, status, body, headers.get(MIRROR_HEADER), content_type)
             if hop == max_redirects:
                 break
             url = urljoin(url, location)

@@ -23,11 +23,13 @@ from typing import Any
 from atwhois.foundation.bounded import BoundedBody
 from atwhois.foundation.version import agent
 
-from .errors import AtwhoisError
+from .errors import AtwhoisError, InvalidIdentifier
 from .identity import Identity, now_iso
 from .label import MAX_BATCH, MAX_BATCH_BYTES, MAX_LABEL, LabelRefused, LabelVerification, read
+from .oauth import OAuthServer
 from .outcome import Status
 from .record_proof import RecordVerification, claimed_cid, record_uri
+from .rules import cited
 from .service_auth import Expected, Verification
 from .tls import tls_context
 from .untrusted import parse_json
@@ -37,6 +39,7 @@ _VERIFY = "/v1/verify/service-auth"
 _RECORD = "/v1/verify/record"
 _LABEL = "/v1/verify/label"
 _LABEL_BYTES = MAX_BATCH_BYTES - MAX_LABEL - 64  # a request's labels, and room for one more
+_OAUTH = "/v1/oauth/"
 _MAX_BYTES = 4 * 1024 * 1024  # a report with its document is a few KiB
 _CHUNK = 64 * 1024
 
@@ -186,6 +189,25 @@ class Client:
             why = f"did not answer: {err or type(err).__name__}"
         reason = f"atwhois serve at {self.url} {why}"
         return [LabelVerification("unavailable", reason=reason) for _ in labels]
+
+    async def oauth_server(self, identifier: str) -> OAuthServer:
+        """The daemon finds the account's authorization server (`GET /v1/oauth/{id}`), with
+        the identities and documents it keeps (O-CACHE-1). Raises `InvalidInput` for what
+        it refuses as such (400)."""
+        path = _OAUTH + urllib.parse.quote(identifier, safe="")
+        try:
+            status, body = await self._ask("GET", path)
+            answer = parse_json(body)
+            if status in (200, 502) and isinstance(answer, dict) and "outcome" in answer:
+                return OAuthServer.from_json(answer)
+            message = str(answer.get("message", ""))[:200]
+            if status == 400:  # input the daemon refused, as a lookup here would
+                rule = (cited(message) or ["O-FLOW-1"])[0]
+                raise InvalidIdentifier(message.removesuffix(f" [{rule}]"), rule)
+            why = f"answered {status}: {message}"
+        except (DaemonUnanswered, ValueError, KeyError, TypeError, AttributeError) as err:
+            why = f"did not answer: {err or type(err).__name__}"
+        return OAuthServer("unavailable", identifier, reason=f"atwhois serve at {self.url} {why}")
 
     async def purge(self, identifier: str) -> list[str]:
         raise PurgeNotOffered(

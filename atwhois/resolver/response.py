@@ -22,6 +22,7 @@ class Response:
     status: int
     body: bytes
     provenance: str | None = None  # the `MIRROR_HEADER` of an atwhois PLC mirror's answer
+    content_type: str | None = None  # as the server said it (O-FETCH-2 reads it)
 
 
 class TxtRecords(Protocol):

@@ -8,7 +8,7 @@ import re
 
 SPEC = "docs/spec.md"
 # A tag: a family, the section's letters (none for AT URIs), a number. `P-256` is a curve.
-TAG = re.compile(r"\b(?:U|(?:H|D|DOC|C|CRYPTO|P|R|S|SA|F|POL|L)(?:-[A-Z]+)+)-\d+\b")
+TAG = re.compile(r"\b(?:U|(?:H|D|DOC|C|CRYPTO|P|R|S|SA|F|POL|L|O)(?:-[A-Z]+)+)-\d+\b")
 _CITED = re.compile(r"\[(" + TAG.pattern + r")\]")
 
 

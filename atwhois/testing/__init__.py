@@ -17,6 +17,10 @@ proofs (`atwhois.testing.mst`), their commits signed with the account's current 
 that takes moderation labels uses `World.add_labeler`, `World.label` (a label signed as
 the reference labeler signs one) and `rotate_label_key`, against `atwhois.verify_label`.
 
+An OAuth client tests its sign-in against the world's servers (each PDS its own, or one on
+another host: `entryways`) and the `token_response` they answer, with
+`atwhois.aoauth_server(handle, directory=world)` and `atwhois.acheck_token_response`.
+
 `World.resolver()` is a real `Resolver` whose DNS and HTTP edges are the world's: every rule
 (syntax, both methods, the check both ways, the three outcomes, a record's proof) runs as it
 does against the network; only the answers come from here. `World.cached()` puts a
@@ -24,7 +28,7 @@ does against the network; only the answers come from here. `World.cached()` puts
 app over it, in process. The world changes between steps as the network does:
 `change_handle`, `remove_handle`, `rotate_key`, `tombstone`, `fail` and `heal`, `lag` and
 `catch_up`.
-DNSSEC and the PDS check need the network (or the project's test network)."""
+DNSSEC, the PDS check and records need the network (or the project's test network)."""
 
 from __future__ import annotations
 
@@ -53,7 +57,7 @@ from atwhois.resolver.response import AuthoritativeTxt, Response, TxtAuthority
 from .pds import Repository, record_block
 
 if TYPE_CHECKING:
-    from aiohttp import web
+    from aiohttp.web import Application
 
     from atwhois.cache import CachedResolver
     from atwhois.cache.stores import Store
@@ -61,7 +65,13 @@ if TYPE_CHECKING:
     from atwhois.resolver.record_proof import RecordVerification
     from atwhois.resolver.resolver import Resolver
 
-__all__ = ["Fault", "StrongRef", "World"]
+__all__ = [
+    "Fault",
+    "StrongRef",
+    "World",
+    "authorization_server_metadata",
+    "protected_resource_metadata",
+]
 
 Fault = Literal["timeout", "nxdomain", "5xx"]
 Method = Literal["dns", "https", "both"]
@@ -104,6 +114,10 @@ class World:
     lagging: bool = False  # the directory serves what it served before the latest changes
     # what the recursive resolver keeps answering (None: it answers as the zones do)
     resolver_holds: dict[str, list[str]] | None = None
+    # a PDS -> its authorization server on another host (an entryway; else it is its own)
+    entryways: dict[str, str] = field(default_factory=dict)
+    # URL -> the JSON served there instead of what the world makes (None: a 404)
+    oauth_documents: dict[str, Any] = field(default_factory=dict)
     asked: Counter[str] = field(default_factory=Counter)
 
     # --- the world's identities --------------------------------------------------------
@@ -218,6 +232,13 @@ class World:
         sig = coincurve.PrivateKey(secret).sign_recoverable(libipld.encode_dag_cbor(signed))
         return {**signed, "sig": {"$bytes": base64.b64encode(sig[:64]).decode().rstrip("=")}}
 
+    def token_response(self, did: str, *, scope: str = "atproto transition:generic") -> Any:
+        """What the account's authorization server answers a token request with (the
+        reference's `buildTokenResponse`): a DPoP token, its scope, `sub` the DID."""
+        access, refresh = os.urandom(24).hex(), os.urandom(24).hex()
+        return {"access_token": access, "token_type": "DPoP", "refresh_token": refresh,
+                "scope": scope, "expires_in": 3600, "sub": did}  # fmt: skip
+
     def change_handle(self, did: str, handle: str, *, method: Method = "dns") -> None:
         """The account's new handle: its document and its records change together (a
         lagging directory keeps serving the old document until `catch_up`)."""
@@ -266,6 +287,11 @@ class World:
 
     # --- what the world plugs into ------------------------------------------------------
 
+    @property
+    def web(self) -> _Edge:
+        """The world's hosts, as the resolver's fetcher of strangers' hosts asks them."""
+        return _Edge(self)
+
     def config(self, **options: Any) -> Config:
         """A resolver configuration for this world (`options`: other `Config` fields)."""
         return Config(plc_url=self.plc_url, **options)
@@ -294,7 +320,7 @@ class World:
 
         return CachedResolver(self.resolver(config), store or MemoryStore(clock=clock), clock=clock)
 
-    def daemon(self, **settings: Any) -> web.Application:
+    def daemon(self, **settings: Any) -> Application:
         """`atwhois serve`'s app over this world, in process, for aiohttp's test client
         (`TestClient(TestServer(app))`: no subprocess). `settings`: the daemon's settings
         by name (`refresh_token="…"`, …); its cache is in memory and its audit history in
@@ -306,7 +332,7 @@ class World:
         values = Values(**{"cache": "memory:", "audit_db": str(folder / "audit.db"), **settings})
         app = build_daemon(values, self.config(), resolvers=self.resolver).app
 
-        async def remove_folder(_: web.Application) -> None:
+        async def remove_folder(_: Application) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
         app.on_cleanup.append(remove_folder)
@@ -439,6 +465,10 @@ class _Edge:
             return _capped(self._get_record(url, host, parse_qs(parts.query)), max_bytes)
         if parts.path == "/.well-known/atproto-did" and host in self.world.well_known:
             return _capped(Response(url, 200, self.world.well_known[host].encode()), max_bytes)
+        document = self._oauth(url, f"{parts.scheme}://{parts.netloc}", parts.path)
+        if document is not None:
+            body = json.dumps(document).encode()
+            return _capped(Response(url, 200, body, content_type="application/json"), max_bytes)
         return Response(url, 404, b"")
 
     def _get_record(self, url: str, host: str, query: dict[str, list[str]]) -> Response:
@@ -453,6 +483,20 @@ class _Edge:
         proof = account.repository.get_record(did, signer, f"{collection}/{rkey}")
         return Response(url, 200, proof)
 
+    def _oauth(self, url: str, origin: str, path: str) -> Any:
+        """The OAuth document at `url`: a test's (`oauth_documents`), else the world's."""
+        if url in self.world.oauth_documents:
+            return self.world.oauth_documents[url]
+        pdses = {account.pds for account in self.world.accounts.values()}
+        if path == "/.well-known/oauth-protected-resource" and origin in pdses:
+            return protected_resource_metadata(origin, self.world.entryways.get(origin, origin))
+        if path == "/.well-known/oauth-authorization-server":
+            if origin in self.world.entryways.values():
+                return authorization_server_metadata(origin)
+            if origin in pdses and origin not in self.world.entryways:
+                return authorization_server_metadata(origin, protected_resources=[origin])
+        return None
+
     def _directory(self, url: str, did: str) -> Response:
         if self.world._fault(did) == "5xx":
             return Response(url, 503, b"")
@@ -465,6 +509,52 @@ class _Edge:
 
     async def aclose(self) -> None:
         pass
+
+
+def protected_resource_metadata(resource: str, issuer: str) -> dict[str, Any]:
+    """What a reference PDS serves at `/.well-known/oauth-protected-resource` (`@atproto/pds`'s
+    `auth-routes`; tests/vectors/oauth/ hold its bytes): itself, and its one server."""
+    return {"resource": resource, "authorization_servers": [issuer], "scopes_supported": [],
+            "bearer_methods_supported": ["header"],
+            "resource_documentation": "https://atproto.com"}  # fmt: skip
+
+
+def authorization_server_metadata(
+    issuer: str, *, protected_resources: list[str] | None = None
+) -> dict[str, Any]:
+    """What a reference authorization server serves at its
+    `/.well-known/oauth-authorization-server` (`@atproto/oauth-provider`'s `buildMetadata`,
+    field for field and in its order; tests/vectors/oauth/ hold its bytes): a PDS names
+    itself in `protected_resources`, an entryway names none."""
+    algorithms = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES256K",
+                  "ES384", "ES512"]  # fmt: skip
+    metadata = {
+        "issuer": issuer, "request_parameter_supported": True,
+        "request_uri_parameter_supported": True, "require_request_uri_registration": True,
+        "scopes_supported": ["atproto", "transition:email", "transition:generic",
+                             "transition:chat.bsky"],
+        "subject_types_supported": ["public"], "response_types_supported": ["code"],
+        "response_modes_supported": ["query", "fragment", "form_post"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "code_challenge_methods_supported": ["S256"], "ui_locales_supported": ["en-US"],
+        "display_values_supported": ["page", "popup", "touch"],
+        "request_object_signing_alg_values_supported": [*algorithms, "none"],
+        "authorization_response_iss_parameter_supported": True,
+        "request_object_encryption_alg_values_supported": [],
+        "request_object_encryption_enc_values_supported": [],
+        "jwks_uri": f"{issuer}/oauth/jwks", "authorization_endpoint": f"{issuer}/oauth/authorize",
+        "token_endpoint": f"{issuer}/oauth/token",
+        "token_endpoint_auth_methods_supported": ["none", "private_key_jwt"],
+        "token_endpoint_auth_signing_alg_values_supported": algorithms,
+        "revocation_endpoint": f"{issuer}/oauth/revoke",
+        "pushed_authorization_request_endpoint": f"{issuer}/oauth/par",
+        "require_pushed_authorization_requests": True,
+        "dpop_signing_alg_values_supported": algorithms,
+        "protected_resources": protected_resources,
+        "client_id_metadata_document_supported": True,
+        "prompt_values_supported": ["none", "login", "consent", "select_account", "create"],
+    }  # fmt: skip
+    return {name: value for name, value in metadata.items() if value is not None}
 
 
 def _capped(response: Response, max_bytes: int) -> Response:

@@ -26,12 +26,13 @@ from tests.house.test_layers import imported, part
 EXPORTED = {
     "AtwhoisError", "CachedResolver", "Client", "Config", "DidDeactivated", "Directory",
     "Expected", "Identity", "InvalidData", "InvalidInput", "LabelVerification",
-    "LabelVerifier", "Lifetime", "MemoryStore", "NonceStore", "NotFound", "Policy",
-    "RecordVerification", "RedisStore", "ReplayNeedsAVerifier", "ResolutionError",
-    "Resolver", "ServiceAuthVerifier", "SqliteStore", "Status", "Store", "UpstreamFailure",
-    "Verification", "WrongEventLoop", "__version__", "alookup", "averify_label",
-    "averify_record", "averify_service_auth", "lookup", "verify_label", "verify_record",
-    "verify_service_auth",
+    "LabelVerifier", "Lifetime", "MemoryStore", "NonceStore", "NotFound", "OAuthServer",
+    "Policy", "RecordVerification", "RedisStore", "ReplayNeedsAVerifier", "ResolutionError",
+    "Resolver", "ServiceAuthVerifier", "SqliteStore", "Status", "Store", "TokenCheck",
+    "UpstreamFailure", "Verification", "WrongEventLoop", "__version__",
+    "acheck_token_response", "alookup", "aoauth_server", "averify_label", "averify_record",
+    "averify_service_auth", "check_token_response", "lookup", "oauth_server", "verify_label",
+    "verify_record", "verify_service_auth",
 }  # fmt: skip
 
 

@@ -19,7 +19,15 @@ from schemathesis.checks import (
 )
 
 from atwhois.server import audits_api, operations
-from atwhois.server.routes import LABELS, MIRROR, RECORDS, SERVICE, SERVICE_AUTH, described
+from atwhois.server.routes import (
+    LABELS,
+    MIRROR,
+    OAUTH,
+    RECORDS,
+    SERVICE,
+    SERVICE_AUTH,
+    described,
+)
 from devnet.atwhois import Daemon, daemon_here
 from devnet.network import DevnetState
 
@@ -52,7 +60,7 @@ def api(contract_daemon: Daemon) -> Any:
 
 # what atwhois serve answers (with --plc-mirror, the mirror's read API too)
 _PATHS = described(
-    (*SERVICE, *operations.ROUTES, *audits_api.ROUTES, *MIRROR, *SERVICE_AUTH, *RECORDS, *LABELS)
+    (*SERVICE, *operations.ROUTES, *audits_api.ROUTES, *MIRROR, *SERVICE_AUTH, *RECORDS, *LABELS, *OAUTH)
 )
 OPERATIONS = [
     (path, method.upper(), mode)

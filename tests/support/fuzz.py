@@ -3,7 +3,8 @@ bodies, `Retry-After` headers, DID documents, PLC operations, audit logs and exp
 service auth tokens (their text, and their header's and claims' bytes through the
 verifier), XRPC query strings and bodies, the TOML configuration, DNSSEC responses and the
 walk over them (`fuzz_dnssec`), DRISL blocks and records' proofs (`fuzz_records`),
-moderation labels and labelers' frames (`fuzz_labels`); and the
+moderation labels and labelers' frames (`fuzz_labels`), OAuth discovery's documents and
+token responses (`fuzz_oauth`); and the
 followers of hostile sources (`fuzz_hostile`): export page sequences, stream frame
 sequences, the mirror's read API queries.
 
@@ -61,7 +62,7 @@ from devnet.atwhois import error_name
 from devnet.jetstream_wire import events
 from devnet.synthetic_plc import export_lines
 
-from . import fuzz_dnssec, fuzz_labels, fuzz_records
+from . import fuzz_dnssec, fuzz_labels, fuzz_oauth, fuzz_records
 from .fuzz_hostile import HOSTILE
 from .fuzz_inputs import (
     LOGS,
@@ -504,6 +505,13 @@ TARGETS = [
     Target("label bytes and frames", flipped_or_random(fuzz_labels.BYTES), fuzz_labels.label_bytes),
     Target("labels as JSON", fuzz_labels.labels_json, fuzz_labels.label_json),
     Target("labels through the verifier", fuzz_labels.batches, fuzz_labels.through_verifier),
+    Target(
+        "OAuth documents",
+        st.tuples(flipped_or_random(fuzz_oauth.SEEDS), flipped_or_random(fuzz_oauth.SEEDS)),
+        fuzz_oauth.documents,
+    ),
+    Target("OAuth discovery", fuzz_oauth.document_values, fuzz_oauth.flow),
+    Target("OAuth token responses", fuzz_oauth.token_responses, fuzz_oauth.token),
     Target("DNSSEC records", flipped_or_random(fuzz_dnssec.SEEDS), fuzz_dnssec.rules_and_walk),
     Target("service auth tokens", tokens, _service_auth),
     Target("service auth token bytes", token_bytes, _token_bytes),

@@ -145,7 +145,9 @@ def _identifier_and_json(
     def arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(name, help=what)
         if server:
-            parser.add_argument("--server", metavar="URL", help="have a running `atwhois serve` answer")
+            parser.add_argument(
+                "--server", metavar="URL", help="have a running `atwhois serve` answer"
+            )
         _json_flag(parser)
 
     return arguments

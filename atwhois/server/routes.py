@@ -442,6 +442,12 @@ LABELS = (
                 "413": openapi.content(openapi.ERROR, openapi.REASONS[413]),
                 "502": openapi.content(
                     _LABEL_ANSWER, "a labeler could not be resolved now (Retry-After)"
+                ),
+                "503": openapi.content(openapi.ERROR, openapi.REASONS[503]),
+            },
+        },
+    ),
+)
 
 # An account's OAuth authorization server, found from its identity and checked (`oauth`, O-*).
 _OAUTH_STRINGS = "query did handle pds issuer rule reason status"

@@ -60,7 +60,16 @@ def api(contract_daemon: Daemon) -> Any:
 
 # what atwhois serve answers (with --plc-mirror, the mirror's read API too)
 _PATHS = described(
-    (*SERVICE, *operations.ROUTES, *audits_api.ROUTES, *MIRROR, *SERVICE_AUTH, *RECORDS, *LABELS, *OAUTH)
+    (
+        *SERVICE,
+        *operations.ROUTES,
+        *audits_api.ROUTES,
+        *MIRROR,
+        *SERVICE_AUTH,
+        *RECORDS,
+        *LABELS,
+        *OAUTH,
+    )
 )
 OPERATIONS = [
     (path, method.upper(), mode)

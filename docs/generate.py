@@ -127,10 +127,10 @@ def statuses_page() -> str:
 
 def routes() -> tuple[Any, ...]:
     """Every route the daemon describes (`atwhois serve --plc-mirror` answers them all)."""
-    from atwhois.server import audits_api, operations
-    from atwhois.server.routes import LABELS, MIRROR, OAUTH, RECORDS, SERVICE, SERVICE_AUTH
+    from atwhois.server import audits_api, labels, oauth, operations, records
+    from atwhois.server.routes import MIRROR, SERVICE, SERVICE_AUTH
 
-    own = (*SERVICE, *SERVICE_AUTH, *RECORDS, *LABELS, *OAUTH)
+    own = (*SERVICE, *SERVICE_AUTH, *records.ROUTES, *labels.ROUTES, *oauth.ROUTES)
     return (*own, *operations.ROUTES, *audits_api.ROUTES, *MIRROR)
 
 

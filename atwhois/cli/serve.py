@@ -42,15 +42,18 @@ from atwhois.server import hooks
 from atwhois.server.audits_api import AuditApi
 from atwhois.server.audits_pages import AuditPages
 from atwhois.server.connections import ConnectionLimit
+from atwhois.server.labels import ROUTES as LABELS
 from atwhois.server.labels import LabelsApi
 from atwhois.server.lifecycle import runner_settings, serve_until_stopped
 from atwhois.server.memory import TLS_READ_BUFFER, trim_periodically
 from atwhois.server.metrics import pace_families
+from atwhois.server.oauth import ROUTES as OAUTH
 from atwhois.server.oauth import OAuthApi
 from atwhois.server.operations import parked_upstreams
+from atwhois.server.records import ROUTES as RECORDS
 from atwhois.server.records import RecordsApi
 from atwhois.server.request_log import MalformedRequestLog
-from atwhois.server.routes import LABELS, MIRROR, OAUTH, RECORDS, SERVICE_AUTH
+from atwhois.server.routes import MIRROR, SERVICE_AUTH
 from atwhois.server.service import Service, Settings
 from atwhois.server.service_auth import Receiver, ServiceAuthApi
 from atwhois.server.web import WebPages

@@ -19,9 +19,51 @@ from atwhois.auth import LabelVerifier
 from atwhois.resolver.label import MAX_BATCH, MAX_BATCH_BYTES
 from atwhois.resolver.untrusted import parse_json
 
+from . import openapi
 from .bodies import json_response
+from .routes import Route
 from .service import Service
 from .xrpc_errors import XrpcError
+
+_LABEL_FIELDS = "rule reason src uri val cid cts exp key"
+_LABEL_VERDICT = openapi.object_of(
+    {
+        "outcome": {"type": "string", "enum": ["verified", "invalid", "unavailable"]},
+        **{name: {"type": "boolean"} for name in ("verified", "in_force", "negated", "expired")},
+        "neg": openapi.nullable("boolean"),  # as received: true, false, or absent (null)
+        "document": openapi.object_of(
+            {"checked_at": openapi.nullable("string"), "refreshed": {"type": "boolean"}}
+        ),
+        **{name: openapi.nullable("string") for name in _LABEL_FIELDS.split()},
+    }
+)
+_LABEL_ANSWER = {"oneOf": [_LABEL_VERDICT, openapi.object_of({"verdicts": {"type": "array"}})]}
+_ONE_TO_MANY = {"type": "array", "items": {"type": "object"}, "minItems": 1, "maxItems": 1000}
+_ONE_OR_MANY = [
+    openapi.object_of({"label": {"type": "object"}}),
+    openapi.object_of({"labels": _ONE_TO_MANY}),
+]
+_LABELS_ASKED = {"schema": {"oneOf": _ONE_OR_MANY}}  # one label, or a list of them
+ROUTES = (
+    Route(
+        "POST",
+        "/v1/verify/label",
+        "verify_label",
+        {
+            "summary": "Moderation labels checked against their labelers' #atproto_label keys",
+            "requestBody": {"required": True, "content": {"application/json": _LABELS_ASKED}},
+            "responses": {
+                "200": openapi.content(_LABEL_ANSWER, "each verified (in force or not) or invalid"),
+                "400": openapi.content(openapi.ERROR, "a body that holds no label objects"),
+                "413": openapi.content(openapi.ERROR, openapi.REASONS[413]),
+                "502": openapi.content(
+                    _LABEL_ANSWER, "a labeler could not be resolved now (Retry-After)"
+                ),
+                "503": openapi.content(openapi.ERROR, openapi.REASONS[503]),
+            },
+        },
+    ),
+)
 
 
 class LabelsApi:

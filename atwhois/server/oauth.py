@@ -11,9 +11,48 @@ from aiohttp import web
 from atwhois.auth import oauth_server
 from atwhois.resolver.errors import InvalidInput
 
+from . import openapi
 from .bodies import json_response
+from .routes import Route
 from .service import Service
 from .xrpc_errors import XrpcError
+
+_OAUTH_STRINGS = "query did handle pds issuer rule reason status"
+_ACCOUNT = openapi.AT_IDENTIFIER
+_OAUTH_SERVER = openapi.object_of(
+    {
+        "outcome": {"type": "string", "enum": ["ok", "invalid", "not_verified", "unavailable"]},
+        "ok": {"type": "boolean"},
+        "protected_resource": {"type": ["object", "null"]},  # as the PDS serves it
+        "authorization_server": {"type": ["object", "null"]},  # as the issuer serves it
+        "kept_s": openapi.nullable("number"),  # how long the documents were kept (O-CACHE-1)
+        "identity": {"oneOf": [{"type": "null"}, openapi.IDENTITY]},
+        **{name: openapi.nullable("string") for name in _OAUTH_STRINGS.split()},
+    }
+)
+ROUTES = (
+    Route(
+        "GET",
+        "/v1/oauth/{identifier}",
+        "oauth_server",
+        {
+            "summary": "An account's OAuth authorization server: its PDS's protected resource "
+            "metadata and the server's metadata, checked against the atproto profile",
+            # the account: a handle or a DID (what else a lookup reads is taken too)
+            "parameters": [
+                {**openapi.PATH_IDENTIFIER, "schema": {"type": "string", "pattern": _ACCOUNT}}
+            ],
+            "responses": {
+                "200": openapi.content(_OAUTH_SERVER, "ok, invalid (the rule) or not verified"),
+                "400": openapi.content(openapi.ERROR, "input that names no account"),
+                "502": openapi.content(
+                    _OAUTH_SERVER, "unavailable: asked again later, it may be ok (Retry-After)"
+                ),
+                "503": openapi.content(openapi.ERROR, openapi.REASONS[503]),
+            },
+        },
+    ),
+)
 
 
 class OAuthApi:

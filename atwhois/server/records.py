@@ -13,9 +13,49 @@ from aiohttp import web
 from atwhois.auth import RecordVerifier
 from atwhois.resolver.errors import InvalidInput
 
+from . import openapi
 from .bodies import json_response
+from .routes import Route
 from .service import Service
 from .xrpc_errors import XrpcError
+
+_RECORD_STRINGS = "uri did collection rkey rule reason cid commit rev key pds status claimed"
+_RECORD_VERDICT = openapi.object_of(
+    {
+        "outcome": {
+            "type": "string",
+            "enum": ["verified", "invalid", "absent", "inactive", "unavailable"],
+        },
+        "verified": {"type": "boolean"},
+        "proven": {"type": "boolean"},  # verified, or absent as the signed tree shows
+        "matches": openapi.nullable("boolean"),  # whether it is the CID given
+        "refreshed": {"type": "boolean"},
+        "value": {},  # the record, in atproto's JSON form
+        **{name: openapi.nullable("string") for name in _RECORD_STRINGS.split()},
+    }
+)
+ROUTES = (
+    Route(
+        "GET",
+        "/v1/verify/record",
+        "verify_record",
+        {
+            "summary": "A record verified at its PDS: the signed commit, the MST path, the record",
+            "parameters": [
+                openapi.query("uri", "the record's at:// URI (authority, collection, rkey)"),
+                openapi.optional_query("cid", {"type": "string", "minLength": 1}),
+            ],
+            "responses": {
+                "200": openapi.content(_RECORD_VERDICT, "verified, invalid, absent or inactive"),
+                "400": openapi.content(openapi.ERROR, "a URI or CID that is not one"),
+                "502": openapi.content(
+                    _RECORD_VERDICT, "unavailable: asked again later, it may verify (Retry-After)"
+                ),
+                "503": openapi.content(openapi.ERROR, openapi.REASONS[503]),
+            },
+        },
+    ),
+)
 
 
 class RecordsApi:

@@ -172,7 +172,7 @@ async def alookup(
         return await directory.lookup(identifier)
     from atwhois.resolver.resolver import Resolver
 
-    async with Resolver(config or _config_from_environment()) as resolver:
+    async with Resolver(config) as resolver:
         return await resolver.lookup(identifier)
 
 
@@ -210,7 +210,7 @@ async def averify_service_auth(
         return await verify_token(token, expected, directory, replay=replay)
     from atwhois.resolver.resolver import Resolver
 
-    async with Resolver(config or _config_from_environment()) as resolver:
+    async with Resolver(config) as resolver:
         return await verify_token(token, expected, resolver, replay=replay)
 
 
@@ -263,7 +263,7 @@ async def averify_record(
         return await verify_record(directory, uri, cid=cid, record=record, config=settings)
     from atwhois.resolver.resolver import Resolver
 
-    async with Resolver(config or _config_from_environment()) as resolver:
+    async with Resolver(config) as resolver:
         return await resolver.verify_record(uri, cid=cid, record=record)
 
 
@@ -301,7 +301,7 @@ async def averify_label(
         return (await verify_labels(directory, [label]))[0]
     from atwhois.resolver.resolver import Resolver
 
-    async with Resolver(config or _config_from_environment()) as resolver:
+    async with Resolver(config) as resolver:
         return (await verify_labels(resolver, [label]))[0]
 
 

@@ -14,6 +14,7 @@ import contextlib
 import inspect
 import io
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -168,29 +169,51 @@ def http_page() -> str:
 
 def python_page() -> str:
     import atwhois
+    import atwhois.testing
 
     out = [
         "# Python API",
         "",
         "What `import atwhois` offers: the names of `atwhois.__all__`, with their",
-        "documentation as the code has it. Everything else is internal.",
+        "documentation as the code has it; then `atwhois.testing`, the network in memory for",
+        "your tests. Everything else is internal.",
     ]
-    for name in sorted(atwhois.__all__, key=str.lower):
-        value = getattr(atwhois, name)
+    out += _module_names(atwhois, "")
+    out += ["", "# `atwhois.testing`", "", inspect.getdoc(atwhois.testing) or ""]
+    out += _module_names(atwhois.testing, "atwhois.testing.")
+    return "\n".join(out) + "\n"
+
+
+def _module_names(module: Any, prefix: str) -> list[str]:
+    """A section for each name of `module.__all__`: its signature and documentation, and a
+    class's public methods."""
+    out: list[str] = []
+    for name in sorted(module.__all__, key=str.lower):
+        value = getattr(module, name)
         if name == "__version__":
             out += ["", "## `__version__`", "", "The installed distribution's version."]
             continue
         kind = (
-            "exception" if _is_error(value) else "class" if inspect.isclass(value) else "function"
+            "type"  # a Literal alias: the values it admits
+            if typing.get_origin(value) is typing.Literal
+            else "exception"
+            if _is_error(value)
+            else "class"
+            if inspect.isclass(value)
+            else "function"
         )
-        out += ["", f"## `{name}` ({kind})", ""]
+        out += ["", f"## `{prefix}{name}` ({kind})", ""]
+        if kind == "type":
+            admitted = ", ".join(repr(admits) for admits in typing.get_args(value))
+            out += [f"```python\n{name} = Literal[{admitted}]\n```"]
+            continue
         out += [f"```python\n{_signature(name, value)}\n```", "", inspect.getdoc(value) or ""]
         if inspect.isclass(value) and not _is_error(value):
             for method, member in _methods(value):
-                out += ["", f"### `{name}.{method}`", ""]
+                out += ["", f"### `{prefix}{name}.{method}`", ""]
                 out += [f"```python\n{_signature(method, member)}\n```", ""]
                 out.append(inspect.getdoc(member) or "")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def exceptions_page() -> str:

@@ -79,8 +79,10 @@ class Resolver:
         `txt` answers the TXT questions of lookups without --dnssec (by default `dns`),
         `authority` those of a re-check after a change at the zone's own nameservers
         (H-DNS-9; by default over `dns`, none when `txt` is given alone):
-        `atwhois.testing.World` gives all but `dns`."""
-        self.config = config or Config()
+        `atwhois.testing.World` gives all but `dns`. Without `config`, the settings are the
+        environment's (`Config.from_environment()`), as for `atwhois.lookup` and the
+        command: a `Resolver()` and a plain call resolve alike."""
+        self.config = config or Config.from_environment()
         self._dns = dns
         self._txt = txt
         self._authority = authority

@@ -28,7 +28,7 @@ does against the network; only the answers come from here. `World.cached()` puts
 app over it, in process. The world changes between steps as the network does:
 `change_handle`, `remove_handle`, `rotate_key`, `tombstone`, `fail` and `heal`, `lag` and
 `catch_up`.
-DNSSEC, the PDS check and records need the network (or the project's test network)."""
+DNSSEC needs the network (or the project's test network)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ Fault = Literal["timeout", "nxdomain", "5xx"]
 Method = Literal["dns", "https", "both"]
 PLC_URL = "https://plc.world.invalid"  # never a real host: the world answers it
 PDS_URL = "https://pds.world.example"
-GET_RECORD = "/xrpc/com.atproto.sync.getRecord"
+SYNC = "/xrpc/com.atproto.sync."  # the PDS's repository methods
 LABELER_URL = "https://labeler.world.example"
 
 
@@ -104,7 +104,7 @@ class _Account:
 @dataclass
 class World:
     """Identities and their records, answered by the edges `resolver()` plugs in.
-    `asked` counts the questions by kind (`dns`, `https`, `plc`, `pds`: getRecord)."""
+    `asked` counts the questions by kind (`dns`, `https`, `plc`, `pds`: its sync methods)."""
 
     plc_url: str = PLC_URL
     accounts: dict[str, _Account] = field(default_factory=dict)
@@ -455,14 +455,15 @@ class _Edge:
         if url.startswith(self.world.plc_url + "/"):
             self.world.asked["plc"] += 1
             return self._directory(url, parts.path.lstrip("/"))
-        self.world.asked["pds" if parts.path == GET_RECORD else "https"] += 1
+        self.world.asked["pds" if parts.path.startswith(SYNC) else "https"] += 1
         fault = self.world._fault(host)
         if fault == "nxdomain":  # as the fetcher says of a host with no address: absent
             raise NotFound(f"{host}: NXDOMAIN (the world's fault)")
         if fault == "5xx":
             return Response(url, 503, b"")
-        if parts.path == GET_RECORD:
-            return _capped(self._get_record(url, host, parse_qs(parts.query)), max_bytes)
+        if parts.path.startswith(SYNC):
+            method = parts.path.removeprefix(SYNC)
+            return _capped(self._sync(url, host, method, parse_qs(parts.query)), max_bytes)
         if parts.path == "/.well-known/atproto-did" and host in self.world.well_known:
             return _capped(Response(url, 200, self.world.well_known[host].encode()), max_bytes)
         document = self._oauth(url, f"{parts.scheme}://{parts.netloc}", parts.path)
@@ -471,17 +472,17 @@ class _Edge:
             return _capped(Response(url, 200, body, content_type="application/json"), max_bytes)
         return Response(url, 404, b"")
 
-    def _get_record(self, url: str, host: str, query: dict[str, list[str]]) -> Response:
-        """`getRecord` as the reference PDS answers it: a proof, or `RepoNotFound` for an
-        account it does not host."""
-        did, collection, rkey = (query.get(name, [""])[0] for name in ("did", "collection", "rkey"))
+    def _sync(self, url: str, host: str, method: str, query: dict[str, list[str]]) -> Response:
+        """A `com.atproto.sync.*` method of the PDS at `host` (`Repository.answer`), or
+        `RepoNotFound` for an account it does not host."""
+        did = query.get("did", [""])[0]
         account = self.world.accounts.get(did)
         if account is None or urlsplit(account.pds).hostname != host:
             body = {"error": "RepoNotFound", "message": f"Could not find repo for DID: {did}"}
             return Response(url, 400, json.dumps(body).encode())
         signer = coincurve.PrivateKey(account.secret)
-        proof = account.repository.get_record(did, signer, f"{collection}/{rkey}")
-        return Response(url, 200, proof)
+        status, answer = account.repository.answer(method, did, signer, query)
+        return Response(url, status, answer)
 
     def _oauth(self, url: str, origin: str, path: str) -> Any:
         """The OAuth document at `url`: a test's (`oauth_documents`), else the world's."""

@@ -7,6 +7,7 @@ proof of absence when it is not. Built with `atwhois.testing.mst`, the tests' on
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ import libipld
 from atwhois.resolver import drisl
 
 from . import mst
+
+Query = dict[str, list[str]]  # a query string, parsed
+Answer = tuple[int, bytes]  # an HTTP status and its body
 
 
 def _now() -> int:
@@ -61,14 +65,41 @@ class Repository:
         self.tampered.pop(path, None)
         self.commit()
 
-    def get_record(self, did: str, key: coincurve.PrivateKey, path: str) -> bytes:
-        """The answer to `getRecord` for `path`, its commit signed by `key` now."""
+    def _tree(self) -> tuple[mst.Node, dict[bytes, bytes], bytes]:
+        """The MST of the records as they are (built again after a write), its blocks and
+        its root's CID."""
         if self._built is None:
             tree = mst.build({p.encode(): mst.cid(block) for p, block in self.records.items()})
             blocks: dict[bytes, bytes] = {}
             self._built = tree, blocks, mst.encode(tree, blocks)
-        tree, blocks, root = self._built
-        _, name, block = mst.signed_commit(key, did, data=root, rev=mst.tid(self.rev))
+        return self._built
+
+    def latest_commit(self, did: str, key: coincurve.PrivateKey) -> tuple[str, bytes, bytes]:
+        """The latest commit, signed by `key` now (deterministic signatures: the same
+        commit for the same key and rev): its CID as text, as bytes, and its block."""
+        return mst.signed_commit(key, did, data=self._tree()[2], rev=mst.tid(self.rev))
+
+    def answer(self, method: str, did: str, key: coincurve.PrivateKey, query: Query) -> Answer:
+        """A `com.atproto.sync.*` method of the PDS hosting this repository, as the reference
+        answers it: `getRecord` (a proof), and what the PDS check asks (`getRepoStatus`,
+        `getLatestCommit`, `getBlocks` of the commit); another method is not served."""
+        if method == "getRecord":
+            collection, rkey = (query.get(name, [""])[0] for name in ("collection", "rkey"))
+            return 200, self.get_record(did, key, f"{collection}/{rkey}")
+        if method == "getRepoStatus":
+            return 200, json.dumps({"did": did, "active": True, "rev": mst.tid(self.rev)}).encode()
+        name, raw, block = self.latest_commit(did, key)
+        if method == "getLatestCommit":
+            return 200, json.dumps({"cid": name, "rev": mst.tid(self.rev)}).encode()
+        if method == "getBlocks" and query.get("cids") == [name]:
+            return 200, mst.car((raw, block))
+        body = {"error": "InvalidRequest", "message": f"{method}: not served by this PDS"}
+        return 400, json.dumps(body).encode()
+
+    def get_record(self, did: str, key: coincurve.PrivateKey, path: str) -> bytes:
+        """The answer to `getRecord` for `path`, its commit signed by `key` now."""
+        tree, blocks, _ = self._tree()
+        _, name, block = self.latest_commit(did, key)
         record = None
         if path in self.records:
             held = self.records[path]

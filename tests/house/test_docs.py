@@ -17,6 +17,7 @@ from types import ModuleType
 import pytest
 
 import atwhois
+import atwhois.testing
 from atwhois import settings
 from atwhois.audit import KINDS
 from atwhois.cache.accounts import STATUSES
@@ -109,6 +110,9 @@ def test_every_name_the_code_defines_has_an_entry() -> None:
     python = pages["reference/python-api.md"]
     for name in atwhois.__all__:
         assert f"## `{name}`" in python, name
+    for name in atwhois.testing.__all__:  # the kit a service's tests are written with
+        assert f"## `atwhois.testing.{name}`" in python, name
+    assert "### `atwhois.testing.World.service_token`" in python
     for cls in (atwhois.CachedResolver, atwhois.Resolver):  # their API, not the daemon's
         shown = set(re.findall(rf"^### `{cls.__name__}\.(\w+)`", python, re.M))
         assert shown == {"__init__", *cls.PUBLIC}, (cls, shown)

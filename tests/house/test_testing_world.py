@@ -4,6 +4,8 @@ a user would write one; the same rules run as against the test network's real se
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import atwhois
 from atwhois.testing import World
 
@@ -169,3 +171,24 @@ async def test_each_fault_is_the_outcome_the_real_edges_give() -> None:
         failing = await resolver.lookup("gina.example.org")
         assert failing.status is atwhois.Status.UNAVAILABLE
         assert failing.dns.outcome == failing.https.outcome == "failed"
+
+
+async def test_the_pds_check_runs_against_the_worlds_pds() -> None:
+    """R-PDS-*, R-COMMIT-4 over the world: its PDS answers what the check asks
+    (getRepoStatus, getLatestCommit, getBlocks), its commit signed with the account's key."""
+    world = World()
+    did = world.add("alice.example.org")
+    held = await world.lookup("alice.example.org")
+    checked = (await world.check_pds(held)).pds_check
+    assert checked is not None and checked.outcome == "hosted", checked
+    assert checked.key == held.signing_key and checked.rev is not None
+    world.rotate_key(did)  # the PDS signs with the new key; `held` names the old one
+    refused = (await world.check_pds(held)).pds_check
+    assert refused is not None and refused.outcome == "invalid"
+    assert "R-COMMIT-4" in (refused.error or "")
+    again = (await world.check_pds(await world.lookup("alice.example.org"))).pds_check
+    assert again is not None and again.outcome == "hosted" and again.rev != checked.rev
+    elsewhere = world.add("bob.example.org", pds="https://other.world.example")
+    moved = replace(held, did=elsewhere)  # bob's account is not at alice's PDS
+    absent = (await world.check_pds(moved)).pds_check
+    assert absent is not None and absent.outcome == "not_hosted", absent

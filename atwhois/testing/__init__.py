@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -44,16 +43,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
-from urllib.parse import parse_qs, urlsplit
 
 import coincurve
 
 from atwhois.resolver.config import Config
-from atwhois.resolver.errors import NotFound, UpstreamFailure, UpstreamTimeout
+from atwhois.resolver.errors import UpstreamTimeout
 from atwhois.resolver.keys import Curve, PublicKey
 from atwhois.resolver.record_proof import record_uri
-from atwhois.resolver.response import AuthoritativeTxt, Response, TxtAuthority
+from atwhois.resolver.response import TxtAuthority
 
+from .edges import Edge
+from .oauth import authorization_server_metadata, protected_resource_metadata
 from .pds import Repository, record_block
 
 if TYPE_CHECKING:
@@ -77,7 +77,6 @@ Fault = Literal["timeout", "nxdomain", "5xx"]
 Method = Literal["dns", "https", "both"]
 PLC_URL = "https://plc.world.invalid"  # never a real host: the world answers it
 PDS_URL = "https://pds.world.example"
-SYNC = "/xrpc/com.atproto.sync."  # the PDS's repository methods
 LABELER_URL = "https://labeler.world.example"
 
 
@@ -288,9 +287,9 @@ class World:
     # --- what the world plugs into ------------------------------------------------------
 
     @property
-    def web(self) -> _Edge:
+    def web(self) -> Edge:
         """The world's hosts, as the resolver's fetcher of strangers' hosts asks them."""
-        return _Edge(self)
+        return Edge(self)
 
     def config(self, **options: Any) -> Config:
         """A resolver configuration for this world (`options`: other `Config` fields)."""
@@ -303,7 +302,7 @@ class World:
         zones' own nameservers, which a refresh asks (by default the world's records)."""
         from atwhois.resolver.resolver import Resolver
 
-        edge = _Edge(self)
+        edge = Edge(self)
         zones = authority or edge
         return Resolver(config or self.config(), txt=edge, web=edge, plc=edge, authority=zones)
 
@@ -414,156 +413,6 @@ class World:
         if fault == "timeout":
             raise UpstreamTimeout(f"{name}: no answer in time (the world's fault)")
         return fault
-
-
-class _Edge:
-    """The resolver's DNS client and fetchers, answered from a `World`."""
-
-    def __init__(self, world: World) -> None:
-        self.world = world
-
-    async def txt(self, name: str) -> list[list[bytes]]:
-        self.world.asked["dns"] += 1
-        held = self.world.resolver_holds
-        return self._records(name, self.world.txt if held is None else held)
-
-    async def txt_answer(self, name: str) -> AuthoritativeTxt:
-        """The zone's own answer (`hold_dns` does not reach it)."""
-        self.world.asked["dns_authority"] += 1
-        records = self._records(name, self.world.txt)
-        return AuthoritativeTxt("ns.world.example (atwhois.testing)", records, None)
-
-    def _records(self, name: str, zone: dict[str, list[str]]) -> list[list[bytes]]:
-        fault = self.world._fault(name.removeprefix("_atproto.").rstrip("."))
-        if fault == "5xx":
-            raise UpstreamFailure(f"{name}: SERVFAIL (the world's fault)")
-        if fault == "nxdomain":
-            return []
-        return [[value.encode()] for value in zone.get(name.rstrip("."), [])]
-
-    async def get(
-        self,
-        url: str,
-        *,
-        max_bytes: int,
-        timeout: float,
-        max_redirects: int = 0,
-        accept: str = "*/*",
-    ) -> Response:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        if url.startswith(self.world.plc_url + "/"):
-            self.world.asked["plc"] += 1
-            return self._directory(url, parts.path.lstrip("/"))
-        self.world.asked["pds" if parts.path.startswith(SYNC) else "https"] += 1
-        fault = self.world._fault(host)
-        if fault == "nxdomain":  # as the fetcher says of a host with no address: absent
-            raise NotFound(f"{host}: NXDOMAIN (the world's fault)")
-        if fault == "5xx":
-            return Response(url, 503, b"")
-        if parts.path.startswith(SYNC):
-            method = parts.path.removeprefix(SYNC)
-            return _capped(self._sync(url, host, method, parse_qs(parts.query)), max_bytes)
-        if parts.path == "/.well-known/atproto-did" and host in self.world.well_known:
-            return _capped(Response(url, 200, self.world.well_known[host].encode()), max_bytes)
-        document = self._oauth(url, f"{parts.scheme}://{parts.netloc}", parts.path)
-        if document is not None:
-            body = json.dumps(document).encode()
-            return _capped(Response(url, 200, body, content_type="application/json"), max_bytes)
-        return Response(url, 404, b"")
-
-    def _sync(self, url: str, host: str, method: str, query: dict[str, list[str]]) -> Response:
-        """A `com.atproto.sync.*` method of the PDS at `host` (`Repository.answer`), or
-        `RepoNotFound` for an account it does not host."""
-        did = query.get("did", [""])[0]
-        account = self.world.accounts.get(did)
-        if account is None or urlsplit(account.pds).hostname != host:
-            body = {"error": "RepoNotFound", "message": f"Could not find repo for DID: {did}"}
-            return Response(url, 400, json.dumps(body).encode())
-        signer = coincurve.PrivateKey(account.secret)
-        status, answer = account.repository.answer(method, did, signer, query)
-        return Response(url, status, answer)
-
-    def _oauth(self, url: str, origin: str, path: str) -> Any:
-        """The OAuth document at `url`: a test's (`oauth_documents`), else the world's."""
-        if url in self.world.oauth_documents:
-            return self.world.oauth_documents[url]
-        pdses = {account.pds for account in self.world.accounts.values()}
-        if path == "/.well-known/oauth-protected-resource" and origin in pdses:
-            return protected_resource_metadata(origin, self.world.entryways.get(origin, origin))
-        if path == "/.well-known/oauth-authorization-server":
-            if origin in self.world.entryways.values():
-                return authorization_server_metadata(origin)
-            if origin in pdses and origin not in self.world.entryways:
-                return authorization_server_metadata(origin, protected_resources=[origin])
-        return None
-
-    def _directory(self, url: str, did: str) -> Response:
-        if self.world._fault(did) == "5xx":
-            return Response(url, 503, b"")
-        account = self.world.accounts.get(did)
-        if account is None or account.served is None:
-            return Response(url, 404, b'{"message": "DID not registered"}')
-        if account.tombstoned:
-            return Response(url, 410, b'{"message": "DID not available"}')
-        return Response(url, 200, json.dumps(account.served).encode())
-
-    async def aclose(self) -> None:
-        pass
-
-
-def protected_resource_metadata(resource: str, issuer: str) -> dict[str, Any]:
-    """What a reference PDS serves at `/.well-known/oauth-protected-resource` (`@atproto/pds`'s
-    `auth-routes`; tests/vectors/oauth/ hold its bytes): itself, and its one server."""
-    return {"resource": resource, "authorization_servers": [issuer], "scopes_supported": [],
-            "bearer_methods_supported": ["header"],
-            "resource_documentation": "https://atproto.com"}  # fmt: skip
-
-
-def authorization_server_metadata(
-    issuer: str, *, protected_resources: list[str] | None = None
-) -> dict[str, Any]:
-    """What a reference authorization server serves at its
-    `/.well-known/oauth-authorization-server` (`@atproto/oauth-provider`'s `buildMetadata`,
-    field for field and in its order; tests/vectors/oauth/ hold its bytes): a PDS names
-    itself in `protected_resources`, an entryway names none."""
-    algorithms = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES256K",
-                  "ES384", "ES512"]  # fmt: skip
-    metadata = {
-        "issuer": issuer, "request_parameter_supported": True,
-        "request_uri_parameter_supported": True, "require_request_uri_registration": True,
-        "scopes_supported": ["atproto", "transition:email", "transition:generic",
-                             "transition:chat.bsky"],
-        "subject_types_supported": ["public"], "response_types_supported": ["code"],
-        "response_modes_supported": ["query", "fragment", "form_post"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
-        "code_challenge_methods_supported": ["S256"], "ui_locales_supported": ["en-US"],
-        "display_values_supported": ["page", "popup", "touch"],
-        "request_object_signing_alg_values_supported": [*algorithms, "none"],
-        "authorization_response_iss_parameter_supported": True,
-        "request_object_encryption_alg_values_supported": [],
-        "request_object_encryption_enc_values_supported": [],
-        "jwks_uri": f"{issuer}/oauth/jwks", "authorization_endpoint": f"{issuer}/oauth/authorize",
-        "token_endpoint": f"{issuer}/oauth/token",
-        "token_endpoint_auth_methods_supported": ["none", "private_key_jwt"],
-        "token_endpoint_auth_signing_alg_values_supported": algorithms,
-        "revocation_endpoint": f"{issuer}/oauth/revoke",
-        "pushed_authorization_request_endpoint": f"{issuer}/oauth/par",
-        "require_pushed_authorization_requests": True,
-        "dpop_signing_alg_values_supported": algorithms,
-        "protected_resources": protected_resources,
-        "client_id_metadata_document_supported": True,
-        "prompt_values_supported": ["none", "login", "consent", "select_account", "create"],
-    }  # fmt: skip
-    return {name: value for name, value in metadata.items() if value is not None}
-
-
-def _capped(response: Response, max_bytes: int) -> Response:
-    if len(response.body) > max_bytes:
-        from atwhois.resolver.errors import ResponseTooLarge
-
-        raise ResponseTooLarge(f"{response.url}: over {max_bytes} bytes")
-    return response
 
 
 def _multikey(secret: bytes) -> str:

@@ -108,9 +108,11 @@ def test_plc_operations_reach_the_cache_without_an_event_stream(
 ) -> None:
     """A did:plc cached for an hour changes by real operations on the reference directory:
     a handle change, a PDS move, a tombstone. The mirror polls every second; each change is
-    what `resolveHandle`, `resolveDid` and the report give within 2 s (the interval and a
-    second), from the cache (re-verified in the background, not missed on purpose)."""
+    what `resolveHandle`, `resolveDid` and the report give within seconds, not the hour it
+    is held for (the interval and a second here; the bound leaves a loaded machine room),
+    from the cache (re-verified in the background, not missed on purpose)."""
     interval = 1.0
+    seen = 5.0  # a poll's work: an hour's expiry would be 3,600
     first, second = new_handle("fresh"), new_handle("fresh")
     account = PlcAccount(devnet.plc_url, first)
     did = account.did
@@ -122,7 +124,7 @@ def test_plc_operations_reach_the_cache_without_an_event_stream(
         assert identity(daemon, did)["cache"]["state"] == "fresh"  # held, for an hour
 
         account.set_handle(second)
-        until(lambda: identity(daemon, did)["handle"] == second, interval + 1)
+        until(lambda: identity(daemon, did)["handle"] == second, seen)
         report = identity(daemon, did)
         assert report["status"] == "verified" and report["cache"]["state"] == "fresh"
         assert resolve(daemon, "resolveHandle", handle=second).json()["did"] == did
@@ -133,12 +135,12 @@ def test_plc_operations_reach_the_cache_without_an_event_stream(
         assert document["alsoKnownAs"] == [f"at://{second}"]
 
         account.move_pds("https://elsewhere.test")
-        until(lambda: identity(daemon, did)["pds"] == "https://elsewhere.test", interval + 1)
+        until(lambda: identity(daemon, did)["pds"] == "https://elsewhere.test", seen)
         document = resolve(daemon, "resolveDid", did=did).json()["didDoc"]
         assert document["service"][0]["serviceEndpoint"] == "https://elsewhere.test"
 
         account.tombstone()
-        until(lambda: identity(daemon, did)["status"] == "did_deactivated", interval + 1)
+        until(lambda: identity(daemon, did)["status"] == "did_deactivated", seen)
         gone = resolve(daemon, "resolveDid", did=did)
         assert gone.status_code == 404 and gone.json()["error"] == "DidDeactivated"
         handle = identity(daemon, second)
@@ -300,7 +302,7 @@ def test_a_mirror_of_a_lagging_mirror_confirms_no_absence_its_upstream_had_not_r
             assert plc_answer(a.url, did).status == 200  # a reads the directory for it
             # a question about a DID b does not know waits for b to be current (it cannot
             # be, a being behind), so b's export says when the DID came
-            until(lambda: did in {entry[1] for entry in ops(b.url)}, 2)
+            until(lambda: did in {entry[1] for entry in ops(b.url)}, 5)
             assert plc_answer(b.url, did).status == 200
 
             stranger = "did:plc:" + "z" * 24

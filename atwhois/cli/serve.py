@@ -31,7 +31,8 @@ from atwhois.audit import Auditor, AuditStore, default_audit_path
 from atwhois.auth import LabelVerifier, RecordVerifier, ServiceAuthVerifier
 from atwhois.cache import CachedResolver, Lifetime, Policy, open_store
 from atwhois.cache.revalidate import Revalidator
-from atwhois.cache.stores import Tier
+from atwhois.cache.stores import Tier, TieredStore
+from atwhois.cache.sweep import Sweep
 from atwhois.foundation.defaults import MIB
 from atwhois.foundation.version import announce_contact
 from atwhois.mirror import Follower as MirrorFollower
@@ -179,6 +180,11 @@ def build_daemon(
         report_streams(service, follower)
         app.on_startup.append(lambda _: follower.start())
         app.on_shutdown.append(lambda _: follower.stop())  # before the stores close
+        sweep = follower.sweep
+    else:
+        sweep = _sweep_alone(app, service, revalidator)
+    if isinstance(store, TieredStore):  # a cluster's failover may lose writes: re-verified
+        store.gaps.append(sweep.gap)
     if plc_mirror is not None:
         _serve_plc_mirror(app, service, *plc_mirror, revalidator)
     app.on_shutdown.append(lambda _: revalidator.stop())  # once no source tells it more
@@ -251,6 +257,16 @@ def report_streams(service: Service, follower: Follower) -> None:
     service.health_sources["gap_pass"] = follower.sweep.health
     service.health_problems.append(follower.problems)
     service.metric_sources.append(follower.metrics)
+
+
+def _sweep_alone(app: web.Application, service: Service, revalidator: Revalidator) -> Sweep:
+    """The pass re-verifying every identity held when no event stream has one: after the
+    store below lost writes (a Redis Cluster's failover), in `/_health` and `/metrics`."""
+    sweep = Sweep(revalidator)
+    service.health_sources["gap_pass"] = sweep.health
+    service.metric_sources.append(sweep.metrics)
+    app.on_shutdown.append(lambda _: sweep.stop())
+    return sweep
 
 
 def _report_connections(service: Service, limit: ConnectionLimit) -> None:

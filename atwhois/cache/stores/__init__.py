@@ -53,7 +53,9 @@ def open_store(
     decoded_share: float = 0.75,
 ) -> Tier:
     """`memory:`, `sqlite:///PATH` (or a plain path; the default is the embedded SQLite file
-    under the user's cache folder), `redis://HOST:PORT/DB?prefix=atwhois:`. The shared
+    under the user's cache folder), `redis://HOST:PORT/DB?prefix=atwhois:`,
+    `redis-cluster://HOST:PORT[,HOST:PORT…]?prefix=atwhois:` (`rediss://`,
+    `rediss-cluster://`: over TLS; `USER:PASSWORD@` before the hosts). The shared
     stores get a memory tier of `memory_bytes` in front, which follows their changes; up to
     `decoded_share` of it holds decoded entries."""
 
@@ -65,13 +67,17 @@ def open_store(
     parts = urlsplit(url)
     if parts.scheme in ("memory", "mem"):
         return memory()
-    if parts.scheme in ("redis", "rediss"):
-        from .redis import RedisStore  # only when asked for: the client costs 6 MiB of RSS
+    if parts.scheme in ("redis", "rediss", "redis-cluster", "rediss-cluster"):
+        # only when asked for: the client costs 6 MiB of RSS
+        from .redis import RedisClusterStore, RedisStore
 
         prefix = parse_qs(parts.query).get("prefix", ["atwhois:"])[0]
         clean = parts._replace(query="").geturl()
-        return TieredStore(memory(), RedisStore(clean, prefix=prefix))
+        kind = RedisClusterStore if parts.scheme.endswith("-cluster") else RedisStore
+        return TieredStore(memory(), kind(clean, prefix=prefix))
     if parts.scheme not in ("sqlite", ""):
-        raise UnknownStore(f"cache {url!r}: not memory:, sqlite:///PATH, redis:// or a file path")
+        raise UnknownStore(
+            f"cache {url!r}: not memory:, sqlite:///PATH, redis://, redis-cluster:// or a file path"
+        )
     path = Path(parts.path) if parts.scheme == "sqlite" else Path(url)
     return TieredStore(memory(), SqliteStore(path))

@@ -3,7 +3,11 @@ memory, and must not be older there than in the store.
 
 - While the tier follows the store's changes (`watch`: Redis pub/sub, SQLite's data
   version), a memory entry is dropped as soon as another process changes or purges it; when
-  it cannot follow them, a value read from below is trusted for half a second only.
+  it cannot follow them, a value read from below is trusted for half a second only. Once
+  following again, what memory held is read from below again before it answers (changes
+  may have been missed meanwhile), but kept: while the store below fails it still answers.
+- A store that can lose writes it acknowledged (a Redis Cluster's failover) says so
+  (`failovers`): the tier tells `gaps`, which re-verify what is held.
 - When the store below fails, the tier answers alone: degraded, never failing. Failures
   are counted and described (`health`), the store is left alone for a second before it is
   tried again, and the keys it could not be told about are deleted there once it answers
@@ -61,6 +65,9 @@ class TieredStore:
         # told of the keys changed, here or by other processes (None: anything may have)
         self.listeners: list[OnChange] = memory.listeners
         self.announce = memory.announce
+        # told when the store below may have lost writes (what is held is re-verified)
+        self.gaps: list[Callable[[], None]] = []
+        self._failovers = 0  # the store's failovers the gaps were told of
         self.errors = 0  # failures of the store below, ever
         # Entries expire by the memory tier's clock; how long the store below is trusted or
         # left alone is a matter of elapsed real time.
@@ -72,6 +79,7 @@ class TieredStore:
         self._writing: dict[str, int] = {}  # keys with a write on its way below: how many
         self._watcher: asyncio.Task[None] | None = None
         self._watching = False
+        self._trusted_from = 0.0  # memory's values read before are read again (by the timer)
         self._watch_error: str | None = None
         self._changes = 0  # notices of other processes' changes received, ever
         self._closed = False
@@ -90,7 +98,8 @@ class TieredStore:
         self._follow_changes()
         slot = self.memory.slot(key)
         now = self._timer()
-        if slot is not None and (self._watching or now - slot.loaded_at < _UNWATCHED_TRUST):
+        followed = self._watching and slot is not None and slot.loaded_at >= self._trusted_from
+        if slot is not None and (followed or now - slot.loaded_at < _UNWATCHED_TRUST):
             return slot
         changes = self._changes
         found = await self._below(lambda: self.below.get(key))
@@ -235,13 +244,20 @@ class TieredStore:
             backoff = min(backoff * 2, 1.0)
 
     async def _following(self) -> None:
-        # What changed while nobody listened is unknown: forget what memory holds, once the
-        # store has been told what it missed (so nothing forgotten is read back from it).
+        # What changed while nobody listened is unknown: what memory holds is read again
+        # from the store (once it has been told what it missed, so nothing dropped is read
+        # back from it) before it answers, and answers alone while the store fails (a
+        # cluster's failover: forgotten, a held identity would be resolved anew, or missed).
         await self._resync()
         self._changes += 1
-        self.memory.clear()
+        self._trusted_from = self._timer()
         self.announce(None)
         self._watching, self._watch_error = True, None
+        failovers = getattr(self.below, "failovers", 0)  # only a cluster's store has them
+        if failovers != self._failovers:
+            self._failovers = failovers
+            for gap in self.gaps:
+                gap()
 
     def _changed(self, keys: Sequence[str] | None) -> None:
         self._changes += 1

@@ -12,6 +12,7 @@ import pytest
 from atwhois.resolver import Config, Resolver
 from devnet.atwhois import Daemon, running_daemon
 from devnet.network import DevnetState, running_devnet
+from devnet.redis_cluster import RedisCluster
 from tests.support.http import TOKEN
 from tests.support.webhook_receiver import Receiver
 
@@ -50,6 +51,14 @@ def daemon(devnet: DevnetState, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield d
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """A Redis Cluster of 3 masters and 3 replicas on loopback, shared by the session's
+    tests (each with a key prefix of its own); a test that kills a node starts its own."""
+    with RedisCluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster
+
+
 @pytest.fixture
 async def resolver(devnet_config: Config) -> AsyncIterator[Resolver]:
     """A resolver pointed at the test network."""
@@ -69,7 +78,7 @@ def receiver() -> Iterator[Receiver]:
 # the offline selection (issue 56): those using the test network (`devnet`, and all that
 # rests on it), those of the real Redis and PostgreSQL (their parameter says which), and the
 # modules that start servers of their own (the test network's processes, stand-in upstreams).
-_NETWORK_FIXTURES = {"devnet"}
+_NETWORK_FIXTURES = {"devnet", "redis_cluster"}
 _SERVER_STORES = ("redis", "postgres")
 _OWN_SERVERS = {"test_devnet_lifecycle.py", "test_network_world.py", "test_hostile_mirror.py"}
 

@@ -25,7 +25,7 @@ from atwhois.cache.stores import (
     Store,
     TieredStore,
 )
-from atwhois.cache.stores.redis import RedisStore
+from atwhois.cache.stores.redis import RedisClusterStore, RedisStore
 from devnet.pds import free_port
 from devnet.redis_server import REDIS_URL
 
@@ -43,9 +43,13 @@ STORES: dict[str, Callable[[Path], Store]] = {
 }
 
 
-@pytest.fixture(params=sorted(STORES))
+@pytest.fixture(params=[*sorted(STORES), "memory+redis-cluster"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made = STORES[request.param](tmp_path)
+    if request.param.endswith("cluster"):  # a share's nonces on one node: `{nonce:SHARE}`
+        url = request.getfixturevalue("redis_cluster").url
+        made: Store = TieredStore(MemoryStore(), RedisClusterStore(url, prefix=_prefix()))
+    else:
+        made = STORES[request.param](tmp_path)
     yield made
     await made.close()
 

@@ -26,7 +26,7 @@ from atwhois.cache.stores import (
     TieredStore,
     open_store,
 )
-from atwhois.cache.stores.redis import RedisStore
+from atwhois.cache.stores.redis import RedisClusterStore, RedisStore
 from atwhois.cache.stores.sqlite import SCHEMA_VERSION
 from devnet.redis_server import REDIS_URL, RedisServer
 from tests.support.clock import Clock
@@ -47,9 +47,21 @@ FACTORIES: dict[str, Factory] = {
 }
 
 
-@pytest.fixture(params=sorted(FACTORIES))
+# on the session's Redis Cluster (`redis_cluster`), by its URL
+ON_CLUSTER: dict[str, Callable[[str], Store]] = {
+    "redis-cluster": lambda url: RedisClusterStore(url, prefix=_prefix()),
+    "memory+redis-cluster": lambda url: TieredStore(
+        MemoryStore(), RedisClusterStore(url, prefix=_prefix())
+    ),
+}
+
+
+@pytest.fixture(params=sorted(FACTORIES) + sorted(ON_CLUSTER))
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made = FACTORIES[request.param](tmp_path)
+    if request.param in ON_CLUSTER:
+        made = ON_CLUSTER[request.param](request.getfixturevalue("redis_cluster").url)
+    else:
+        made = FACTORIES[request.param](tmp_path)
     yield made
     redis = made.below if isinstance(made, TieredStore) else made
     if isinstance(redis, RedisStore):

@@ -124,7 +124,9 @@ async def test_through_a_failover_memory_answers_and_one_daemon_re_verifies(
                 for key in handles:
                     assert await tier.get(key) is not None
             killed = await asyncio.to_thread(cluster.kill_master)
-            failed_over = asyncio.ensure_future(asyncio.to_thread(cluster.wait_for_failover, killed))
+            failed_over = asyncio.ensure_future(
+                asyncio.to_thread(cluster.wait_for_failover, killed)
+            )
             while not failed_over.done():  # every read answered, from memory where it must
                 for tier in tiers:
                     for key in handles:

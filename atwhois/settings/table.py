@@ -251,7 +251,8 @@ class Values:
     )
     cache: str | None = _setting(
         STORAGE,
-        "cache of verified bindings: sqlite:///PATH, memory:, redis://HOST:PORT/DB",
+        "cache of verified bindings: sqlite:///PATH, memory:, redis://HOST:PORT/DB, "
+        "redis-cluster://HOST:PORT[,HOST:PORT…] (rediss://, rediss-cluster://: over TLS)",
         shown="lookup: none; serve: the embedded SQLite file",
         metavar="URL",
     )

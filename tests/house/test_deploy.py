@@ -38,6 +38,33 @@ def test_compose_file_structure() -> None:
     assert environment["ATWHOIS_AUDIT_DB"].startswith("/data/")
 
 
+def test_the_cluster_compose_file_creates_the_cluster_its_fleet_names() -> None:
+    """deploy/cluster: 6 cluster nodes, a one-shot service making them one cluster (3
+    masters, a replica each) before the daemons start, each daemon's cache on it."""
+    compose = yaml.safe_load((ROOT / "deploy" / "cluster" / "docker-compose.yml").read_text())
+    services = compose["services"]
+    nodes = {name: s for name, s in services.items() if name.startswith("redis-")}
+    addresses = {s["networks"]["fleet"]["ipv4_address"] + ":6379" for s in nodes.values()}
+    assert len(nodes) == len(addresses) == 6
+    for node in nodes.values():
+        command = node["command"]
+        assert command[command.index("--cluster-enabled") + 1] == "yes"
+        assert "ports" not in node  # reached in the compose network only
+    create = services["cluster"]["command"][0]
+    assert "--cluster create" in create and "--cluster-replicas 1" in create
+    assert set(re.findall(r"172\.28\.0\.\d+:6379", create)) == addresses
+    assert services["cluster"]["depends_on"] == {n: {"condition": "service_healthy"} for n in nodes}
+    daemons = [s for name, s in services.items() if name.startswith("atwhois-")]
+    assert len(daemons) == 2
+    for daemon in daemons:
+        assert daemon["build"] == "../.."
+        assert daemon["depends_on"]["cluster"]["condition"] == "service_completed_successfully"
+        assert all(port.startswith("127.0.0.1:") for port in daemon["ports"])
+        cache = daemon["environment"]["ATWHOIS_CACHE"]
+        named = cache.removeprefix("redis-cluster://").split("@")[1].split("?")[0].split(",")
+        assert cache.startswith("redis-cluster://") and set(named) <= addresses
+
+
 def test_dockerfile_runs_the_daemon_it_builds() -> None:
     lines = (ROOT / "Dockerfile").read_text().splitlines()
     assert lines[1].startswith("FROM python:3.11")

@@ -4,8 +4,8 @@ never in an LRU, never evicted while live, never counted against what identities
 Each nonce is held under its issuer's *share* until its token expires; a claim records it
 only when it is new and the share holds fewer than its limit, in one step also among the
 processes that share the store: a transaction in SQLite, a script in Redis over one key per
-share (hash-tagged `{nonce:SHARE}`, so that a Redis Cluster could hold a share on one
-node). `MemoryNonces` keeps them in this process: the check then lasts as long as it.
+share (hash-tagged `{nonce:SHARE}`, so that a Redis Cluster holds a share on one node).
+`MemoryNonces` keeps them in this process: the check then lasts as long as it.
 """
 
 from __future__ import annotations

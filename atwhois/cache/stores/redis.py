@@ -230,7 +230,7 @@ class RedisNonces:
     name = "redis"
     shared = True
 
-    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+    def __init__(self, client: aioredis.Redis | RedisCluster, prefix: str) -> None:
         self._prefix = prefix
         self._claim = client.register_script(_CLAIM)
 
@@ -292,10 +292,13 @@ class RedisClusterStore(RedisStore):
     """The cache's entries on a Redis Cluster (`redis-cluster://HOST:PORT[,…]`), through
     redis-py's cluster client: what `RedisStore` does, shard by shard where it must."""
 
+    name = "redis-cluster"
+
     def __init__(self, url: str, *, prefix: str = "atwhois:", timeout: float = 0.5) -> None:
         super().__init__(url, prefix=prefix, timeout=timeout)
         self.failovers = 0  # failovers after which this daemon re-verifies for the fleet
         self._masters: frozenset[str] | None = None  # the masters' IDs last seen
+        self._listening: ClusterNode | None = None  # the node subscribed to
 
     @staticmethod
     def _client(url: str, timeout: float) -> Any:
@@ -351,10 +354,13 @@ class RedisClusterStore(RedisStore):
     async def _subscription(self) -> Any:
         # any node hears every PUBLISH; the fleet's subscriptions spread over them
         await self._redis.initialize()
-        return self._redis.pubsub(node=random.choice(self._redis.get_nodes()))
+        self._listening = random.choice(self._redis.get_nodes())
+        return self._redis.pubsub(node=self._listening)
 
     async def _masters_changed(self) -> bool:
-        described = await self._redis.cluster_nodes()
+        # asked of the node listened to: alive while the subscription is (another may be
+        # the one that failed, and its silence would be no news of the masters)
+        described = await self._redis.execute_command("CLUSTER NODES", target_nodes=self._listening)
         masters = frozenset(
             node["node_id"]
             for node in described.values()

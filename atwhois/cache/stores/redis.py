@@ -261,6 +261,7 @@ class FailedOver(AtwhoisError):
 
 _SLOTS = 16384  # a cluster's hash slots
 _FAILOVER_KEPT_MS = 3600_000  # how long the fleet remembers who re-verifies after a failover
+_MARK_TRIES, _MARK_RETRY = 5, 0.5  # tries at marking a failover, and seconds between them
 
 
 def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
@@ -378,7 +379,9 @@ class RedisClusterStore(RedisStore):
         what the fleet holds, once, not every daemon (unsure: it does)."""
         named = hashlib.sha256(" ".join(sorted(masters)).encode()).hexdigest()[:16]
         key = f"{self.prefix}{{failover:{named}}}"  # braced: not counted as an entry
-        try:
-            return bool(await self._redis.set(key, self._origin, nx=True, px=_FAILOVER_KEPT_MS))
-        except RedisError:
-            return True
+        for _ in range(_MARK_TRIES):
+            try:
+                return bool(await self._redis.set(key, self._origin, nx=True, px=_FAILOVER_KEPT_MS))
+            except (RedisError, OSError):  # its slot's master not known yet: the client
+                await asyncio.sleep(_MARK_RETRY)  # learns the new masters as it fails
+        return True

@@ -111,6 +111,7 @@ def test_an_unknown_cache_url_creates_nothing(
         'dev = "false"\n',
         "refresh_token = 12345\n",
         'cache = "postgres://x"\n',
+        'cache = "redis-cluster://127.0.0.1:7000,127.0.0.1:7001/0"\n',  # a cluster has no db
         'refresh_tokn = "x"\n',
         'port = "abc"\n',
         "dev = \n",  # not TOML

@@ -370,6 +370,10 @@ class RedisClusterStore(RedisStore):
         before, self._masters = self._masters, masters
         if before is None or before == masters:
             return False
+        # the client learns them now, not after its commands to the master gone failed:
+        # the pass re-verifying what is held walks them at once
+        with contextlib.suppress(RedisError, OSError):
+            await self._redis.nodes_manager.initialize()
         if await self._first_to_hear(masters):
             self.failovers += 1
         return True

@@ -256,6 +256,9 @@ class TieredStore:
         failovers = getattr(self.below, "failovers", 0)  # only a cluster's store has them
         if failovers != self._failovers:
             self._failovers = failovers
+            # The store just named its new masters: it is asked again at once, not after
+            # a pause its failover earned, so the pass walks what it holds, not memory.
+            self._retry_at = 0.0
             for gap in self.gaps:
                 gap()
 

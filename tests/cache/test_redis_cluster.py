@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from atwhois.cache.stores import MemoryStore, TieredStore, open_store
-from atwhois.cache.stores.redis import ClusterDatabase, RedisClusterStore, cluster_nodes
+from atwhois.cache.stores.redis import BadClusterUrl, RedisClusterStore, cluster_nodes
 from devnet.redis_cluster import RedisCluster
 from tests.support.waiting import eventually
 
@@ -37,9 +37,9 @@ def test_a_cluster_url_names_its_nodes_and_its_credentials() -> None:
 )
 def test_a_cluster_url_with_a_database_number_is_refused(url: str) -> None:
     """A cluster has database 0 only: a number is a configuration to fix, said at once."""
-    with pytest.raises(ClusterDatabase, match="no database number"):
+    with pytest.raises(BadClusterUrl, match="no database number"):
         open_store(url)
-    with pytest.raises(ClusterDatabase, match="is not HOST:PORT"):
+    with pytest.raises(BadClusterUrl, match="is not HOST:PORT"):
         open_store("redis-cluster://127.0.0.1")
 
 

@@ -585,3 +585,57 @@ async def test_a_value_read_while_a_change_is_announced_is_not_kept() -> None:
     arrived.clear()
     arrived.set()
     assert await value(tier, "h:alice.test") == b"new"
+
+
+class Followed(Flaky):
+    """A fake store whose changes are followed until `lose()` (then followed again), with
+    the failovers it says it had (a cluster's: writes may be lost)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failovers = 0
+        self.lost = asyncio.Event()
+
+    async def watch(self, on_change: Any, ready: Any) -> None:
+        self.lost.clear()
+        await ready()
+        await self.lost.wait()
+        raise ConnectionError("the subscription is gone")
+
+
+async def test_after_a_gap_memory_is_read_again_and_answers_while_the_store_fails() -> None:
+    """Changes missed while not following: what memory holds is read again from below once
+    following again (not served as it was), yet kept: with the store failing then, memory
+    answers (never absent). A failover the store counts is told to `gaps`, once."""
+    below = Followed()
+    elapsed = [0.0]
+    tier = TieredStore(MemoryStore(), below, timer=lambda: elapsed[0])
+    gaps: list[None] = []
+    tier.gaps.append(lambda: gaps.append(None))
+    try:
+        await tier.put("h:a.test", b"one", time.time() + 60)
+        await eventually(lambda: _follows(tier))
+        await below.inner.put("h:a.test", b"two", time.time() + 60)  # unheard by the tier
+        assert await value(tier, "h:a.test") == b"one"  # followed: memory answers
+
+        async def again(failovers: int) -> None:
+            before = tier._changes
+            elapsed[0] += 1  # past the half second a value read from below is trusted alone
+            below.failovers = failovers
+            below.lost.set()
+            await eventually(lambda: tier.following and tier._changes > before)
+
+        await again(0)
+        assert await value(tier, "h:a.test") == b"two" and gaps == []  # read again
+        await again(1)
+        await below.inner.put("h:a.test", b"three", time.time() + 60)
+        below.down = True
+        assert await value(tier, "h:a.test") == b"two"  # memory answers while it fails
+        assert gaps == [None]
+    finally:
+        await tier.close()
+
+
+async def _follows(tier: TieredStore) -> bool:
+    await tier.get("h:probe.test")  # a read starts following
+    return tier.following

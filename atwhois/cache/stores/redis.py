@@ -251,8 +251,9 @@ class RedisNonces:
         return claim
 
 
-class ClusterDatabase(AtwhoisError, ValueError):
-    """A Redis Cluster's URL naming a database: a cluster has database 0 only."""
+class BadClusterUrl(AtwhoisError, ValueError):
+    """A Redis Cluster's URL that cannot be used as it is: it names a database (a cluster
+    has database 0 only), or a node that is not HOST:PORT."""
 
 
 class FailedOver(AtwhoisError):
@@ -270,7 +271,7 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     parts = urlsplit(url)
     userinfo, _, hosts = parts.netloc.rpartition("@")
     if parts.path.strip("/"):
-        raise ClusterDatabase(
+        raise BadClusterUrl(
             f"cache {url!r}: a Redis Cluster has no database number "
             f"({parts.path.strip('/')!r}): give HOST:PORT[,HOST:PORT…] only"
         )
@@ -278,7 +279,7 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     for node in hosts.split(","):
         host, _, port = node.strip().rpartition(":")
         if not host or not port.isdigit():
-            raise ClusterDatabase(f"cache {url!r}: {node!r} is not HOST:PORT")
+            raise BadClusterUrl(f"cache {url!r}: {node!r} is not HOST:PORT")
         nodes.append((host.strip("[]"), int(port)))
     user, _, password = userinfo.partition(":")
     settings: dict[str, Any] = {"ssl": parts.scheme == "rediss-cluster"}

@@ -1,5 +1,6 @@
 """The answers fresh cache hits get, rendered from one record per identity (its DID, handle
-verdict and deflated document), so that a hit is a dictionary lookup and a few joins."""
+verdict and deflated document), so that a hit is a dictionary lookup and a few joins; the
+targets asked again and again keep their answer rendered, ready to send."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from atwhois.foundation.lru import Lru
 from atwhois.resolver import Identity, Status
 from atwhois.resolver.syntax import INVALID_HANDLE
 
-from .bodies import did_body, with_document
+from .bodies import did_body, json_head, with_document
 from .routes import BY_NSID, XRPC
 
 
@@ -68,7 +69,9 @@ _RENDER: dict[str, Callable[[Record, bool], bytes | None]] = {
     "com.atproto.identity.resolveDid": _resolve_did,
     "com.atproto.identity.resolveIdentity": _resolve_identity,
 }
-_KEPT = {nsid: (BY_NSID[nsid].parameter, render) for nsid, render in _RENDER.items()}
+_KEPT = {
+    nsid: (BY_NSID[nsid].parameter, render, BY_NSID[nsid].path) for nsid, render in _RENDER.items()
+}
 
 
 def cache_control(identity: Identity) -> str:
@@ -87,6 +90,33 @@ def _cache_control(fresh_for: float, servable_for: float) -> str:
     return header + (f", stale-while-revalidate={extra}, stale-if-error={extra}" if extra else "")
 
 
+class Rendered:
+    """One target's answer as a hit sends it, rendered from its record once: the body, its
+    Cache-Control and the head of its response (`json_head`), made again only when the
+    Cache-Control's whole seconds change. It answers while its record is the one kept under
+    `key`: a change drops that record, and the next hit renders from the new one."""
+
+    __slots__ = ("_seconds", "body", "cache", "head", "key", "path", "record")
+
+    def __init__(self, record: Record, key: str, path: str, body: bytes) -> None:
+        self.record, self.key, self.path, self.body = record, key, path, body
+        self.cache, self.head = "", b""
+        self._seconds: tuple[int, int, bool] | None = None
+
+    def age(self, now: float) -> None:
+        """Its Cache-Control counted from `now` (what `_cache_control` reads of it)."""
+        fresh_for, servable_for = self.record.fresh_until - now, self.record.servable_until - now
+        seconds = (int(fresh_for), int(servable_for), servable_for <= 0)
+        if seconds != self._seconds:
+            self._seconds = seconds
+            self.cache = _cache_control(fresh_for, servable_for)
+            self.head = json_head(self.body, self.cache)
+
+
+def _rendered_size(target: str, rendered: Rendered) -> int:
+    return 250 + len(target) + len(rendered.body) + len(rendered.head)
+
+
 class AnswerCache:
     """A record is kept until its fresh window ends (never a stale one: that must reach
     the cache to be revalidated), within a bound in bytes, and dropped as soon as the store
@@ -101,6 +131,11 @@ class AnswerCache:
 
     UNFOLLOWED_SECONDS = 0.5
     RECENT_CHANGES = 4096
+    # A target's answer is kept rendered from its second hit among the last `SEEN` targets
+    # hit once: answers kept for every warm target would push each other out before their
+    # next hit, costing each hit a render and a put; a hot target's stays.
+    SEEN = 4096
+    RENDERED_SHARE = 8  # of the bound in bytes, held by rendered answers
 
     def __init__(
         self,
@@ -109,19 +144,40 @@ class AnswerCache:
         clock: Callable[[], float] = time.time,  # the cache's: answers age with its entries
     ) -> None:
         self._store, self._clock = store, clock
+        rendered_bytes = max_bytes // self.RENDERED_SHARE
         # under its DID and under its declared handle: the keys of the entries it rests on
         # (`resting_on`) without their prefix, so a change finds it with no index of its own
-        self._records: Lru[str, Record] = Lru(max_bytes, _record_size, evicted=self._unlink)
+        self._records: Lru[str, Record] = Lru(
+            max_bytes - rendered_bytes, _record_size, evicted=self._unlink
+        )
+        self._rendered: Lru[str, Rendered] = Lru(rendered_bytes, _rendered_size)
+        self._seen: set[str] = set()  # targets hit once, not rendered yet
         self.changes = 0  # changes the store announced, ever
         # the record keys each of the last changes named, newest last (None: anything)
         self._recent: deque[tuple[str, ...] | None] = deque(maxlen=self.RECENT_CHANGES)
         store.listeners.append(self.changed)
 
     def get(self, target: str) -> tuple[bytes, str] | None:
-        """The answer to a request for `target` (as sent) and its Cache-Control, counted
-        from now (it aged while kept), or None. Only one spelling of each question is
-        answered here, the one with a single parameter, the handle in lower case; the
-        others go the long way, to the same answer."""
+        """The answer to a request for `target` (as sent) and its Cache-Control (`answer`)."""
+        rendered = self.answer(target)
+        return (rendered.body, rendered.cache) if rendered is not None else None
+
+    def answer(self, target: str) -> Rendered | None:
+        """The answer to a request for `target` (as sent), its Cache-Control counted from
+        now (it aged while kept), or None. Only one spelling of each question is answered
+        here, the one with a single parameter, the handle in lower case; the others go the
+        long way, to the same answer."""
+        rendered = self._rendered.get(target)
+        if rendered is not None:
+            now = self._clock()
+            record = self._records.get(rendered.key)
+            if record is rendered.record and record.kept_until >= now:
+                rendered.age(now)
+                return rendered
+            self._rendered.pop(target)  # its record changed or ended: rendered anew below
+        return self._render(target)
+
+    def _render(self, target: str) -> Rendered | None:
         if not target.startswith(XRPC):
             return None
         nsid, _, query = target[len(XRPC) :].partition("?")
@@ -143,7 +199,16 @@ class AnswerCache:
         body = kept[1](record, key != record.did)
         if body is None:
             return None
-        return body, _cache_control(record.fresh_until - now, record.servable_until - now)
+        rendered = Rendered(record, key, kept[2], body)
+        rendered.age(now)
+        if target in self._seen:
+            self._seen.discard(target)
+            self._rendered.put(target, rendered)
+        else:
+            if len(self._seen) >= self.SEEN:
+                self._seen.clear()
+            self._seen.add(target)
+        return rendered
 
     def put(self, identity: Identity, document: bytes | None, changes_before: int) -> None:
         """Keep what `identity` answers (`document`: the document as served, None where it
@@ -217,7 +282,8 @@ class AnswerCache:
 
     def clear(self) -> None:
         self._records.clear()
+        self._rendered.clear()
 
     @property
     def used_bytes(self) -> int:
-        return self._records.bytes
+        return self._records.bytes + self._rendered.bytes

@@ -30,6 +30,14 @@ def json_bytes(status: int, body: bytes, cache: str) -> web.Response:
     return web.Response(body=body, status=status, headers=headers)
 
 
+def json_head(body: bytes, cache: str) -> bytes:
+    """The header lines `json_bytes` answers `body` with, as sent (a ready answer's)."""
+    return b"Content-Type: application/json\r\nCache-Control: %s\r\nContent-Length: %d\r\n" % (
+        cache.encode(),
+        len(body),
+    )
+
+
 def with_document(fields: dict[str, Any], document: bytes) -> bytes:
     """`fields` and `didDoc` as one JSON object, the document spliced in as served (valid
     UTF-8 JSON, checked when it was fetched): neither decoded nor encoded again."""

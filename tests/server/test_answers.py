@@ -264,3 +264,33 @@ def test_a_strangers_target_is_answered_from_a_record_or_not_at_all(
     found = answers.get(XRPC + question + sent + tail)
     if found is not None:
         assert tail == "" and value in ("a.test", "did:plc:a")
+
+
+async def test_a_target_asked_again_is_answered_rendered_aged_and_as_its_record_changes() -> None:
+    """From its second hit a target's answer is kept rendered (body and head made once); its
+    Cache-Control still counts down with the clock, and a new record under its key (another
+    DID claiming the handle), or a change of an entry it rests on, is what the next hit
+    answers from."""
+    now = [1000.0]
+    store = MemoryStore(clock=lambda: now[0])
+    answers = AnswerCache(store, clock=lambda: now[0])
+    _kept(answers, verified("did:plc:a", "a.test", fresh_for=60))
+    first, second = answers.answer(HANDLE_A), answers.answer(HANDLE_A)
+    assert first is not None and second is not None and first is not second
+    third = answers.answer(HANDLE_A)
+    assert third is second  # kept rendered
+    assert third.path == XRPC + "resolveHandle" and third.body == b'{"did":"did:plc:a"}'
+    assert b"Cache-Control: public, max-age=60," in third.head
+    assert b"Content-Length: 19\r\n" in third.head
+    now[0] += 10.5
+    aged = answers.answer(HANDLE_A)
+    assert aged is third and aged.cache.startswith("public, max-age=49,")
+    assert b"max-age=49," in aged.head and answers.get(HANDLE_A) == (aged.body, aged.cache)
+    _kept(answers, verified("did:plc:b", "a.test", fresh_for=60))
+    claimed = answers.answer(HANDLE_A)
+    assert claimed is not None and claimed.body == b'{"did":"did:plc:b"}'
+    answers.answer(HANDLE_A)
+    store.announce(["h:a.test"])
+    assert answers.answer(HANDLE_A) is None
+    answers.clear()
+    assert answers.used_bytes == 0

@@ -94,3 +94,56 @@ def test_redis_is_bounded_and_the_cluster_clients_slot_map_is_there() -> None:
     used = (ROOT / "atwhois" / "cache" / "stores" / "redis.py").read_text()
     assert "nodes_manager.slots_cache" in used and "nodes_manager.initialize()" in used
     assert "slots_cache" in NodesManager.__init__.__code__.co_names
+
+
+async def _exchange(port: int, requests: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(requests)
+    await writer.drain()
+    answer = await reader.read()  # until the server closes (the last request asks it to)
+    writer.close()
+    return answer
+
+
+def _heads(answer: bytes) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """Each response's status line and headers (a body is two bytes here)."""
+    found = []
+    while answer:
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        status, *lines = head.split(b"\r\n")
+        headers = dict(line.split(b": ", 1) for line in lines)
+        found.append((status, headers))
+        answer = rest[int(headers[b"Content-Length"]) :]
+    return found
+
+
+async def test_a_written_answer_is_what_aiohttps_own_response_sends() -> None:
+    """`hooks.Written` sends what a `web.Response` with the same headers sends (status line,
+    the headers, Date and Server, the body), on a connection kept open; where `sent_whole`
+    says no (HTTP/1.0, Connection: close) aiohttp's own response answers."""
+
+    async def answer(request: web.BaseRequest) -> web.StreamResponse:
+        headers = {"Content-Type": "application/json", "Content-Length": "2"}
+        if request.path == "/written" and hooks.sent_whole(request):
+            head = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in headers.items())
+            return hooks.Written((head,), b"{}")
+        return web.Response(body=b"{}", headers={"Content-Type": "application/json"})
+
+    runner = web.ServerRunner(web.Server(answer))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        ask = b"GET /%s HTTP/1.1\r\nHost: x\r\n\r\n"
+        close = b"GET /written HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        sent = _heads(await _exchange(port, ask % b"written" + ask % b"routed" + close))
+        assert [status for status, _ in sent] == [b"HTTP/1.1 200 OK"] * 3
+        (_, written), (_, routed), (_, closed) = sent
+        assert written == routed  # the same headers, Date and Server included
+        assert set(written) == {b"Content-Type", b"Content-Length", b"Date", b"Server"}
+        assert closed[b"Connection"] == b"close"  # aiohttp's own: not sent whole
+        old = await _exchange(port, b"GET /written HTTP/1.0\r\n\r\n")
+        assert old.startswith(b"HTTP/1.0 200 OK\r\n") and old.endswith(b"\r\n\r\n{}")
+    finally:
+        await runner.cleanup()

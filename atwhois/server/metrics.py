@@ -1,14 +1,14 @@
 """The daemon's `/metrics`, exposed by `prometheus-client`: the service's own figures, the
 audits', and the process's (CPU, memory, file descriptors, GC, Python).
 
-The hot path only adds to plain counters (`Metrics.request`): a request costs a dictionary
-increment and a bucket search, not a labelled client-library call. The families are made
-from those counters when Prometheus scrapes, by collectors registered in a registry of the
-service's own (two services in one process do not share figures)."""
+The hot path only adds to plain counters, bound once to their labels (`Metrics.answered`): a
+request costs an increment and a bucket search, not a labelled client-library call. The
+families are made from those counters when Prometheus scrapes, by collectors registered in
+a registry of the service's own (two services in one process do not share figures)."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -52,17 +52,35 @@ class Histogram:
         return out
 
 
+class Answered:
+    """The answers of one endpoint with one status: their count, and their times in the
+    endpoint's histogram."""
+
+    __slots__ = ("count", "seconds")
+
+    def __init__(self, seconds: Histogram) -> None:
+        self.count, self.seconds = 0, seconds
+
+    def observe(self, seconds: float) -> None:
+        self.count += 1
+        self.seconds.observe(seconds)
+
+
 class Metrics:
     """What the service counts as it answers."""
 
     def __init__(self) -> None:
-        self.requests: Counter[tuple[str, int]] = Counter()
-        self.request_seconds: defaultdict[str, Histogram] = defaultdict(Histogram)
+        self._answered: dict[tuple[str, int], Answered] = {}
+        self.request_seconds: dict[str, Histogram] = {}
         self.upstream_seconds: defaultdict[str, Histogram] = defaultdict(Histogram)
 
-    def request(self, endpoint: str, status: int, seconds: float) -> None:
-        self.requests[(endpoint, status)] += 1
-        self.request_seconds[endpoint].observe(seconds)
+    def answered(self, endpoint: str, status: int) -> Answered:
+        """The counters of `endpoint`'s answers with `status`, to keep and add to."""
+        found = self._answered.get((endpoint, status))
+        if found is None:
+            seconds = self.request_seconds.setdefault(endpoint, Histogram())
+            found = self._answered[(endpoint, status)] = Answered(seconds)
+        return found
 
     def families(self, cache: dict[str, int]) -> Iterator[Metric]:
         """These counts, and the cache's (`CachedResolver.counts`)."""
@@ -71,8 +89,8 @@ class Metrics:
             "Requests answered, by endpoint and HTTP status.",
             labels=["endpoint", "code"],
         )
-        for (endpoint, status), count in sorted(self.requests.items()):
-            requests.add_metric([endpoint, str(status)], count)
+        for (endpoint, status), answered in sorted(self._answered.items()):
+            requests.add_metric([endpoint, str(status)], answered.count)
         yield requests
         yield _histogram(
             "atwhois_request_seconds",

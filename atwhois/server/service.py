@@ -33,7 +33,7 @@ from atwhois.resolver.untrusted import parse_json
 from . import hooks, operations
 from .answers import AnswerCache, Rendered, cache_control
 from .bodies import compact, did_body, json_bytes, json_response, with_document
-from .metrics import Exposition, Families, Metrics
+from .metrics import Answered, Exposition, Families, Metrics
 from .request_log import RequestLog
 from .routes import (
     BY_NSID,
@@ -165,6 +165,8 @@ class Service:
         app run by another runner); so do requests whose answer has headers of their own
         (CORS: they depend on the Origin asked from) or is not sent whole."""
 
+        kept: dict[str, Answered] = {}  # each kept method's counters, bound once
+
         def first(routed: hooks.Handler) -> hooks.Handler:
             async def handle(request: web.BaseRequest) -> web.StreamResponse:
                 started = time.perf_counter()
@@ -177,7 +179,10 @@ class Service:
                     self._finish(request, response, request_id, started, rendered.path)
                     return response
                 head = (rendered.head, b"X-Request-Id: ", request_id.encode(), b"\r\n")
-                self._count(request, request_id, rendered.path, 200, started, rendered.path)
+                answered = kept.get(rendered.path)
+                if answered is None:
+                    answered = kept[rendered.path] = self.metrics.answered(rendered.path, 200)
+                self._count(request, request_id, rendered.path, 200, started, answered)
                 return hooks.Written(head, rendered.body)
 
             return handle
@@ -246,7 +251,8 @@ class Service:
         if self._varies_by_origin(request):
             # the answer differs by Origin (allowed or not): a shared cache must keep both
             response.headers["Vary"] = "Origin"
-        self._count(request, request_id, request.path, response.status, started, endpoint)
+        answered = self.metrics.answered(endpoint, response.status)
+        self._count(request, request_id, request.path, response.status, started, answered)
 
     def _count(
         self,
@@ -255,11 +261,11 @@ class Service:
         path: str,
         status: int,
         started: float,
-        endpoint: str,
+        answered: Answered,
     ) -> None:
-        """An answer's metrics and log line."""
+        """An answer's metrics (`answered`: its endpoint's and status') and log line."""
         seconds = time.perf_counter() - started
-        self.metrics.request(endpoint, status, seconds)
+        answered.observe(seconds)
         if self.settings.request_log:
             self.request_log.write(
                 request_id, request.method, path, status, seconds, request.remote

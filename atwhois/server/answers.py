@@ -114,7 +114,9 @@ class Rendered:
 
 
 def _rendered_size(target: str, rendered: Rendered) -> int:
-    return 250 + len(target) + len(rendered.body) + len(rendered.head)
+    """The same for as long as it is held (its head's length changes as it ages: counted as
+    a constant), its record included: it keeps that alive after a change dropped it."""
+    return 400 + len(target) + len(rendered.body) + len(rendered.record.document or b"")
 
 
 class AnswerCache:

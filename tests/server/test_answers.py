@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from atwhois.cache import MemoryStore, SqliteStore, TieredStore
 from atwhois.resolver import Identity, Resolver, Status
 from atwhois.server.answers import AnswerCache
+from atwhois.server.answers import _rendered_size as answers_size
 from devnet.identities import verified
 from devnet.network import DevnetState
 from tests.support.cache_model import LoopThread, start_daemon, stop_daemons
@@ -294,3 +295,21 @@ async def test_a_target_asked_again_is_answered_rendered_aged_and_as_its_record_
     assert answers.answer(HANDLE_A) is None
     answers.clear()
     assert answers.used_bytes == 0
+
+
+def test_rendered_answers_stay_within_their_share_of_the_bound_as_they_age() -> None:
+    """Rendered answers are counted the same while they age (their Cache-Control's length
+    changes), so what the bound counts is what is held, within its eighth of the bytes."""
+    now = [1000.0]
+    answers = AnswerCache(MemoryStore(clock=lambda: now[0]), 40_000, clock=lambda: now[0])
+    targets = [f"{XRPC}resolveDid?did=did:plc:{i}" for i in range(200)]
+    for i in range(200):
+        _kept(answers, verified(f"did:plc:{i}", f"u{i}.test", fresh_for=100))
+    for step in range(3):
+        for target in targets * 2:
+            answers.answer(target)
+        now[0] += 95 if step == 0 else 2  # max-age 100 -> 5 -> 3: a shorter head
+    rendered = answers._rendered
+    assert 0 < len(rendered) < 200
+    assert rendered.bytes == sum(answers_size(key, value) for key, value in rendered.items())
+    assert rendered.bytes <= 40_000 // AnswerCache.RENDERED_SHARE

@@ -159,11 +159,12 @@ class Service:
     def _answer_kept_first(self, server: web.Server) -> None:
         """Have `server` answer a request for a kept answer itself, before the router and
         the middleware chain, as ready bytes (`hooks.Written`): a hit took 32 us with them,
-        25 without; written through aiohttp's response it cost 1.1-1.2 times the bare
-        aiohttp handler's answer, as ready bytes 0.8 (`bench hits`). Every other request goes on to
-        the app, whose middleware answers kept answers too where this is not installed (an
-        app run by another runner); so do requests whose answer has headers of their own
-        (CORS: they depend on the Origin asked from) or is not sent whole."""
+        25 without; through aiohttp's response it cost 1.2-1.4 times the bare aiohttp
+        handler's answer, as ready bytes 0.8 or less (`bench hits`). A kept answer whose
+        headers depend on the request (CORS: on its Origin) or that cannot be sent whole
+        goes through aiohttp's response. Every other request goes on to the app, whose
+        middleware answers kept answers too where this is not installed (an app run by
+        another runner)."""
 
         kept: dict[str, Answered] = {}  # each kept method's counters, bound once
 

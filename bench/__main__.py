@@ -11,6 +11,7 @@ from bench import (
     audit_store,
     cache_lookups,
     cold_resolution,
+    cold_start,
     dnssec_attack,
     follow_load,
     hit_cost,
@@ -32,6 +33,7 @@ from bench import (
 
 BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "cold": cold_resolution.main,
+    "coldstart": cold_start.main,
     "dnssec": dnssec_attack.main,
     "plc": plc_verify.main,
     "mirror": plc_mirror.main,

@@ -30,7 +30,7 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from atwhois.foundation import defaults
 from atwhois.resolver import Config, Identity, Resolver, Status
@@ -56,6 +56,9 @@ from .policy import Action, Answer, Policy, replacement
 from .run import Run, Upstream
 from .stores import Store, StoreUnavailable, in_memory
 from .worth import failure_of, held_kind, lifetime_kind
+
+if TYPE_CHECKING:  # the daemon's: a lookup from the command line loads no process pool
+    from .workers import Elsewhere
 
 P = TypeVar("P", HandleResolution, DocumentResolution)
 
@@ -94,6 +97,9 @@ class CachedResolver:
         self._observers: list[Callable[[Upstream], None]] = []  # told of each upstream step
         self.claims: dict[str, Claim] = {}  # by DID key: changes a source said, not seen yet
         self.histories = Histories(resolver.audit_log, clock=clock)  # for the pages
+        # Where the resolutions that reuse nothing (refreshes, re-verifications) are done:
+        # worker processes (`cache.workers`), off the loop that answers; None: here.
+        self.elsewhere: Elsewhere | None = None
 
     async def __aenter__(self) -> CachedResolver:
         return self
@@ -276,6 +282,12 @@ class CachedResolver:
         data = cached.part.data
         return True, data.declared_handle if data else None
 
+    async def checked_at(self, did: str) -> float | None:
+        """When the document held of `did` was resolved (None: not held): another daemon
+        on the shared store may have done it."""
+        cached = await self._cached(did_key(did))
+        return cached.entry.checked_at if cached is not None else None
+
     async def hosted_at(self, did: str) -> str | None:
         """The PDS the cached document of this DID names (None: not cached, or none named):
         whose event stream speaks for its account."""
@@ -396,19 +408,10 @@ class CachedResolver:
         allows; as its own task: never cancelled."""
         async with self._slots:
             run = Run(self.resolver, self._cached, self._counters, self.clock, reuse, recheck)
-            if query.kind == "handle":
-                part = await run.handle(query.value, with_document=True)
-                did = part.answer.did
-                document = await run.document(did) if did else NO_DOCUMENT
+            if not reuse and self.elsewhere is not None:  # nothing reused: a worker's work
+                part, document = await self.elsewhere.query(run, query, handle=handle)
             else:
-                document = await run.document(query.value)
-                declared = self.resolver.declared_handle(document) if handle else None
-                if declared is None:
-                    part = unchecked(document)
-                elif isinstance(declared, HandleResolution):
-                    part = declared
-                else:
-                    part = await run.handle(declared, with_document=False)
+                part, document = await run.query(query, handle=handle)
         keys = [handle_key(part.handle)] if part.handle and part.handle in run.handles else []
         keys += [did_key(document.did)] if document.did in run.documents else []
         identity = compose(query, "", part, document)

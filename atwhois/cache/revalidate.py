@@ -30,7 +30,12 @@ At most `max_pending` DIDs are being re-verified (and so have a claim open) at o
 that, a change is counted (`overflow`) and not followed: the answer held ages by the policy
 as it would without the event. A flood of events costs memory and upstream requests up to
 that bound, not up to the event rate. A gap in an event stream is no such flood: every held
-identity is re-verified by one pass over them (`sweep`), a few at a time (`recheck`)."""
+identity is re-verified by one pass over them (`sweep`), a few at a time (`recheck`).
+
+A fleet of daemons on one shared store hears each event once per daemon: the first to
+claim it in the shared store (`Store.nonces`, for the claim's window) re-verifies the DID
+and writes what it finds where the others read it; the others leave it (`fleet`).
+(F-CUR-7)"""
 
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ from atwhois.foundation import defaults
 from atwhois.resolver import Identity
 
 from .resolver import CachedResolver
+from .stores.nonces import NoncesUnavailable
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -76,6 +82,7 @@ class Revalidator:
         self.failures = 0
         self.claims: Counter[str] = Counter()  # how the claims re-checked here ended
         self._gate = asyncio.Semaphore(concurrency)
+        self._taken = cached.store.nonces()  # the events the fleet's daemons took up
         # DID -> the change that came during its refresh (None: none): once more, after
         self._running: dict[str, Change | None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -86,8 +93,23 @@ class Revalidator:
         the DID re-checked until the change shows (nothing, for a DID not held)."""
         if self._full(did):
             return
-        if await self.cached.claim(did, claim, CLAIM_WINDOW):
-            self.changed(did, hinted)
+        if not await self.cached.claim(did, claim, CLAIM_WINDOW):
+            return  # not held: nothing to take up (nor to ask the fleet about)
+        if not await self._first(claim):
+            self.claims["fleet"] += 1  # its answer is marked here too, re-verified there
+            return
+        self.changed(did, hinted)
+
+    async def _first(self, claim: str) -> bool:
+        """Whether this daemon is the first of the fleet to take up `claim` (an event names
+        its source and seq: the same in every daemon that follows the source). A store
+        that cannot be asked leaves it to this one: a duplicate, never a change missed."""
+        now = time.time()
+        try:
+            taken = await self._taken.claim(f"event {claim}", "", now + CLAIM_WINDOW, 1, now)
+        except NoncesUnavailable:
+            return True
+        return taken == "first"
 
     def changed(self, did: str, hinted: str | None = None) -> None:
         """`did` changed (`hinted`: the handle the source says it has now)."""
@@ -154,7 +176,9 @@ class Revalidator:
         try:
             after = await self._until_settled(did)
             handles = {declared, after.declared_handle, hinted} - {None}
-            for handle in sorted(h for h in handles if h is not None):
+            # The handle the document declares now was resolved afresh with it (both ways):
+            # the others are resolved again, each with the document it names.
+            for handle in sorted(h for h in handles - {after.declared_handle} if h is not None):
                 await self.cached.refresh(handle)
             self.tell({did, *(h for h in handles if h is not None)})
         except Exception as err:  # one bad identity never stops the others
@@ -199,9 +223,9 @@ class Revalidator:
             "how their re-checks ended: the change showed (settled), or the window ended "
             "first and the source's answer was taken as it was (window_ended); and changes "
             "not followed, as many re-verifications as the bound allows were under way "
-            "(overflow).",
+            "(overflow), or taken up by another daemon of the fleet (fleet).",
             labels=["result"],
         )
-        for result in ("settled", "window_ended", "overflow"):
+        for result in ("settled", "window_ended", "overflow", "fleet"):
             claims.add_metric([result], self.claims[result])
         yield claims

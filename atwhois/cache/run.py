@@ -11,7 +11,8 @@ from typing import NamedTuple, TypeVar
 
 from atwhois.resolver import Resolver
 from atwhois.resolver.outcome import Outcome
-from atwhois.resolver.report import DocumentResolution, HandleResolution
+from atwhois.resolver.report import NO_DOCUMENT, DocumentResolution, HandleResolution, unchecked
+from atwhois.resolver.syntax import Query
 
 from .entry import Cached, Entry, Part
 from .keys import did_key, handle_key
@@ -28,6 +29,20 @@ class Upstream(NamedTuple):
     kind: str
     seconds: float | None
     answered_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A run's resolution done where nothing was held (a worker process: `cache.workers`),
+    to be taken into a run where the entries are (`Run.adopt`): the answer's parts, each
+    part resolved on the way by key, and the upstream requests it counted."""
+
+    part: HandleResolution
+    document: DocumentResolution
+    resolved: dict[str, Part]
+    handles: dict[str, HandleResolution]
+    documents: dict[str, DocumentResolution]
+    counted: dict[str, int]
 
 
 @dataclass
@@ -50,6 +65,51 @@ class Run:
 
     def __post_init__(self) -> None:
         self.started = self.clock()
+
+    async def query(
+        self, query: Query, *, handle: bool = True
+    ) -> tuple[HandleResolution, DocumentResolution]:
+        """The parts of `query`'s answer (`handle`: False, a DID's document alone, its
+        handle left unchecked)."""
+        if query.kind == "handle":
+            part = await self.handle(query.value, with_document=True)
+            did = part.answer.did
+            return part, await self.document(did) if did else NO_DOCUMENT
+        document = await self.document(query.value)
+        declared = self.resolver.declared_handle(document) if handle else None
+        if declared is None:
+            return unchecked(document), document
+        if isinstance(declared, HandleResolution):
+            return declared, document
+        return await self.handle(declared, with_document=False), document
+
+    def found(self, part: HandleResolution, document: DocumentResolution) -> Found:
+        """What this run (one that reused nothing) found, to be adopted elsewhere."""
+        resolved = {key: new for key, (new, _, _) in self.resolved.items()}
+        counted = {k: n for k, n in self.counters.items() if k.startswith("upstream_")}
+        return Found(part, document, resolved, self.handles, self.documents, counted)
+
+    async def adopt(self, found: Found) -> tuple[HandleResolution, DocumentResolution]:
+        """`found` as if this run (which reuses nothing) had resolved it: each part judged
+        against the entry held here now."""
+        for key, new in found.resolved.items():
+            held = await self.held(key)
+            if isinstance(new, HandleResolution):
+                held = (
+                    held if held is not None and isinstance(held.part, HandleResolution) else None
+                )
+                answer = handle_answer(new, held)
+            else:
+                held = (
+                    held if held is not None and isinstance(held.part, DocumentResolution) else None
+                )
+                answer = document_answer(new, held)
+            self.resolved[key] = (new, answer, held)
+            self.basis[key] = None
+        self.handles.update(found.handles)
+        self.documents.update(found.documents)
+        self.counters.update(found.counted)
+        return found.part, found.document
 
     async def handle(self, handle: str, *, with_document: bool) -> HandleResolution:
         """A handle's resolution; with `with_document`, the document of the DID it names

@@ -6,6 +6,13 @@ runs as background work: its requests take turns from `reverify_share` of each u
 host's rate (`foundation.pace`), so lookups keep the rest, and the pass takes as long as that
 share says instead of the whole pace.
 
+A fleet of daemons on one shared store (issue 69) re-verifies each identity once per pass,
+not once per daemon: each of them hears of the gap (or restarts on it), and each walks the
+same keys. An identity is left to another daemon when the entry held was checked since
+this pass began (another re-verified it meanwhile), or when another daemon claimed it in
+the store shared by the fleet (`Store.nonces`: one claim per DID, taken in one step, for
+`CLAIM_LEASE` seconds): whichever comes first does it, the others go on to the next.
+
 A gap during a pass owes one more pass, run after it: an identity re-verified before the gap
 may have changed in it. However many gaps come during a pass, one is owed, and no second
 pass runs at once. (Starting the walk again at each gap would do the first pages over and
@@ -18,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +33,7 @@ from atwhois.foundation.pace import REVERIFY, charged_to
 
 from .keys import did_key, identifier_of
 from .revalidate import Revalidator
+from .stores.nonces import NoncesUnavailable
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -33,6 +42,9 @@ log = logging.getLogger("atwhois.revalidate")
 PAGE = 1000  # DIDs read from the store at once
 AT_ONCE = 4  # identities a pass re-verifies at once (the revalidator runs 8: events keep 4)
 HELD = did_key("")  # the keys of the DIDs the cache holds start so
+# How long a daemon's claim to re-verify a DID keeps the fleet's others from it: longer than
+# one re-verification takes (a claim's window and its re-checks), far shorter than a pass.
+CLAIM_LEASE = 120.0
 
 
 class Sweep:
@@ -45,6 +57,10 @@ class Sweep:
         self.done = 0  # identities re-verified by the pass under way (or the last one)
         self.to_do: int | None = None  # the DIDs held when it began (None: being counted)
         self.failed = 0  # passes a failure of the store ended
+        self.left = 0  # identities of the pass left to another daemon of the fleet
+        self._began = 0.0  # when the pass under way began, on the cache's clock
+        self._me = uuid.uuid4().hex  # whose claims are this daemon's, in the shared store
+        self._claims = self.store.nonces()  # where they are taken (the fleet's shared store)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -80,7 +96,8 @@ class Sweep:
                 return
 
     async def _pass(self) -> None:
-        self.done, self.to_do = 0, None
+        self.done, self.left, self.to_do = 0, 0, None
+        self._began = self.revalidator.cached.clock()
         self.to_do = await self._count()
         position = ""
         while True:
@@ -92,8 +109,26 @@ class Sweep:
 
     async def _recheck(self, dids: Iterator[str]) -> None:
         for did in dids:  # the page's, shared: each of the AT_ONCE takes the next one
+            if await self._others(did):
+                self.left += 1
+                continue
             await self.revalidator.recheck(did)
             self.done += 1
+
+    async def _others(self, did: str) -> bool:
+        """Whether another daemon of the fleet re-verifies `did` in this pass: the entry
+        held was checked since the pass began, or another's claim on it is live. A claim
+        that cannot be asked (the shared store down) leaves it to this one."""
+        cached = self.revalidator.cached
+        held = await cached.checked_at(did)
+        if held is not None and held >= self._began:
+            return True
+        now = cached.clock()
+        try:
+            claim = await self._claims.claim(f"reverify {did}", self._me, now + CLAIM_LEASE, 1, now)
+        except NoncesUnavailable:
+            return False
+        return claim == "share"  # held by another ("seen": this daemon's own, earlier)
 
     async def _count(self) -> int:
         """The DIDs held now: a walk of the store's keys (nothing resolved), page by page."""
@@ -112,6 +147,7 @@ class Sweep:
             "passes": self.passes,
             "owed": self.owed,
             "failed": self.failed,
+            "left_to_others": self.left,
         }
 
     def metrics(self) -> Iterator[Metric]:
@@ -120,11 +156,12 @@ class Sweep:
         identities = GaugeMetricFamily(
             "atwhois_gap_pass_identities",
             "The pass re-verifying every identity held after an event stream's gap: those it "
-            "re-verified (done), of those held when it began (to_do); the pass under way, or "
-            "the last one.",
+            "re-verified (done), of those held when it began (to_do), and those left to "
+            "another daemon of the fleet (left_to_others); the pass under way, or the last one.",
             labels=["state"],
         )
         identities.add_metric(["done"], self.done)
+        identities.add_metric(["left_to_others"], self.left)
         identities.add_metric(["to_do"], self.to_do or 0)
         passes = CounterMetricFamily(
             "atwhois_gap_passes",

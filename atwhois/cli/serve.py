@@ -33,7 +33,10 @@ from atwhois.cache import CachedResolver, Lifetime, Policy, open_store
 from atwhois.cache.revalidate import Revalidator
 from atwhois.cache.stores import Tier, TieredStore
 from atwhois.cache.sweep import Sweep
+from atwhois.cache.workers import Elsewhere
 from atwhois.foundation.defaults import MIB
+from atwhois.foundation.pace import share_buckets
+from atwhois.foundation.pool import default_workers
 from atwhois.foundation.version import announce_contact
 from atwhois.mirror import Follower as MirrorFollower
 from atwhois.mirror import MirrorApi, MirrorFetcher
@@ -128,6 +131,16 @@ def build_daemon(
     # answer decodes its entries once), and many more entries in its share.
     store = open_store(values.cache, memory_bytes=budget - budget // 2, decoded_share=1 / 16)
     plc_mirror = _plc_mirror(values) if values.plc_mirror else None
+    # Re-verifications in worker processes, which resolve as a plain `Resolver` does (not
+    # through a mirror in this process, nor a test's resolvers); their requests take turns
+    # from this process's pace, shared before any pace is made.
+    reverify_workers = 0
+    if resolvers is None and plc_mirror is None:
+        reverify_workers = (
+            default_workers() if values.reverify_workers is None else values.reverify_workers
+        )
+    if reverify_workers:
+        share_buckets()
 
     def resolver(config: Config) -> Resolver:
         """did:plc from the mirror in this process when there is one, else the directory."""
@@ -137,6 +150,10 @@ def build_daemon(
 
     cached = CachedResolver(resolver(config), store, policy, max_resolutions=values.max_resolutions)
     service = Service(cached, service_settings)
+    elsewhere = None
+    if reverify_workers:
+        elsewhere = cached.elsewhere = Elsewhere(config, reverify_workers)
+        service.health_sources["reverify_workers"] = elsewhere.health
     service.metric_sources.append(cached.histories.metrics)
     service.metric_sources.append(pace_families(shared_pace(config)))
     service.health_problems.append(parked_upstreams(shared_pace(config)))
@@ -147,6 +164,9 @@ def build_daemon(
         )
     app = service.app()
     trim_periodically(app)
+    if elsewhere is not None:
+        app.on_startup.append(lambda _: elsewhere.start())
+        app.on_cleanup.append(lambda _: elsewhere.stop())  # after what re-verifies stopped
     # Audits resolve afresh, replaying did:plc logs (rotation keys), politely, through the
     # same store: their results refresh the answers the daemon serves.
     audit_config = dataclasses.replace(config, verify_plc=True, per_host_limit=8)
@@ -340,6 +360,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    share_buckets()  # made before the fork: every serving process keeps to one pace
     return _serve_workers(workers, values, config, policy, shown, args.prog)
 
 

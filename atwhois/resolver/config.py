@@ -116,6 +116,8 @@ class Config:
     # a host's Retry-After parks it (`foundation.pace`).
     plc_rate: float = defaults.PLC_RATE
     host_rate: float = defaults.HOST_RATE
+    # A fleet's daemons (on one shared store) split the rates: each keeps to rate/N.
+    fleet_daemons: int = 1
     # A pause a host asks for lasts at most this long, then one request asks whether it is
     # over (POL-PARK-1): an hour asked once would take every lookup of the host for an hour.
     max_park: float = defaults.MAX_PARK
@@ -158,6 +160,11 @@ class Config:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidInput(f"{name} must be a whole number >= 0, not {value!r}", "config")
+        fleet = self.fleet_daemons
+        if isinstance(fleet, bool) or not isinstance(fleet, int) or fleet < 1:
+            raise InvalidInput(
+                f"fleet_daemons must be a whole number >= 1, not {fleet!r}", "config"
+            )
         for name in ("service_auth_share", "reverify_share"):
             share = getattr(self, name)
             if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
@@ -232,6 +239,7 @@ _TO_CONFIG: dict[str, Callable[[Any], dict[str, Any]]] = {
     "dns_authoritative_port": lambda v: {"dns_authoritative_port": v},
     "plc_rate": lambda v: {"plc_rate": v},
     "host_rate": lambda v: {"host_rate": v},
+    "fleet_daemons": lambda v: {"fleet_daemons": v},
     "max_park": lambda v: {"max_park": v},
     "service_auth_share": lambda v: {"service_auth_share": v},
     "reverify_share": lambda v: {"reverify_share": v},
@@ -256,6 +264,7 @@ _FROM_CONFIG: dict[str, Callable[[Config], Any]] = {
     "dns_authoritative_port": lambda c: c.dns_authoritative_port,
     "plc_rate": lambda c: c.plc_rate,
     "host_rate": lambda c: c.host_rate,
+    "fleet_daemons": lambda c: c.fleet_daemons,
     "max_park": lambda c: c.max_park,
     "service_auth_share": lambda c: c.service_auth_share,
     "reverify_share": lambda c: c.reverify_share,

@@ -30,7 +30,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from atwhois.foundation.bounded import BoundedBody
-from atwhois.foundation.pace import REVERIFY, SERVICE_AUTH, HostPace, work
+from atwhois.foundation.pace import REVERIFY, SERVICE_AUTH, HostPace, shared_buckets, work
 
 from .addresses import embedded_ipv4
 from .config import Config
@@ -331,13 +331,15 @@ class Fetcher:
             raise UpstreamFailure(f"{_origin(url)}: {_describe(err)}") from None
 
 
-_PACES: dict[tuple[str, float, float, float, float, float], HostPace] = {}
+_PACES: dict[tuple[str, float, float, float, float, float, int], HostPace] = {}
 
 
 def shared_pace(config: Config) -> HostPace:
     """One pace per host for every fetcher of this process with these settings (a daemon's
-    lookups and its audits ask the same directory: together they keep to its rate). The
-    PLC directory's host is counted by its name; every other host as `web`."""
+    lookups and its audits ask the same directory: together they keep to its rate), and of
+    the daemon's other processes when they share its buckets (`foundation.pace`). The PLC
+    directory's host is counted by its name; every other host as `web`. A fleet of
+    `fleet_daemons` splits each rate evenly: each daemon keeps to its part."""
     plc_host = host_of(config.plc_url)
     shares = {SERVICE_AUTH: config.service_auth_share, REVERIFY: config.reverify_share}
     key = (
@@ -347,15 +349,19 @@ def shared_pace(config: Config) -> HostPace:
         config.max_park,
         config.service_auth_share,
         config.reverify_share,
+        config.fleet_daemons,
     )
     pace = _PACES.get(key)
     if pace is None:
+        plc_rate = config.plc_rate / config.fleet_daemons
+        host_rate = config.host_rate / config.fleet_daemons
         pace = _PACES[key] = HostPace(
-            lambda host: config.plc_rate if host == plc_host else config.host_rate,
+            lambda host: plc_rate if host == plc_host else host_rate,
             max_park=config.max_park,
             shares=shares,
             patient=frozenset({REVERIFY}),
             kind_of=lambda host: host if host == plc_host else "web",
+            shared=shared_buckets(),
         )
     return pace
 

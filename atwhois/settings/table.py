@@ -191,6 +191,16 @@ class Values:
         low=0.1,
         high=1_000_000,
     )
+    fleet_daemons: int = _setting(
+        RESOLUTION,
+        "daemons sharing one cache store (a fleet) and so the upstreams' allowance: each "
+        "keeps to plc_rate/N and host_rate/N, and the pass after a gap re-verifies each "
+        "identity once in the fleet",
+        1,
+        metavar="N",
+        low=1,
+        high=1024,
+    )
     max_park: float = _setting(
         RESOLUTION,
         "the longest pause a host's Retry-After gets (lookups, the PLC mirror, plc compare); "
@@ -320,6 +330,16 @@ class Values:
         defaults.WORKERS,
         metavar="N",
         low=1,
+        high=64,
+    )
+    reverify_workers: int | None = _setting(
+        SERVICE,
+        "processes that do the daemon's re-verifications and background refreshes (what "
+        "streams, a gap's pass and stale answers cause), off the process that answers; "
+        "0: in it (and always with plc_mirror)",
+        shown="one per core when there are several",
+        metavar="N",
+        low=0,
         high=64,
     )
     max_resolutions: int = _setting(

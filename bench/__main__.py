@@ -27,6 +27,7 @@ from bench import (
     serve_load,
     slow_readers,
     startup,
+    store_bytes,
     stream_decode,
     verify_tokens,
 )
@@ -41,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Row] | None]] = {
     "cache": cache_lookups.main,
     "serve": serve_load.main,
     "hits": hit_cost.main,
+    "store": store_bytes.main,
     "audit": audit_run.main,
     "audit-store": audit_store.main,
     "memory": memory_load.main,

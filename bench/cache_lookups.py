@@ -1,7 +1,6 @@
 """In-process cached lookups per store, rotating over `--identities` distinct identities of
 the test network's bulk world (no memo of a few keys answers them), against uncached
-resolution in the same run; and what an identity (its handle and DID entries) costs
-serialized and in the memory tier, decoded as a hit leaves it.
+resolution in the same run (what an identity costs in each store is `bench store`'s).
 
     python -m bench cache [--lookups 20000] [--identities 2000]
 """
@@ -12,7 +11,6 @@ import argparse
 import asyncio
 import tempfile
 import time
-import tracemalloc
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -39,25 +37,6 @@ async def rate(
     return count / (time.perf_counter() - started)
 
 
-async def identity_bytes(store: MemoryStore, cached: CachedResolver) -> tuple[float, float, float]:
-    """Serialized bytes per identity; what the memory tier holds per identity (tracemalloc,
-    a tier filled anew): its bytes, and its decoded form when a hit read it recently."""
-    entries = [(key, slot.value, slot.expires_at) for key, slot in store._slots.items()]
-    identities = sum(key.startswith("d:") for key, _, _ in entries)
-    serialized = sum(len(value) for _, value, _ in entries) / identities
-    tier = MemoryStore(max_bytes=1 << 30)
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    for key, value, expires_at in entries:
-        await tier.put(key, bytes(bytearray(value)), expires_at)
-    held = tracemalloc.get_traced_memory()[0]
-    for key, _, _ in entries:
-        await tier.decoded(key, cached._decode)
-    decoded = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    return serialized, (held - before) / identities, (decoded - held) / identities
-
-
 async def run(devnet: DevnetState, handles: list[str], lookups: int, tmp: Path) -> None:
     async with Resolver(devnet.config()) as plain:
         await rate(plain.lookup, handles, 100, 32)  # warm connections
@@ -76,19 +55,12 @@ async def run(devnet: DevnetState, handles: list[str], lookups: int, tmp: Path) 
             hits = await rate(cached.lookup, handles, lookups, 64)
             stats = await cached.stats()
             assert stats.get("miss", 0) == len(handles), stats
-            if isinstance(store, MemoryStore):
-                serialized, held, decoded = await identity_bytes(store, cached)
             for handle in handles:
                 await cached.purge(handle)
         print(
             f"cached lookups, {name:<14} over {len(handles):,} identities {hits:10,.0f} "
             f"lookups/s   x{hits / uncached:,.0f} uncached"
         )
-    print(
-        f"per identity (handle and DID entries): {serialized:,.0f} B serialized, "
-        f"{held:,.0f} B held in the memory tier, {decoded:,.0f} B more while decoded "
-        "(kept with it once a hit read it)"
-    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,8 +15,8 @@ With `--fill`, the cache is not warmed by resolving every identity (a million co
 resolutions take hours here) but filled as a cache copied from a daemon that served them
 would be: one identity is resolved and verified through the daemon, and its two entries
 are written again for each of the others, their names changed (`fill_cache`); a sample of
-the answers is then checked as above. The RSS figure is then the daemon's whole RSS after
-the load, per identity: what a cache of that size costs a daemon answering over all of it.
+the answers is then checked as above. What a cached identity costs in each store is
+`bench store`'s.
 
     python -m bench serve [--connections 100] [--seconds 10] [--identities 10000]
                           [--rate 2000] [--workers N] [--fill] [--memory-cache-mb MIB]
@@ -45,7 +45,6 @@ from pathlib import Path
 import httpx
 
 from bench import Row
-from bench.memory_load import rss_mib
 from devnet import world
 from devnet.atwhois import running_daemon
 from devnet.network import running_devnet
@@ -245,7 +244,9 @@ def fill_cache(path: Path, identities: int) -> None:
         ).fetchall()
         if len(rows) != 2:
             raise RuntimeError(f"the template's entries are not in the cache: {rows}")
-        templates = [(key, Entry.decode(bytes(value)), expires) for key, value, expires in rows]
+        templates = [
+            (key, Entry.decode(bytes(value), key), expires) for key, value, expires in rows
+        ]
         batch: list[tuple[str, bytes, float]] = []
         for index in range(1, identities):
             host = world.bulk_host(index)
@@ -253,29 +254,13 @@ def fill_cache(path: Path, identities: int) -> None:
                 part = json.loads(json.dumps(entry.part).replace(TEMPLATE, host))
                 body = entry.body.replace(TEMPLATE.encode(), host.encode()) if entry.body else None
                 copied = dataclasses.replace(entry, part=part, body=body)
-                batch.append((key.replace(TEMPLATE, host), copied.encode(), expires))
+                name = key.replace(TEMPLATE, host)
+                batch.append((name, copied.encode(name), expires))
             if len(batch) >= 20_000:
                 db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?)", batch)
                 db.commit()
                 batch.clear()
         db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?)", batch)
-
-
-def tree_rss_mib(pid: int) -> float:
-    """RSS of a process and its children (the workers of `serve --workers`)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return rss_mib(pid) + sum(rss_mib(int(child)) for child in children)
-
-
-def sqlite_bytes(path: Path) -> int:
-    """The pages a SQLite file uses (its WAL checkpointed in): what the cache costs on disk."""
-    with sqlite3.connect(path) as db:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        pages = (
-            db.execute("PRAGMA page_count").fetchone()[0]
-            - db.execute("PRAGMA freelist_count").fetchone()[0]
-        )
-        return int(pages * db.execute("PRAGMA page_size").fetchone()[0])
 
 
 def rotation(identities: int) -> list[str]:
@@ -341,9 +326,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
         # that resolving them left in the first one's allocator (which made this figure vary
         # by 1.7 KB from run to run).
         daemon = stack.enter_context(running_daemon(devnet.env(), tmp / "serve.log", *serve))
-        before = tree_rss_mib(daemon.process.pid)
         handle_body, document_body = asyncio.run(warm(daemon.url, args.identities, sample))
-        per_identity = (tree_rss_mib(daemon.process.pid) - before) * 1024 * 1024 / args.identities
         assert httpx.get(daemon.url + HOT).json()["did"] == devnet.did("alice")
         listing, script = rotate_script(tmp, rotation(args.identities))
         if args.answer_all:  # the timed runs are hits, where memory holds every answer
@@ -364,27 +347,14 @@ def main(argv: list[str] | None = None) -> list[Row]:
                 open_loop(bare_url, listing, args.rate, s),
                 open_loop(daemon.url, listing, args.rate, s),
             )
-            if args.fill:  # the whole daemon, having answered over all of the keys
-                per_identity = tree_rss_mib(daemon.process.pid) * 1024 * 1024 / args.identities
         finally:
             bare.terminate()
             bare.wait()
-        # after the runs: another connection's checkpoint reads to the daemon as a change
-        on_disk = sqlite_bytes(tmp / "c.db") / args.identities
     print(
         f"atwhois serve {' '.join(options)}, SQLite cache, "
         f"request log on; {args.identities:,} bulk identities "
         f"{'filled' if args.fill else 'warmed'} in {warmed:.0f} s "
         f"(handle body {len(handle_body)} B, document body {len(document_body)} B)"
-    )
-    measured = (
-        "the daemon's RSS after answering over all of them, divided"
-        if args.fill
-        else "handle and DID entries read from the cache, both answers rendered"
-    )
-    print(
-        f" per cached identity ({measured}): "
-        f"{per_identity:,.0f} B of RSS, {on_disk:,.0f} B in the SQLite file"
     )
     print(f" closed loop, wrk 1 thread, {c} connections, {s} s each:")
     print(row("one hot key (resolveHandle)", hot[1], hot[0]))
@@ -418,6 +388,4 @@ def main(argv: list[str] | None = None) -> list[Row]:
             "ms",
             True,
         ),
-        Row("serve: RSS per cached identity", per_identity, 1024, "target", "B", True),
-        Row("serve: SQLite bytes per identity", on_disk, 1536, "target", "B", True),
     ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from atwhois.resolver.report import DocumentResolution, HandleResolution
 
+from . import compact
 from .packing import pack, unpack
 
 Part = HandleResolution | DocumentResolution
@@ -33,24 +34,37 @@ class Entry:
     changed_by: str | None = None  # the claim this resolution saw the change for, and when
     body: bytes | None = None  # a DID document's bytes, as served
 
-    def encode(self) -> bytes:
-        """The fields as one line of JSON, then the document's bytes as they are (JSON
-        never holds a raw newline): a document is neither escaped nor decoded to be kept.
-        Packed (`packing`): half the bytes of plain deflate, a quarter of the JSON's, in
-        every store and in the memory tier."""
+    def encode(self, key: str) -> bytes:
+        """The entry as kept under `key`: in its compact form (`compact`: rebuilt on the way
+        out from its parts) where it has one, else whole (`encode_whole`)."""
         # Not dataclasses.asdict: it deep-copies the part, the costliest step of a write.
         fields = {name: getattr(self, name) for name in self.__slots__ if name != "body"}
-        head = json.dumps(fields, separators=(",", ":")).encode()
-        return pack(head if self.body is None else head + b"\n" + self.body)
+        return compact.encode(key, fields, self.body) or _whole(fields, self.body)
+
+    def encode_whole(self) -> bytes:
+        """The fields as one line of JSON, then the document's bytes as they are (JSON
+        never holds a raw newline), packed (`packing`): how every entry was kept before
+        the compact form, and how one without a compact form still is."""
+        fields = {name: getattr(self, name) for name in self.__slots__ if name != "body"}
+        return _whole(fields, self.body)
 
     @classmethod
-    def decode(cls, raw: bytes) -> Entry:
-        """An entry as `encode` wrote it (or as it was written before entries were packed:
-        a line of JSON is never mistaken for packed bytes, which begin with 0x78)."""
+    def decode(cls, raw: bytes, key: str) -> Entry:
+        """The entry kept under `key`, in whichever form it was written: compact, packed
+        whole, or a plain line of JSON as before entries were packed (a compact entry
+        begins with its kind, 1 or 2; a packed one with 0x78, JSON with '{')."""
+        if raw and raw[0] in compact.KINDS:
+            fields, body = compact.decode(key, raw)
+            return cls(**fields, body=body)
         if not raw.startswith(b"{"):
             raw = unpack(raw)
         head, newline, body = raw.partition(b"\n")
         return cls(**json.loads(head), body=body if newline else None)
+
+
+def _whole(fields: dict[str, Any], body: bytes | None) -> bytes:
+    head = json.dumps(fields, separators=(",", ":")).encode()
+    return pack(head if body is None else head + b"\n" + body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +77,14 @@ class Cached:
     part: Part
     raw: bytes
 
-    def marked(self, refresh_error: str, retry_at: float) -> Entry:
-        """The whole entry, with a failed refresh noted."""
-        entry = Entry.decode(self.raw)
+    def marked(self, key: str, refresh_error: str, retry_at: float) -> Entry:
+        """The whole entry (kept under `key`), with a failed refresh noted."""
+        entry = Entry.decode(self.raw, key)
         return dataclasses.replace(entry, refresh_error=refresh_error, retry_at=retry_at)
 
 
-def decode_cached(raw: bytes, *, dev: bool) -> tuple[Cached, int]:
-    entry = Entry.decode(raw)
+def decode_cached(key: str, raw: bytes, *, dev: bool) -> tuple[Cached, int]:
+    entry = Entry.decode(raw, key)
     part: Part
     if "evidence" in entry.part:
         part = DocumentResolution.from_json(entry.part, entry.body, dev=dev)

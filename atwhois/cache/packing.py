@@ -1,8 +1,10 @@
-"""How a cache entry is packed into bytes: deflated against a preset dictionary of what
-every entry repeats (its field names, a DID document's context URLs and key types, the
-evidence of each method). Two entries differ mostly in a DID, a handle, a key and times:
-the dictionary takes a did:web identity's two entries from 735 bytes (plain deflate) to
-373, in every store and in the memory tier (`python -m bench cache`).
+"""How a cache entry without a compact form (`compact`: a binding that did not verify, a
+document of no standard form) is packed into bytes whole: deflated against a preset
+dictionary of what every entry repeats (its field names, a DID document's context URLs and
+key types, the evidence of each method). Two entries differ mostly in a DID, a handle, a
+key and times: the dictionary takes a did:web identity's two entries from 735 bytes (plain
+deflate) to 373, in every store and in the memory tier. Every entry was kept so before
+issue 69; such entries are still read.
 
 The dictionary is part of the format, as zlib records it: a stream names the dictionary it
 needs (its Adler-32), so an entry packed with another one is refused as unreadable (and

@@ -208,8 +208,8 @@ class CachedResolver:
         now = self.clock()
         claim = Claim(what, now, now + window, claims.seen(cached.part))
         self.claims[key] = claim
-        entry = claims.marked(claim, Entry.decode(cached.raw))
-        await self.store.put(key, entry.encode(), entry.stale_until)
+        entry = claims.marked(claim, Entry.decode(cached.raw, key))
+        await self.store.put(key, entry.encode(key), entry.stale_until)
         return True
 
     def claim_open(self, did: str) -> bool:
@@ -441,12 +441,12 @@ class CachedResolver:
                         new.to_json(), start, start + life.fresh, start + life.max_age, body=body
                     )
                     entry = claims.as_claimed(self.claims, key, new, entry, now, held)
-                    await self.store.put(key, entry.encode(), entry.stale_until)
+                    await self.store.put(key, entry.encode(key), entry.stale_until)
                     run.basis[key] = entry
                 case Action.KEEP:
                     assert held is not None
-                    marked = held.marked(failure_of(new), now + self.policy.retry_after)
-                    await self.store.put(key, marked.encode(), marked.stale_until)
+                    marked = held.marked(key, failure_of(new), now + self.policy.retry_after)
+                    await self.store.put(key, marked.encode(key), marked.stale_until)
                     if run.basis[key] is not None:  # the held copy stood in for it
                         run.basis[key] = marked
         return [run.basis[key] for key in keys]

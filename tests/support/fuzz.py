@@ -60,6 +60,7 @@ from atwhois.testing import World
 from devnet import relay_frames
 from devnet.atwhois import error_name
 from devnet.jetstream_wire import events
+from devnet.shaped_entries import shaped
 from devnet.synthetic_plc import export_lines
 
 from . import fuzz_dnssec, fuzz_labels, fuzz_oauth, fuzz_records
@@ -253,19 +254,29 @@ def _frame(raw: bytes, decoder: Callable[[bytes], object] = decode_frame) -> Non
         )
 
 
+_SHAPED = shaped(0)
+COMPACT_DID = _SHAPED.did
+
+
+def compact_entries() -> list[bytes]:
+    return [entry.encode(key) for key, entry in _SHAPED.entries]
+
+
 _PACKED = [
-    Entry({"handle": "a.test"}, 1.0, 2.0, 3.0).encode(),
-    Entry({"did": "did:web:a.test", "evidence": {}}, 1.0, 2.0, 3.0, body=b"{}").encode(),
+    Entry({"handle": "a.test"}, 1.0, 2.0, 3.0).encode_whole(),
+    Entry({"did": "did:web:a.test", "evidence": {}}, 1.0, 2.0, 3.0, body=b"{}").encode_whole(),
     pack(b"{}"),
 ]
-ENTRIES = _PACKED + [unpack(packed) for packed in _PACKED]  # and as JSON, as once stored
+# and as JSON, as once stored; and compact (`cache.compact`), of a handle and a document
+ENTRIES = _PACKED + [unpack(packed) for packed in _PACKED] + compact_entries()
 
 
 def _entry(raw: bytes) -> None:
     """A cache entry that is not what the cache wrote is refused with the errors the cache
     takes for "unreadable: drop it and resolve again" (`CachedResolver._cached`)."""
-    with contextlib.suppress(ValueError, TypeError, KeyError):
-        decode_cached(raw, dev=False)
+    for key in ("h:a.test", "d:" + COMPACT_DID):
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            decode_cached(key, raw, dev=False)
 
 
 def _car_of_commit() -> tuple[bytes, str]:

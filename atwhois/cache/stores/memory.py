@@ -27,7 +27,7 @@ _READ_PER_KEY = 4  # keys a page of a walk reads, at most, per key it may give
 
 
 # What a decoder makes of stored bytes, and how many bytes that takes in memory.
-Decoder = Callable[[bytes], tuple[Any, int]]
+Decoder = Callable[[str, bytes], tuple[Any, int]]  # (the key, its value)
 
 
 @dataclass(slots=True)
@@ -136,7 +136,7 @@ class MemoryStore:
         kept = self._decoded.get(key)
         if kept is not None and kept.slot is slot and kept.decoder is decode:
             return kept.value
-        value, size = decode(slot.value)
+        value, size = decode(key, slot.value)
         if self._slots.peek(key) is slot:
             self._decoded.put(key, _Decoded(slot, decode, value, size))
         return value

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import sqlite3
 import time
@@ -27,18 +28,31 @@ from atwhois.foundation.sql import BUSY_MS, sqlite_connect
 from .base import OnChange, Stored, UnusableStore
 from .nonces import SQLITE_SCHEMA, SqliteNonces
 
-# 2: an ordinary rowid table. WITHOUT ROWID kept each ~1.5 KB value in the key's b-tree,
-# which spilled into mostly empty overflow pages: 5.3 KB on disk per identity.
-SCHEMA_VERSION = 2
+# 1: WITHOUT ROWID in 4 KiB pages: each ~1.5 KB value spilled into mostly empty overflow
+# pages (5.3 KB on disk per identity). 2: a rowid table, its key in an index of its own and
+# an index of expiry times. 3 (issue 69): entries are compact (~60 B an entry, `compact`),
+# so the key and its row are one cell of one b-tree again (16 KiB pages keep a value of up
+# to 4 KB in it), and expired rows are found by a walk over the keys (`_sweep`), not an
+# index; a did:plc's key is kept short (`_stored`), its expiry in milliseconds (an integer
+# of 6 bytes where a float takes 8).
+SCHEMA_VERSION = 3
+_ENTRIES = """
+CREATE TABLE IF NOT EXISTS {name} (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    expires_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+# A did:plc's entry, the most common key, as the table keeps it: no DID has a control
+# character, so nothing else is kept so; and its keys still begin with `d:`, so a walk of
+# every DID held (`sweep.HELD`) is one range of the table's key.
+_PLC_KEY, _PLC_STORED = "d:did:plc:", "d:\x01"
 _SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS entries (
-    key TEXT PRIMARY KEY,
-    value BLOB NOT NULL,
-    expires_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS entries_expiry ON entries (expires_at);
+"""
+    + _ENTRIES.format(name="entries")
+    + """
 CREATE TABLE IF NOT EXISTS changes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, even once the log is empty
     key TEXT NOT NULL,
@@ -49,6 +63,7 @@ CREATE TABLE IF NOT EXISTS changes (
 )
 _PAGE_SIZE = 16384
 _SWEEP_EVERY = 1000  # writes between deletions of expired rows (and old changes)
+_SWEEP_ROWS = 4 * _SWEEP_EVERY  # rows a sweep looks at: more than were written meanwhile
 _CHANGES_KEPT = 10_000  # rows of the change log kept: a reader further behind drops everything
 _WATCH_SECONDS = 0.1  # how often another process's commits are looked for
 
@@ -70,6 +85,7 @@ class SqliteStore:
         except sqlite3.Error as err:  # a folder, a file of another kind, no permission
             raise UnusableStore(f"SQLite cache {path}: {err}") from err
         self._writes = 0
+        self._swept_to = ""  # the last key the last sweep looked at
         self._writer = os.urandom(8).hex()  # this connection, in the change log
 
     def _open(self) -> None:
@@ -99,9 +115,21 @@ class SqliteStore:
 
     def _migrate(self) -> None:
         self._db.executescript(_SCHEMA)
-        row = self._db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()
-        if row is not None and int(row[0]) != SCHEMA_VERSION:
-            # A cache from another schema holds nothing worth converting: start empty, in
+        self._db.execute("BEGIN IMMEDIATE")  # one process migrates; the others find it done
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()
+            version = SCHEMA_VERSION if row is None else int(row[0])
+            if version == 2:
+                self._copy_from_rowid_table()
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+        if version not in (2, SCHEMA_VERSION):
+            # A cache from the first schema holds nothing worth converting: start empty, in
             # pages of today's size when no other process has the file open.
             self._db.executescript("DROP TABLE entries;" + _SCHEMA)
             with contextlib.suppress(sqlite3.OperationalError):
@@ -109,27 +137,53 @@ class SqliteStore:
                     f"PRAGMA journal_mode=DELETE; PRAGMA page_size={_PAGE_SIZE}; VACUUM;"
                 )
             self._enter_wal()
+
+    def _copy_from_rowid_table(self) -> None:
+        """Schema 2's entries, as they are, into schema 3's table (issue 69): in place, at
+        start, nothing resolved again. Their values are read as they were written and made
+        compact as each is written again (`Entry.decode` reads every form)."""
+        self._db.execute("DROP TABLE IF EXISTS entries_compact")
+        self._db.execute(_ENTRIES.format(name="entries_compact"))
+        self._db.create_function("stored_key", 1, _stored, deterministic=True)
         self._db.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            "INSERT INTO entries_compact SELECT stored_key(key), value,"
+            " CAST(expires_at * 1000 AS INTEGER) FROM entries WHERE expires_at > ?",
+            (self._clock(),),
         )
+        self._db.execute("DROP TABLE entries")  # and its indexes
+        self._db.execute("ALTER TABLE entries_compact RENAME TO entries")
 
     async def get(self, key: str) -> Stored | None:
         row = self._db.execute(
-            "SELECT value, expires_at FROM entries WHERE key = ? AND expires_at > ?",
-            (key, self._clock()),
+            "SELECT value, expires_ms FROM entries WHERE key = ? AND expires_ms > ?",
+            (_stored(key), self._now_ms()),
         ).fetchone()
-        return Stored(bytes(row[0]), float(row[1])) if row else None
+        return Stored(bytes(row[0]), row[1] / 1000) if row else None
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
-        upsert = "INSERT OR REPLACE INTO entries (key, value, expires_at) VALUES (?, ?, ?)"
-        self._write([(upsert, [(key, value, expires_at)])], [key])
+        upsert = "INSERT OR REPLACE INTO entries (key, value, expires_ms) VALUES (?, ?, ?)"
+        # to the millisecond, cut: an entry never outlives its time (as in Redis)
+        self._write([(upsert, [(_stored(key), value, int(expires_at * 1000))])], [key])
         self._writes += 1
         if self._writes % _SWEEP_EVERY == 0:
-            self._db.execute("DELETE FROM entries WHERE expires_at <= ?", (self._clock(),))
-            self._db.execute(
-                "DELETE FROM changes WHERE seq <= (SELECT max(seq) FROM changes) - ?",
-                (_CHANGES_KEPT,),
-            )
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Delete the expired rows among the next keys after the last sweep's (from the
+        first again past the last): each sweep looks at more rows than were written since
+        the one before, so the walk comes round while the table grows."""
+        rows = self._db.execute(
+            "SELECT key, expires_ms FROM entries WHERE key > ? ORDER BY key LIMIT ?",
+            (self._swept_to, _SWEEP_ROWS),
+        ).fetchall()
+        now = self._now_ms()
+        expired = [(key,) for key, expires_ms in rows if expires_ms <= now]
+        self._swept_to = rows[-1][0] if len(rows) == _SWEEP_ROWS else ""
+        self._db.executemany("DELETE FROM entries WHERE key = ?", expired)
+        self._db.execute(
+            "DELETE FROM changes WHERE seq <= (SELECT max(seq) FROM changes) - ?",
+            (_CHANGES_KEPT,),
+        )
 
     def nonces(self) -> SqliteNonces:
         """The nonces seen, in this file's own table: every process on it sees them."""
@@ -137,7 +191,7 @@ class SqliteStore:
 
     async def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)
-        self._write([("DELETE FROM entries WHERE key = ?", [(k,) for k in keys])], keys)
+        self._write([("DELETE FROM entries WHERE key = ?", [(_stored(k),) for k in keys])], keys)
 
     def _write(
         self, statements: list[tuple[str, list[tuple[object, ...]]]], keys: list[str]
@@ -160,22 +214,29 @@ class SqliteStore:
 
     async def scan(self, prefix: str, limit: int) -> list[tuple[str, bytes]]:
         # a range of the primary key: the keys that start with `prefix`, by its index
+        start, wanted = _range(prefix)
         rows = self._db.execute(
-            "SELECT key, value FROM entries WHERE key >= ? AND key < ? AND expires_at > ? LIMIT ?",
-            (prefix, prefix + "\U0010ffff", self._clock(), limit),
+            "SELECT key, value FROM entries WHERE key >= ? AND key < ? AND expires_ms > ?",
+            (start, start + "\U0010ffff", self._now_ms()),
         )
-        return [(str(key), bytes(value)) for key, value in rows]
+        found = ((_named(key), bytes(value)) for key, value in rows)
+        return list(itertools.islice(((k, v) for k, v in found if k.startswith(wanted)), limit))
 
     async def walk(self, prefix: str, limit: int, position: str = "") -> tuple[list[str], str]:
         # in the primary key's order, from the key after the last one given, by its index
-        after = position if position.startswith(prefix) else ""
+        start, wanted = _range(prefix)
+        after = position if position.startswith(start) else ""
         rows = self._db.execute(
-            "SELECT key FROM entries WHERE key >= ? AND key > ? AND key < ? AND expires_at > ?"
+            "SELECT key FROM entries WHERE key >= ? AND key > ? AND key < ? AND expires_ms > ?"
             " ORDER BY key LIMIT ?",
-            (prefix, after, prefix + "\U0010ffff", self._clock(), limit),
-        )
-        keys = [str(key) for (key,) in rows]
-        return keys, keys[-1] if len(keys) == limit else ""
+            (start, after, start + "\U0010ffff", self._now_ms(), limit),
+        ).fetchall()
+        keys = [_named(key) for (key,) in rows]
+        page = [key for key in keys if key.startswith(wanted)]
+        return page, rows[-1][0] if len(rows) == limit else ""
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
 
     async def watch(self, on_change: OnChange, ready: Callable[[], Awaitable[None]]) -> None:
         version = self._data_version()
@@ -202,3 +263,21 @@ class SqliteStore:
 
     async def close(self) -> None:
         self._db.close()
+
+
+def _stored(key: str) -> str:
+    """`key` as the table keeps it (`_PLC_STORED`)."""
+    return _PLC_STORED + key[len(_PLC_KEY) :] if key.startswith(_PLC_KEY) else key
+
+
+def _named(stored: str) -> str:
+    return _PLC_KEY + stored[len(_PLC_STORED) :] if stored.startswith(_PLC_STORED) else stored
+
+
+def _range(prefix: str) -> tuple[str, str]:
+    """Where the keys that start with `prefix` are in the table (the stored keys that start
+    with the first), and what their names must start with: a prefix that stops inside
+    `d:did:plc:` ranges over every DID's key."""
+    if _PLC_KEY.startswith(prefix) and len(prefix) > len(_PLC_STORED) - 1 and prefix != _PLC_KEY:
+        return "d:", prefix
+    return _stored(prefix), prefix

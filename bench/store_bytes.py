@@ -1,0 +1,257 @@
+"""What a cached identity costs in each store, and how fast a lookup reads it back: the
+compact store (issue 69) against the information it holds, and its lookups against the
+store as it was before (each entry packed whole), in the same run.
+
+Each store is filled with `--identities` identities of the network-shaped world
+(`devnet.shaped_entries`: did:plc with plc.directory's documents, handles under PDS
+domains, a minority on domains of their own, a few did:web), their two entries each, through
+its own write path (`put`), in a process of its own:
+
+- sqlite: the file's pages once filled (its WAL checkpointed in);
+- memory: the process's RSS growth while the memory tier fills (a library's store);
+- redis: `used_memory` growth of a Redis server of the run's own (nothing else writes it).
+
+Then `--lookups` lookups of identities chosen at random (by handle, `CachedResolver.lookup`,
+every one a hit; SQLite and Redis behind the daemon's memory tier of its default size),
+timed one by one: p50 and p99. The baseline of the bytes is the identity's information
+content in binary: its DID (15 bytes for a did:plc), handle, PDS endpoint (an index among
+thousands: 2 bytes), signing key (33), status (1) and two times (4 each).
+
+    python -m bench store [--identities 1000000] [--lookups 20000] [--stores sqlite,memory,redis]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench import Row
+from bench.memory_load import rss_mib
+from devnet.redis_server import RedisServer
+from devnet.shaped_entries import shaped
+
+FORMATS = ("compact", "present")  # compact; each entry packed whole (before issue 69)
+STORES = ("sqlite", "memory", "redis")
+_RECORD = struct.Struct(">HId")  # key length, value length, expiry
+# writes under way at once, as a daemon's requests make them (Redis: each a round trip)
+_AT_ONCE = {"sqlite": 1, "memory": 1, "redis": 64}  # within its pool of 100
+
+
+def information(index: int) -> int:
+    """The bytes of what a resolveIdentity answer needs about identity `index`, in binary."""
+    identity = shaped(index)
+    did = 15 if identity.did.startswith("did:plc:") else len(identity.did)
+    return did + len(identity.handle.encode()) + 2 + len(identity.key) + 1 + 2 * 4
+
+
+def sqlite_bytes(path: Path) -> int:
+    """The pages a SQLite file uses (its WAL checkpointed in): what the cache costs on disk."""
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = (
+            db.execute("PRAGMA page_count").fetchone()[0]
+            - db.execute("PRAGMA freelist_count").fetchone()[0]
+        )
+        return int(pages * db.execute("PRAGMA page_size").fetchone()[0])
+
+
+def write_entries(path: Path, identities: int, form: str) -> float:
+    """The identities' entries as `form` keeps them, in a file the fills read; their mean
+    size in bytes per identity."""
+    total = 0
+    with path.open("wb") as out:
+        for index in range(identities):
+            for key, entry in shaped(index).entries:
+                value = entry.encode(key) if form == "compact" else entry.encode_whole()
+                name = key.encode()
+                out.write(_RECORD.pack(len(name), len(value), entry.stale_until) + name + value)
+                total += len(value)
+    return total / identities
+
+
+def read_entries(path: Path) -> Iterator[tuple[str, bytes, float]]:
+    with path.open("rb") as source:
+        while head := source.read(_RECORD.size):
+            key_size, value_size, expires = _RECORD.unpack(head)
+            yield source.read(key_size).decode(), source.read(value_size), expires
+
+
+# --- one store, one form: in a process of its own -----------------------------------------
+
+
+async def fill_and_look_up(
+    store_name: str, entries: Path, identities: int, lookups: int, work: Path, redis_url: str
+) -> dict[str, float]:
+    from atwhois.cache import CachedResolver, MemoryStore, SqliteStore, Store, TieredStore
+    from atwhois.resolver import Config, Resolver
+
+    gc.collect()
+    rss, used = rss_mib(_self()), 0
+    store: Store
+    if store_name == "memory":
+        # the whole world held, and room for the decoded entries the lookups read
+        store = MemoryStore(identities * 4096, decoded_share=0.5)
+    elif store_name == "sqlite":
+        store = SqliteStore(work / "store.db")
+    else:
+        from redis import Redis
+
+        from atwhois.cache.stores.redis import RedisStore
+
+        used = int(Redis.from_url(redis_url).info("memory")["used_memory"])
+        # a fill of millions of keys meets the server's rehashing pauses: a command may wait
+        # longer than a daemon's (0.5 s) without being an outage
+        store = RedisStore(redis_url, prefix="s:", timeout=5.0)
+    started = time.perf_counter()
+    batch: list[Any] = []
+    for key, value, expires in read_entries(entries):
+        batch.append(store.put(key, value, expires))
+        if len(batch) == _AT_ONCE[store_name]:
+            await asyncio.gather(*batch)
+            batch.clear()
+    await asyncio.gather(*batch)
+    filled = time.perf_counter() - started
+    gc.collect()
+    if store_name == "memory":
+        size = (rss_mib(_self()) - rss) * 1024 * 1024
+    elif store_name == "sqlite":
+        await store.close()
+        size = sqlite_bytes(work / "store.db")
+        store = SqliteStore(work / "store.db")
+    else:
+        from redis import Redis
+
+        size = int(Redis.from_url(redis_url).info("memory")["used_memory"]) - used
+    tier = store if isinstance(store, MemoryStore) else TieredStore(MemoryStore(), store)
+    chosen = random.Random(1).sample(range(identities), min(lookups, identities))
+    times: list[float] = []
+    async with CachedResolver(Resolver(Config(dev=True)), tier) as cached:  # .test names
+        for index in chosen:
+            handle = shaped(index).handle
+            began = time.perf_counter()
+            identity = await cached.lookup(handle)
+            times.append(time.perf_counter() - began)
+            if identity.cache is None or not identity.cache.cached:
+                raise RuntimeError(
+                    f"{handle}: not from the store: {identity.status} {identity.error}"
+                )
+    times.sort()
+    return {
+        "bytes": size / identities,
+        "p50_ms": times[len(times) // 2] * 1000,
+        "p99_ms": times[int(len(times) * 0.99)] * 1000,
+        "fill_s": filled,
+    }
+
+
+def _self() -> int:
+    import os
+
+    return os.getpid()
+
+
+def child(argv: list[str]) -> None:
+    store_name, entries, identities, lookups, work, redis_url = argv
+    result = asyncio.run(
+        fill_and_look_up(
+            store_name, Path(entries), int(identities), int(lookups), Path(work), redis_url
+        )
+    )
+    print(json.dumps(result))
+
+
+def measured(
+    store_name: str, entries: Path, identities: int, lookups: int, work: Path, redis_url: str
+) -> dict[str, float]:
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.store_bytes", store_name, str(entries)),
+            *(str(identities), str(lookups), str(work), redis_url),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{store_name}: {out.stderr[-3000:]}")
+    result: dict[str, float] = json.loads(out.stdout.splitlines()[-1])
+    return result
+
+
+def main(argv: list[str] | None = None) -> list[Row]:
+    parser = argparse.ArgumentParser(prog="python -m bench store", description=__doc__)
+    parser.add_argument("--identities", type=int, default=1_000_000)
+    parser.add_argument("--lookups", type=int, default=20_000)
+    parser.add_argument("--stores", default=",".join(STORES))
+    args = parser.parse_args(argv)
+    stores = [name for name in args.stores.split(",") if name]
+    n = args.identities
+    information_bytes = sum(information(i) for i in range(min(n, 100_000))) / min(n, 100_000)
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="atwhois-store-bench-") as name:
+        tmp = Path(name)
+        for form in FORMATS:
+            started = time.perf_counter()
+            mean = write_entries(tmp / f"{form}.entries", n, form)
+            print(
+                f"{form}: {n:,} identities' entries made in {time.perf_counter() - started:.0f} s,"
+                f" {mean:,.0f} B of values per identity",
+                flush=True,
+            )
+            for store_name in stores:
+                work = tmp / f"{form}-{store_name}"
+                work.mkdir()
+                with RedisServer(work) as redis:
+                    result = measured(
+                        store_name, tmp / f"{form}.entries", n, args.lookups, work, redis.url
+                    )
+                results[form, store_name] = result
+                print(
+                    f"  {store_name:<7} {result['bytes']:8,.0f} B per identity   lookups p50 "
+                    f"{result['p50_ms']:.3f} ms p99 {result['p99_ms']:.3f} ms   "
+                    f"(filled in {result['fill_s']:.0f} s)",
+                    flush=True,
+                )
+            (tmp / f"{form}.entries").unlink()
+    print(f"information content: {information_bytes:,.1f} B per identity")
+    rows = []
+    for store_name in stores:
+        new, old = results["compact", store_name], results["present", store_name]
+        rows.append(
+            Row(
+                f"store: {store_name} bytes per identity",
+                new["bytes"],
+                information_bytes,
+                "information content",
+                "B",
+                True,
+            )
+        )
+        rows.append(
+            Row(
+                f"store: {store_name} lookup p99",
+                new["p99_ms"],
+                old["p99_ms"],
+                "the present store",
+                "ms",
+                True,
+            )
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    child(sys.argv[1:])

@@ -672,6 +672,8 @@ async def test_after_a_gap_memory_is_read_again_and_answers_while_the_store_fail
 async def _follows(tier: TieredStore) -> bool:
     await tier.get("h:probe.test")  # a read starts following
     return tier.following
+
+
 async def test_sqlite_sweeps_expired_rows_by_walking_its_keys(tmp_path: Path) -> None:
     """Schema 3 has no index of expiry times: the sweeps walk the keys a window at a time
     (more rows than were written since the last), so every expired row goes in the end,

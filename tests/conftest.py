@@ -80,7 +80,13 @@ def receiver() -> Iterator[Receiver]:
 # modules that start servers of their own (the test network's processes, stand-in upstreams).
 _NETWORK_FIXTURES = {"devnet", "redis_cluster"}
 _SERVER_STORES = ("redis", "postgres")
-_OWN_SERVERS = {"test_devnet_lifecycle.py", "test_network_world.py", "test_hostile_mirror.py"}
+_OWN_SERVERS = {
+    "test_devnet_lifecycle.py",
+    "test_network_world.py",
+    "test_hostile_mirror.py",
+    "test_redis_cluster.py",  # a cluster of six redis-servers, some tests their own
+    "test_cluster_fleet.py",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

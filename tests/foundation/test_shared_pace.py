@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from multiprocessing.sharedctypes import Synchronized
+from typing import Any
 
 import pytest
 
@@ -82,9 +83,10 @@ def test_a_fleet_splits_the_rates() -> None:
     assert pace.rate_of("plc.example") == 100 and pace.rate_of("web.example") == 10
 
 
-def _hammer(buckets: SharedBuckets, start: float, end: float, taken: Synchronized[int]) -> None:
+def _hammer(buckets: SharedBuckets, ready: Any, seconds: float, taken: Synchronized[int]) -> None:
     pace = HostPace(lambda host: RATE, max_park=300, shared=buckets)
-    time.sleep(max(0.0, start - time.monotonic()))  # all at once (the machine's clock)
+    ready.wait()  # all at once, once every child has started
+    end = time.monotonic() + seconds
     count = 0
     while time.monotonic() < end:
         count += pace.admit("plc.example") == 0.0
@@ -96,10 +98,9 @@ def _hammer(buckets: SharedBuckets, start: float, end: float, taken: Synchronize
 @pytest.mark.alone
 def test_processes_sharing_the_buckets_keep_to_one_rate() -> None:
     spawn = multiprocessing.get_context("spawn")
-    buckets, taken = SharedBuckets(), spawn.Value("i", 0)
-    seconds = 3.0
-    start = time.monotonic() + 10  # once every child has started
-    args = (buckets, start, start + seconds, taken)
+    buckets, taken, ready = SharedBuckets(), spawn.Value("i", 0), spawn.Barrier(3)
+    seconds = 1.5  # three times the rate would be 45, the bound is 17
+    args = (buckets, ready, seconds, taken)
     children = [spawn.Process(target=_hammer, args=args) for _ in range(3)]
     for child in children:
         child.start()

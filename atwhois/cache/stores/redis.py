@@ -312,6 +312,13 @@ class RedisClusterStore(RedisStore):
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),  # the memory tier answers meanwhile
+            # A command's failure has the slot map read again at the next command, not a
+            # second after the last reading (redis-py's pace): the tier already leaves a
+            # failing store alone a second, and the two paces added up kept a daemon
+            # writing to the master gone for seconds after a replica took over. Each such
+            # write is deleted from the cluster once it answers again: the fleet's pass
+            # then walked a cluster emptied of what it held (issue 69).
+            topology_refresh_min_interval=0,
             **settings,
         )
 

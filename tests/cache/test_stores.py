@@ -522,6 +522,26 @@ async def test_when_the_store_below_fails_the_tier_answers_and_catches_up() -> N
     assert await below.inner.get("h:stale.test") is None  # the purged value cannot come back
 
 
+async def test_a_store_with_its_own_pause_is_tried_again_after_it() -> None:
+    """A cluster's store (`retry_after`): what the tier writes in its pause is lost to the
+    fleet, so it is tried again after a fifth of a second, not the tier's second."""
+    now = [1000.0]
+    below = Flaky()
+    below.retry_after = 0.2  # type: ignore[attr-defined]
+    tier = TieredStore(MemoryStore(clock=lambda: now[0]), below, timer=lambda: now[0])
+    later = time.time() + 600  # the store's own clock
+    below.down = True
+    await tier.put("h:a.test", b"a", later)  # failed: the pause begins
+    below.down = False
+    now[0] += 0.1
+    await tier.put("h:b.test", b"b", later)  # within the pause: not tried
+    assert await value(below.inner, "h:b.test") is None
+    now[0] += 0.15
+    await tier.put("h:c.test", b"c", later)  # past it: written
+    assert await value(below.inner, "h:c.test") == b"c"
+    assert set(below.deleted) == {"h:a.test", "h:b.test"}  # what it missed, deleted there
+
+
 async def test_the_tier_spares_only_entries_the_store_below_holds() -> None:
     """`spare` (the daemon's rendered answers hold what a hit needs of their entries):
     memory drops what the store below has, and a read brings it back; it keeps what it

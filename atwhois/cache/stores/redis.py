@@ -295,6 +295,12 @@ class RedisClusterStore(RedisStore):
     redis-py's cluster client: what `RedisStore` does, shard by shard where it must."""
 
     name = "redis-cluster"
+    # Tried again a fifth of a second after a failure, not a second (`TieredStore`): no one
+    # tells the tier when a replica took over, and what it writes until it tries again is
+    # written nowhere, then deleted from the cluster once it answers (the fleet's pass
+    # would walk a cluster emptied of what it held). A failing node refuses at once or
+    # within the command timeout; the other masters answer at once.
+    retry_after = 0.2
 
     def __init__(self, url: str, *, prefix: str = "atwhois:", timeout: float = 0.5) -> None:
         super().__init__(url, prefix=prefix, timeout=timeout)

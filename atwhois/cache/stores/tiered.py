@@ -9,8 +9,8 @@ memory, and must not be older there than in the store.
 - A store that can lose writes it acknowledged (a Redis Cluster's failover) says so
   (`failovers`): the tier tells `gaps`, which re-verify what is held.
 - When the store below fails, the tier answers alone: degraded, never failing. Failures
-  are counted and described (`health`), the store is left alone for a second before it is
-  tried again, and the keys it could not be told about are deleted there once it answers
+  are counted and described (`health`), the store is left alone for a second (a cluster's,
+  a fifth of one) before it is tried again, and the keys it could not be told about are deleted there once it answers
   again, so an old value is never read back after a write or purge it missed.
 """
 
@@ -68,6 +68,9 @@ class TieredStore:
         # told when the store below may have lost writes (what is held is re-verified)
         self.gaps: list[Callable[[], None]] = []
         self._failovers = 0  # the store's failovers the gaps were told of
+        # seconds the store is left alone after a failure: its own, where it has one (a
+        # cluster's: the end of its failover is told to nobody)
+        self._retry_after: float = getattr(below, "retry_after", _RETRY_AFTER)
         self.errors = 0  # failures of the store below, ever
         # Entries expire by the memory tier's clock; how long the store below is trusted or
         # left alone is a matter of elapsed real time.
@@ -185,7 +188,7 @@ class TieredStore:
         if self._error is None:
             log.warning("cache store %s failed, answering from memory", self.below.name)
         self._error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-        self._failed_at, self._retry_at = now, now + _RETRY_AFTER
+        self._failed_at, self._retry_at = now, now + self._retry_after
 
     async def _resync(self) -> None:
         """The store answers again: delete there what it missed, then say so."""

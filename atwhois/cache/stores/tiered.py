@@ -10,8 +10,9 @@ memory, and must not be older there than in the store.
   (`failovers`): the tier tells `gaps`, which re-verify what is held.
 - When the store below fails, the tier answers alone: degraded, never failing. Failures
   are counted and described (`health`), the store is left alone for a second (a cluster's,
-  a fifth of one) before it is tried again, and the keys it could not be told about are deleted there once it answers
-  again, so an old value is never read back after a write or purge it missed.
+  a fifth of one) before it is tried again, and the keys it could not be told about are
+  deleted there once it answers again, so an old value is never read back after a write
+  or purge it missed.
 """
 
 from __future__ import annotations

@@ -34,7 +34,6 @@ import random
 import re
 import shutil
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -234,20 +233,24 @@ TEMPLATE = world.bulk_host(0)
 
 def fill_cache(path: Path, identities: int) -> None:
     """The entries of `TEMPLATE` (resolved, verified, kept by a daemon) written again for
-    `bulk_host(i)`, i < `identities`: the bytes a daemon would have kept for each."""
-    from atwhois.cache.entry import Entry
+    `bulk_host(i)`, i < `identities`: the bytes a daemon would have kept for each, through
+    the store's own write path (its schema is its own)."""
+    asyncio.run(_fill(path, identities))
 
-    with sqlite3.connect(path) as db:
-        rows = db.execute(
-            "SELECT key, value, expires_at FROM entries WHERE key IN (?, ?)",
-            (f"h:{TEMPLATE}", f"d:did:web:{TEMPLATE}"),
-        ).fetchall()
-        if len(rows) != 2:
-            raise RuntimeError(f"the template's entries are not in the cache: {rows}")
-        templates = [
-            (key, Entry.decode(bytes(value), key), expires) for key, value, expires in rows
-        ]
-        batch: list[tuple[str, bytes, float]] = []
+
+async def _fill(path: Path, identities: int) -> None:
+    from atwhois.cache.entry import Entry
+    from atwhois.cache.stores import SqliteStore
+
+    store = SqliteStore(path)
+    try:
+        templates = []
+        for key in (f"h:{TEMPLATE}", f"d:did:web:{TEMPLATE}"):
+            held = await store.get(key)
+            if held is None:
+                raise RuntimeError(f"the template's entry {key} is not in the cache")
+            templates.append((key, Entry.decode(held.value, key), held.expires_at))
+        writes = []
         for index in range(1, identities):
             host = world.bulk_host(index)
             for key, entry, expires in templates:
@@ -255,12 +258,13 @@ def fill_cache(path: Path, identities: int) -> None:
                 body = entry.body.replace(TEMPLATE.encode(), host.encode()) if entry.body else None
                 copied = dataclasses.replace(entry, part=part, body=body)
                 name = key.replace(TEMPLATE, host)
-                batch.append((name, copied.encode(name), expires))
-            if len(batch) >= 20_000:
-                db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?)", batch)
-                db.commit()
-                batch.clear()
-        db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?)", batch)
+                writes.append(store.put(name, copied.encode(name), expires))
+            if len(writes) >= 256:  # a few hundred at once: each put is a write of its own
+                await asyncio.gather(*writes)
+                writes.clear()
+        await asyncio.gather(*writes)
+    finally:
+        await store.close()
 
 
 def rotation(identities: int) -> list[str]:

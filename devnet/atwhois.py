@@ -39,6 +39,15 @@ def run(
     return done.returncode, done.stdout, done.stderr
 
 
+def json_lines(log: Path) -> list[dict[str, object]]:
+    """A daemon's log as its JSON lines; a line that is not JSON is left out."""
+    lines = []
+    for line in log.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            lines.append(json.loads(line))
+    return lines
+
+
 @dataclass
 class Daemon:
     url: str
@@ -50,11 +59,7 @@ class Daemon:
         return self.process.wait(timeout)
 
     def log_lines(self) -> list[dict[str, object]]:
-        lines = []
-        for line in self.log.read_text().splitlines():
-            with contextlib.suppress(json.JSONDecodeError):
-                lines.append(json.loads(line))
-        return lines
+        return json_lines(self.log)
 
 
 @contextlib.contextmanager
@@ -114,11 +119,7 @@ class DaemonHere:
     log: Path
 
     def log_lines(self) -> list[dict[str, object]]:
-        lines = []
-        for line in self.log.read_text().splitlines():
-            with contextlib.suppress(json.JSONDecodeError):
-                lines.append(json.loads(line))
-        return lines
+        return json_lines(self.log)
 
 
 @contextlib.contextmanager

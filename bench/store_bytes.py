@@ -18,6 +18,7 @@ content in binary: its DID (15 bytes for a did:plc), handle, PDS endpoint (an in
 thousands: 2 bytes), signing key (33), status (1) and two times (4 each).
 
     python -m bench store [--identities 1000000] [--lookups 20000] [--stores sqlite,memory,redis]
+                          [--forms compact,present] [--entries DIR]
 """
 
 from __future__ import annotations
@@ -196,28 +197,45 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--identities", type=int, default=1_000_000)
     parser.add_argument("--lookups", type=int, default=20_000)
     parser.add_argument("--stores", default=",".join(STORES))
+    parser.add_argument(
+        "--forms",
+        default=",".join(FORMATS),
+        help="compact (this code's), present (each entry packed whole: the lookups' baseline)",
+    )
+    parser.add_argument(
+        "--entries",
+        type=Path,
+        help="a folder where the entries made are kept and found again by a later run of the "
+        "same count (at 10M they take half an hour to make; made by this checkout's codec: "
+        "empty it when the codec changes)",
+    )
     args = parser.parse_args(argv)
     stores = [name for name in args.stores.split(",") if name]
+    forms = [form for form in args.forms.split(",") if form]
     n = args.identities
     information_bytes = sum(information(i) for i in range(min(n, 100_000))) / min(n, 100_000)
     results: dict[tuple[str, str], dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="atwhois-store-bench-") as name:
         tmp = Path(name)
-        for form in FORMATS:
+        for form in forms:
+            kept = args.entries or tmp
+            kept.mkdir(parents=True, exist_ok=True)
+            entries = kept / f"{form}-{n}.entries"
             started = time.perf_counter()
-            mean = write_entries(tmp / f"{form}.entries", n, form)
-            print(
-                f"{form}: {n:,} identities' entries made in {time.perf_counter() - started:.0f} s,"
-                f" {mean:,.0f} B of values per identity",
-                flush=True,
-            )
+            if not entries.exists():
+                made = entries.with_suffix(".making")
+                mean = write_entries(made, n, form)
+                made.rename(entries)  # whole, or not there: a run stopped makes them again
+                how = f"made in {time.perf_counter() - started:.0f} s"
+            else:
+                mean = sum(len(value) for _, value, _ in read_entries(entries)) / n
+                how = f"found in {entries}"
+            print(f"{form}: {n:,} identities' entries {how}, {mean:,.0f} B of values per identity")
             for store_name in stores:
                 work = tmp / f"{form}-{store_name}"
                 work.mkdir()
                 with RedisServer(work) as redis:
-                    result = measured(
-                        store_name, tmp / f"{form}.entries", n, args.lookups, work, redis.url
-                    )
+                    result = measured(store_name, entries, n, args.lookups, work, redis.url)
                 results[form, store_name] = result
                 print(
                     f"  {store_name:<7} {result['bytes']:8,.0f} B per identity   lookups p50 "
@@ -225,11 +243,14 @@ def main(argv: list[str] | None = None) -> list[Row]:
                     f"(filled in {result['fill_s']:.0f} s)",
                     flush=True,
                 )
-            (tmp / f"{form}.entries").unlink()
+            if args.entries is None:
+                entries.unlink()
     print(f"information content: {information_bytes:,.1f} B per identity")
     rows = []
     for store_name in stores:
-        new, old = results["compact", store_name], results["present", store_name]
+        if ("compact", store_name) not in results:
+            continue
+        new, old = results["compact", store_name], results.get(("present", store_name))
         rows.append(
             Row(
                 f"store: {store_name} bytes per identity",
@@ -240,6 +261,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
                 True,
             )
         )
+        if old is None:  # the baseline not run
+            continue
         rows.append(
             Row(
                 f"store: {store_name} lookup p99",

@@ -34,8 +34,12 @@ from atwhois.resolver.untrusted import parse_json
 from .packing import UnreadableEntry, pack, unpack
 
 # The first byte of a compact entry, its kind: neither JSON's ('{') nor a zlib stream's (0x78).
-_HANDLE, _DOCUMENT = 1, 2
-KINDS = (_HANDLE, _DOCUMENT)
+# The two short kinds (issue 69) write 4 bytes an identity fewer for the common case: a
+# handle naming one did:plc, its two methods' bytes in one; a did:plc document from the
+# directory (its source not written) of a `Multikey` form, its key's length not written.
+_HANDLE, _DOCUMENT, _HANDLE_OF_PLC, _DIRECTORY_DOCUMENT = 1, 2, 3, 4
+KINDS = (_HANDLE, _DOCUMENT, _HANDLE_OF_PLC, _DIRECTORY_DOCUMENT)
+_SHORT_KEY = 33  # a compressed point: the key of every `Multikey` form (CRYPTO-ENC-1)
 _CHECKED_AT = struct.Struct(">d")  # when it was checked, as it was (answers' ages and windows)
 
 # A handle method's standard forms: (outcome, whether it names the DID, error kind, error
@@ -116,12 +120,15 @@ def encode(key: str, fields: dict[str, Any], body: bytes | None) -> bytes | None
         return None
     part = fields["part"]
     if key.startswith("h:") and body is None:
-        kind, rest = _HANDLE, _handle(key[2:], part)
+        written = _handle(key[2:], part)
     elif key.startswith("d:") and body is not None:
-        kind, rest = _DOCUMENT, _document(key[2:], part, body)
+        written = _document(key[2:], part, body)
     else:
         return None
-    return None if rest is None else bytes([kind]) + times + rest
+    if written is None:
+        return None
+    kind, rest = written
+    return bytes([kind]) + times + rest
 
 
 def decode(key: str, raw: bytes) -> tuple[dict[str, Any], bytes | None]:
@@ -147,10 +154,10 @@ def _decode(key: str, raw: bytes) -> tuple[dict[str, Any], bytes | None]:
         "changed_by": None,
     }
     body: bytes | None = None
-    if kind == _HANDLE and key.startswith("h:"):
-        fields["part"], at = _read_handle(key[2:], raw, at)
-    elif kind == _DOCUMENT and key.startswith("d:"):
-        fields["part"], body, at = _read_document(key[2:], raw, at)
+    if kind in (_HANDLE, _HANDLE_OF_PLC) and key.startswith("h:"):
+        fields["part"], at = _read_handle(key[2:], raw, at, kind)
+    elif kind in (_DOCUMENT, _DIRECTORY_DOCUMENT) and key.startswith("d:"):
+        fields["part"], body, at = _read_document(key[2:], raw, at, kind)
     else:
         raise ValueError(f"kind {kind} under {key[:2]!r}")
     if at != len(raw):
@@ -178,7 +185,7 @@ def _times(checked_at: Any, fresh_until: Any, stale_until: Any) -> bytes | None:
 # --- a handle's resolution ----------------------------------------------------------------
 
 
-def _handle(handle: str, part: dict[str, Any]) -> bytes | None:
+def _handle(handle: str, part: dict[str, Any]) -> tuple[int, bytes] | None:
     if set(part) != {"handle", "dns", "https"} or part["handle"] != handle:
         return None
     codes, dids = [], set()
@@ -192,7 +199,9 @@ def _handle(handle: str, part: dict[str, Any]) -> bytes | None:
     if len(dids) > 1:
         return None
     named = [_did_bytes(did) for did in dids]
-    return bytes(codes) + b"".join(named)
+    if named and named[0][0] == 0:  # one did:plc: the methods' codes in a byte, its 15 bytes
+        return _HANDLE_OF_PLC, bytes([codes[0] | codes[1] << 4]) + named[0][1:]
+    return _HANDLE, bytes(codes) + b"".join(named)
 
 
 def _method_code(handle: str, method: str, evidence: dict[str, Any]) -> int | None:
@@ -210,22 +219,28 @@ def _method_code(handle: str, method: str, evidence: dict[str, Any]) -> int | No
     return None
 
 
-def _read_handle(handle: str, raw: bytes, at: int) -> tuple[dict[str, Any], int]:
-    codes = raw[at : at + 2]
-    if len(codes) != 2:
-        raise ValueError("a handle entry cut short")
-    at += 2
+def _read_handle(handle: str, raw: bytes, at: int, kind: int) -> tuple[dict[str, Any], int]:
     did = None
-    if any(_METHODS[code][1] for code in codes):
-        did, at = _read_did(raw, at)
+    if kind == _HANDLE_OF_PLC:
+        codes = bytes([raw[at] & 0xF, raw[at] >> 4])
+        did, at = _read_did(b"\0" + raw[at + 1 : at + 16], 0)[0], at + 16
+        if not any(_METHODS[code][1] for code in codes):
+            raise ValueError("a handle entry's DID named by no method")
+    else:
+        codes = raw[at : at + 2]
+        if len(codes) != 2:
+            raise ValueError("a handle entry cut short")
+        at += 2
+        if any(_METHODS[code][1] for code in codes):
+            did, at = _read_did(raw, at)
     part: dict[str, Any] = {"handle": handle}
     for method, code in zip(("dns", "https"), codes, strict=True):
-        outcome, names, kind, text = _METHODS[code]
+        outcome, names, error_kind, text = _METHODS[code]
         part[method] = {
             "outcome": outcome,
             "dids": [did] if names else [],
             "error": text.replace("{h}", handle) if text else None,
-            "error_kind": kind,
+            "error_kind": error_kind,
             "ms": None,
             "source": _SOURCE_OF[method].replace("{h}", handle),
             "via": None,
@@ -236,7 +251,7 @@ def _read_handle(handle: str, raw: bytes, at: int) -> tuple[dict[str, Any], int]
 # --- a DID's document ---------------------------------------------------------------------
 
 
-def _document(did: str, part: dict[str, Any], body: bytes) -> bytes | None:
+def _document(did: str, part: dict[str, Any], body: bytes) -> tuple[int, bytes] | None:
     if set(part) != {"did", "evidence", "plc", "plc_findings", "rotation_keys", "history"}:
         return None
     if part["did"] != did or part["plc"] != _PLC_SKIPPED or part["history"] is not None:
@@ -254,22 +269,24 @@ def _document(did: str, part: dict[str, Any], body: bytes) -> bytes | None:
     if not source.endswith(did):
         return None
     prefix = source[: -len(did)]
-    written = (
-        bytes([_SOURCES.index(prefix) + 1]) if prefix in _SOURCES else b"\0" + _text_bytes(prefix)
-    )
-    return written + _document_bytes(did, body)
-
-
-def _document_bytes(did: str, body: bytes) -> bytes:
-    """A did:plc document of a standard form as its parts, any other kept whole."""
     parts = _standard_parts(did, body) if did.startswith(_PLC_PREFIX) else None
     if parts is not None:
-        return parts
-    packed = pack(body)
-    return b"\0" + _uvarint(len(packed)) + packed
+        number, handle, key, endpoint = parts
+        if prefix == _SOURCES[0] and number <= 2 and len(key) == _SHORT_KEY:
+            return _DIRECTORY_DOCUMENT, bytes([number]) + _text_bytes(handle) + key + endpoint
+        written = bytes([number]) + _text_bytes(handle) + _uvarint(len(key)) + key + endpoint
+    else:  # any other document: kept whole
+        packed = pack(body)
+        written = b"\0" + _uvarint(len(packed)) + packed
+    source_form = (
+        bytes([_SOURCES.index(prefix) + 1]) if prefix in _SOURCES else b"\0" + _text_bytes(prefix)
+    )
+    return _DOCUMENT, source_form + written
 
 
-def _standard_parts(did: str, body: bytes) -> bytes | None:
+def _standard_parts(did: str, body: bytes) -> tuple[int, str, bytes, bytes] | None:
+    """A did:plc document of a standard form as its parts: the form's number, the handle,
+    the key's bytes (less the multicodec its form says) and the PDS endpoint's bytes."""
     try:
         document = parse_json(body)
         (alias,) = document["alsoKnownAs"]
@@ -298,14 +315,7 @@ def _standard_parts(did: str, body: bytes) -> bytes | None:
     prefix = _KEY_PREFIXES[number - 1]
     if b58encode(key) != multibase[1:] or not key.startswith(prefix):
         return None
-    key = key[len(prefix) :]
-    return (
-        bytes([number])
-        + _text_bytes(alias[5:])
-        + _uvarint(len(key))
-        + key
-        + _endpoint_bytes(endpoint)
-    )
+    return number, alias[5:], key[len(prefix) :], _endpoint_bytes(endpoint)
 
 
 def _endpoint_bytes(endpoint: str) -> bytes:
@@ -318,21 +328,31 @@ def _endpoint_bytes(endpoint: str) -> bytes:
     return b"\0" + _text_bytes(endpoint)
 
 
-def _read_document(did: str, raw: bytes, at: int) -> tuple[dict[str, Any], bytes, int]:
-    source_form, at = raw[at], at + 1
-    if source_form:
-        prefix = _SOURCES[source_form - 1]
+def _read_document(did: str, raw: bytes, at: int, kind: int) -> tuple[dict[str, Any], bytes, int]:
+    if kind == _DIRECTORY_DOCUMENT:
+        prefix = _SOURCES[0]
     else:
-        prefix, at = _read_text(raw, at)
+        source_form, at = raw[at], at + 1
+        if source_form:
+            prefix = _SOURCES[source_form - 1]
+        else:
+            prefix, at = _read_text(raw, at)
     form, at = raw[at], at + 1
-    if form == 0:
+    if form == 0 and kind == _DOCUMENT:
         size, at = _varint(raw, at)
         body = unpack(raw[at : at + size])
         at += size
     else:
+        if kind == _DIRECTORY_DOCUMENT and form not in (1, 2):
+            raise ValueError(f"form {form} of a directory's document")
         handle, at = _read_text(raw, at)
-        size, at = _varint(raw, at)
-        key, at = b58encode(_KEY_PREFIXES[form - 1] + raw[at : at + size]), at + size
+        size = _SHORT_KEY
+        if kind == _DOCUMENT:
+            size, at = _varint(raw, at)
+        packed = raw[at : at + size]
+        if len(packed) != size:
+            raise ValueError("a key cut short")
+        key, at = b58encode(_KEY_PREFIXES[form - 1] + packed), at + size
         endpoint_form, at = raw[at], at + 1
         kept, at = _read_text(raw, at)
         before, after = _ENDPOINTS[endpoint_form]
@@ -360,17 +380,28 @@ def _read_document(did: str, raw: bytes, at: int) -> tuple[dict[str, Any], bytes
 # --- DIDs, texts, numbers -----------------------------------------------------------------
 
 
+def plc_bytes(did: str) -> bytes | None:
+    """A did:plc's 15 bytes, where its name is the canonical lower-case base32 of them (and
+    `plc_did` gives it back); None for any other DID."""
+    name = did[len(_PLC_PREFIX) :]
+    if not did.startswith(_PLC_PREFIX) or len(name) != 24 or name != name.lower():
+        return None
+    try:
+        packed = base64.b32decode(name.upper())
+    except ValueError:
+        return None
+    return packed if base64.b32encode(packed).decode().lower() == name else None
+
+
+def plc_did(packed: bytes) -> str:
+    """The did:plc of 15 bytes (`plc_bytes`)."""
+    return _PLC_PREFIX + base64.b32encode(packed).decode().lower()
+
+
 def _did_bytes(did: str) -> bytes:
     """A did:plc as its 15 bytes (0 first), any other DID as its text (1 first)."""
-    name = did[len(_PLC_PREFIX) :]
-    if did.startswith(_PLC_PREFIX) and len(name) == 24 and name == name.lower():
-        try:
-            packed = base64.b32decode(name.upper())
-        except ValueError:
-            packed = b""
-        if len(packed) == 15 and base64.b32encode(packed).decode().lower() == name:
-            return b"\0" + packed
-    return b"\1" + _text_bytes(did)
+    packed = plc_bytes(did)
+    return b"\1" + _text_bytes(did) if packed is None else b"\0" + packed
 
 
 def _read_did(raw: bytes, at: int) -> tuple[str, int]:
@@ -378,7 +409,7 @@ def _read_did(raw: bytes, at: int) -> tuple[str, int]:
         packed = raw[at + 1 : at + 16]
         if len(packed) != 15:
             raise ValueError("a DID cut short")
-        return _PLC_PREFIX + base64.b32encode(packed).decode().lower(), at + 16
+        return plc_did(packed), at + 16
     return _read_text(raw, at + 1)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from atwhois.cache.compact import plc_did
 from atwhois.cache.stores import (
     MemoryStore,
     SqliteStore,
@@ -28,6 +29,7 @@ from atwhois.cache.stores import (
 )
 from atwhois.cache.stores.redis import RedisClusterStore, RedisStore
 from atwhois.cache.stores.sqlite import SCHEMA_VERSION
+from atwhois.cache.stores.sqlite import _stored as sqlite_key
 from devnet.redis_server import REDIS_URL, RedisServer
 from tests.support.clock import Clock
 from tests.support.waiting import eventually
@@ -110,8 +112,9 @@ async def test_entries_expire_and_say_when(kind: str, tmp_path: Path) -> None:
     await store.put("h:long.test", b"stays", later)
     found = await store.get("h:short.test")
     assert found is not None and found.value == b"soon gone"
-    assert soon - 0.001 < found.expires_at <= soon  # SQLite keeps it to the millisecond
-    clock.now = soon  # its last moment: gone (an entry lives until, not through, its time)
+    # SQLite keeps it to the tenth of a second, cut (schema 4): never later than given
+    assert soon - 0.1 < found.expires_at <= soon
+    clock.now = found.expires_at  # its last moment: gone (it lives until, not through, it)
     assert await store.get("h:short.test") is None
     assert await value(store, "h:long.test") == b"stays"
     await store.close()
@@ -157,7 +160,9 @@ async def test_a_walk_sees_every_key_of_its_prefix_a_page_at_a_time(store: Store
     memory as its keys were when the walk began; Redis by its cursor); a key written during
     the walk does not end it early; a position another store gave starts it again."""
     later = time.time() + 60
-    held = {f"d:did:plc:{i:024d}" for i in range(25)}
+    # did:plc keys of both forms SQLite keeps (15 bytes; text, for a name not canonical)
+    held = {f"d:did:plc:{i:024d}" for i in range(15)}
+    held |= {"d:" + plc_did(bytes([i]) * 15) for i in range(10)}
     for key in sorted(held) + [f"h:{i}.test" for i in range(10)] + ["c:x", "e:y"]:
         await store.put(key, b"v", later)
     seen: list[str] = []
@@ -175,8 +180,10 @@ async def test_a_walk_sees_every_key_of_its_prefix_a_page_at_a_time(store: Store
     assert held <= set(seen) <= held | {written} and pages >= 2
     below = store.below if isinstance(store, TieredStore) else store
     redis = isinstance(below, RedisStore)
-    if isinstance(below, SqliteStore):  # in key order, from the last key given
-        assert seen == [*sorted(held), written] and pages == 3
+    if isinstance(below, SqliteStore):
+        # in the order of the keys as kept, from the last key given: the packed did:plc keys
+        # first, so the one written after two pages is behind the walk and not seen
+        assert seen == sorted(held, key=sqlite_key) and pages == 3
     elif not redis:  # memory: the keys as they were when the walk began, 10 a page
         assert sorted(seen) == sorted(held) and pages == 3
     foreign = "d:did:plc:x" if redis else "12345"  # another store's kind of position
@@ -333,6 +340,63 @@ async def test_a_sqlite_cache_of_schema_2_migrates_in_place(tmp_path: Path) -> N
     again = SqliteStore(path)  # opened again: migrated once, kept
     assert await again.count() == 500
     await again.close()
+
+
+async def test_a_sqlite_cache_of_schema_3_migrates_in_place(tmp_path: Path) -> None:
+    """Issue 69: a file of schema 3 (text keys, `d:\\x01` before a did:plc's name, expiry in
+    milliseconds) is copied at start into schema 4's table: every unexpired entry kept under
+    its name, a did:plc's key now its 15 bytes, the expiry to the tenth of a second (cut),
+    the expired ones left behind."""
+    path = tmp_path / "v3.db"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('schema_version', '3');"
+        "CREATE TABLE entries (key TEXT PRIMARY KEY, value BLOB NOT NULL,"
+        " expires_ms INTEGER NOT NULL) WITHOUT ROWID;"
+    )
+    did = plc_did(bytes(range(15)))
+    expires_ms = int(time.time() * 1000) + 600_055
+    rows = [
+        ("d:\x01" + did.removeprefix("did:plc:"), b"document", expires_ms),
+        ("d:did:web:a.test", b"web", expires_ms),
+        ("h:a.test", b"handle", expires_ms),
+        ("h:gone.test", b"old", 1000),
+    ]
+    old.executemany("INSERT INTO entries VALUES (?, ?, ?)", rows)
+    old.commit()
+    old.close()
+    store = SqliteStore(path)
+    found = await store.get("d:" + did)
+    assert found is not None and found.value == b"document"
+    assert expires_ms / 1000 - 0.1 < found.expires_at <= expires_ms / 1000
+    assert await value(store, "d:did:web:a.test") == b"web"
+    assert await value(store, "h:a.test") == b"handle"
+    assert await store.get("h:gone.test") is None and await store.count() == 3
+    keys = {bytes(k) for (k,) in store._db.execute("SELECT key FROM entries")}
+    assert keys == {b"d\x01" + bytes(range(15)), b"d:did:web:a.test", b"h:a.test"}
+    assert sorted((await store.walk("d:", 10))[0]) == sorted(["d:" + did, "d:did:web:a.test"])
+    await store.close()
+
+
+async def test_sqlite_keeps_a_did_plc_key_as_its_15_bytes(tmp_path: Path) -> None:
+    """Schema 4: a did:plc's key is `d`, 0x01 and its 15 bytes (17 where its name took 32);
+    a name that is not the canonical base32 of 15 bytes is kept as its text, and both are
+    found by their names, by a scan and by a walk of `d:` or of `d:did:plc:`."""
+    store = SqliteStore(tmp_path / "keys.db")
+    packed = "d:" + plc_did(b"\x07" * 15)
+    odd = ["d:did:plc:" + "A" * 24, "d:did:plc:short", "d:did:plc:" + "8" * 24]
+    for key in [packed, *odd, "h:a.test"]:
+        await store.put(key, key.encode(), time.time() + 60)
+    lengths = dict(store._db.execute("SELECT value, length(key) FROM entries").fetchall())
+    assert lengths[packed.encode()] == 17
+    assert all(lengths[key.encode()] == len(key) for key in odd)
+    for prefix in ("d:", "d:did:plc:", "d:did:"):
+        assert sorted(k for k, _ in await store.scan(prefix, 10)) == sorted([packed, *odd])
+        assert sorted((await store.walk(prefix, 10))[0]) == sorted([packed, *odd])
+    assert [k for k, _ in await store.scan(packed[:14], 10)] == [packed]
+    assert await value(store, packed) == packed.encode()
+    await store.close()
 
 
 async def test_sqlite_tells_other_processes_the_keys_a_write_changed(tmp_path: Path) -> None:

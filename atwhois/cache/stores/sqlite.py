@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import os
 import sqlite3
 import time
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from atwhois.foundation.sql import BUSY_MS, sqlite_connect
 
+from ..compact import plc_bytes, plc_did
 from .base import OnChange, Stored, UnusableStore
 from .nonces import SQLITE_SCHEMA, SqliteNonces
 
@@ -33,20 +35,22 @@ from .nonces import SQLITE_SCHEMA, SqliteNonces
 # an index of expiry times. 3 (issue 69): entries are compact (~60 B an entry, `compact`),
 # so the key and its row are one cell of one b-tree again (16 KiB pages keep a value of up
 # to 4 KB in it), and expired rows are found by a walk over the keys (`_sweep`), not an
-# index; a did:plc's key is kept short (`_stored`), its expiry in milliseconds (an integer
-# of 6 bytes where a float takes 8).
-SCHEMA_VERSION = 3
+# index. 4 (issue 69): the key is bytes, a did:plc's its 15 (`_stored`: 17 bytes where its
+# name takes 32), and the expiry is in tenths of a second from 2026 (`_EPOCH`: 4 bytes where
+# milliseconds from 1970 took 6); 16 bytes of an identity's ~200 on disk.
+SCHEMA_VERSION = 4
 _ENTRIES = """
 CREATE TABLE IF NOT EXISTS {name} (
-    key TEXT PRIMARY KEY,
+    key BLOB PRIMARY KEY,
     value BLOB NOT NULL,
-    expires_ms INTEGER NOT NULL
+    expires INTEGER NOT NULL  -- tenths of a second since _EPOCH, cut: never outlives its time
 ) WITHOUT ROWID;
 """
-# A did:plc's entry, the most common key, as the table keeps it: no DID has a control
-# character, so nothing else is kept so; and its keys still begin with `d:`, so a walk of
-# every DID held (`sweep.HELD`) is one range of the table's key.
-_PLC_KEY, _PLC_STORED = "d:did:plc:", "d:\x01"
+_EPOCH = 1767225600  # 2026-01-01T00:00:00Z: 4-byte tenths until 2032, 6-byte ones after
+# A did:plc's entry, the most common key, as the table keeps it: `d`, a byte no key's text
+# has there (every other key is its UTF-8, `d:` for a DID's), its 15 bytes. It sorts among
+# the `d` keys, so a walk of every DID held (`sweep.HELD`) is one range of the table's key.
+_PLC_KEY, _PLC_STORED = "d:did:plc:", b"d\x01"
 _SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -85,7 +89,7 @@ class SqliteStore:
         except sqlite3.Error as err:  # a folder, a file of another kind, no permission
             raise UnusableStore(f"SQLite cache {path}: {err}") from err
         self._writes = 0
-        self._swept_to = ""  # the last key the last sweep looked at
+        self._swept_to = b""  # the last key the last sweep looked at
         self._writer = os.urandom(8).hex()  # this connection, in the change log
 
     def _open(self) -> None:
@@ -119,8 +123,8 @@ class SqliteStore:
         try:
             row = self._db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()
             version = SCHEMA_VERSION if row is None else int(row[0])
-            if version == 2:
-                self._copy_from_rowid_table()
+            if version in _EARLIER:
+                self._copy_from(version)
             self._db.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
@@ -128,7 +132,7 @@ class SqliteStore:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
-        if version not in (2, SCHEMA_VERSION):
+        if version not in (*_EARLIER, SCHEMA_VERSION):
             # A cache from the first schema holds nothing worth converting: start empty, in
             # pages of today's size when no other process has the file open.
             self._db.executescript("DROP TABLE entries;" + _SCHEMA)
@@ -138,32 +142,35 @@ class SqliteStore:
                 )
             self._enter_wal()
 
-    def _copy_from_rowid_table(self) -> None:
-        """Schema 2's entries, as they are, into schema 3's table (issue 69): in place, at
-        start, nothing resolved again. Their values are read as they were written and made
-        compact as each is written again (`Entry.decode` reads every form)."""
+    def _copy_from(self, version: int) -> None:
+        """An earlier schema's entries, as they are, into this one's table (issue 69): in
+        place, at start, nothing resolved again; the expired ones left behind. Their values
+        are read as they were written and made compact as each is written again
+        (`Entry.decode` reads every form)."""
+        named, expires = _EARLIER[version]
         self._db.execute("DROP TABLE IF EXISTS entries_compact")
         self._db.execute(_ENTRIES.format(name="entries_compact"))
-        self._db.create_function("stored_key", 1, _stored, deterministic=True)
+        self._db.create_function(
+            "stored_key", 1, lambda key: _stored(named(key)), deterministic=True
+        )
         self._db.execute(
-            "INSERT INTO entries_compact SELECT stored_key(key), value,"
-            " CAST(expires_at * 1000 AS INTEGER) FROM entries WHERE expires_at > ?",
-            (self._clock(),),
+            f"INSERT OR REPLACE INTO entries_compact SELECT stored_key(key), value, {expires}"
+            f" FROM entries WHERE {expires} > ?",
+            (self._now(),),
         )
         self._db.execute("DROP TABLE entries")  # and its indexes
         self._db.execute("ALTER TABLE entries_compact RENAME TO entries")
 
     async def get(self, key: str) -> Stored | None:
         row = self._db.execute(
-            "SELECT value, expires_ms FROM entries WHERE key = ? AND expires_ms > ?",
-            (_stored(key), self._now_ms()),
+            "SELECT value, expires FROM entries WHERE key = ? AND expires > ?",
+            (_stored(key), self._now()),
         ).fetchone()
-        return Stored(bytes(row[0]), row[1] / 1000) if row else None
+        return Stored(bytes(row[0]), _EPOCH + row[1] / 10) if row else None
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
-        upsert = "INSERT OR REPLACE INTO entries (key, value, expires_ms) VALUES (?, ?, ?)"
-        # to the millisecond, cut: an entry never outlives its time (as in Redis)
-        self._write([(upsert, [(_stored(key), value, int(expires_at * 1000))])], [key])
+        upsert = "INSERT OR REPLACE INTO entries (key, value, expires) VALUES (?, ?, ?)"
+        self._write([(upsert, [(_stored(key), value, _tenths(expires_at))])], [key])
         self._writes += 1
         if self._writes % _SWEEP_EVERY == 0:
             self._sweep()
@@ -173,12 +180,12 @@ class SqliteStore:
         first again past the last): each sweep looks at more rows than were written since
         the one before, so the walk comes round while the table grows."""
         rows = self._db.execute(
-            "SELECT key, expires_ms FROM entries WHERE key > ? ORDER BY key LIMIT ?",
+            "SELECT key, expires FROM entries WHERE key > ? ORDER BY key LIMIT ?",
             (self._swept_to, _SWEEP_ROWS),
         ).fetchall()
-        now = self._now_ms()
-        expired = [(key,) for key, expires_ms in rows if expires_ms <= now]
-        self._swept_to = rows[-1][0] if len(rows) == _SWEEP_ROWS else ""
+        now = self._now()
+        expired = [(key,) for key, expires in rows if expires <= now]
+        self._swept_to = rows[-1][0] if len(rows) == _SWEEP_ROWS else b""
         self._db.executemany("DELETE FROM entries WHERE key = ?", expired)
         self._db.execute(
             "DELETE FROM changes WHERE seq <= (SELECT max(seq) FROM changes) - ?",
@@ -213,30 +220,45 @@ class SqliteStore:
         return int(self._db.execute("SELECT count(*) FROM entries").fetchone()[0])
 
     async def scan(self, prefix: str, limit: int) -> list[tuple[str, bytes]]:
-        # a range of the primary key: the keys that start with `prefix`, by its index
-        start, wanted = _range(prefix)
-        rows = self._db.execute(
-            "SELECT key, value FROM entries WHERE key >= ? AND key < ? AND expires_ms > ?",
-            (start, start + "\U0010ffff", self._now_ms()),
-        )
-        found = ((_named(key), bytes(value)) for key, value in rows)
-        return list(itertools.islice(((k, v) for k, v in found if k.startswith(wanted)), limit))
+        found: list[tuple[str, bytes]] = []
+        for start, end in _ranges(prefix):  # each a range of the primary key, by its index
+            rows = self._db.execute(
+                "SELECT key, value FROM entries WHERE key >= ? AND key < ? AND expires > ?",
+                (start, end, self._now()),
+            )
+            named = ((_named(key), bytes(value)) for key, value in rows)
+            found += itertools.islice(
+                ((k, v) for k, v in named if k.startswith(prefix)), limit - len(found)
+            )
+        return found
 
     async def walk(self, prefix: str, limit: int, position: str = "") -> tuple[list[str], str]:
-        # in the primary key's order, from the key after the last one given, by its index
-        start, wanted = _range(prefix)
-        after = position if position.startswith(start) else ""
-        rows = self._db.execute(
-            "SELECT key FROM entries WHERE key >= ? AND key > ? AND key < ? AND expires_ms > ?"
-            " ORDER BY key LIMIT ?",
-            (start, after, start + "\U0010ffff", self._now_ms(), limit),
-        ).fetchall()
-        keys = [_named(key) for (key,) in rows]
-        page = [key for key in keys if key.startswith(wanted)]
-        return page, rows[-1][0] if len(rows) == limit else ""
+        # in the primary key's order (its ranges in turn), from the key after the last one
+        # given (the position: that key's bytes in hex), by its index
+        try:
+            after = bytes.fromhex(position)
+        except ValueError:  # another store's position: the walk starts again
+            after = b""
+        page: list[str] = []
+        left = limit  # rows this page may still read
+        for start, end in _ranges(prefix):
+            if end <= after:
+                continue
+            rows = self._db.execute(
+                "SELECT key FROM entries WHERE key >= ? AND key > ? AND key < ? AND expires > ?"
+                " ORDER BY key LIMIT ?",
+                (start, after, end, self._now(), left),
+            ).fetchall()
+            page += [name for (key,) in rows if (name := _named(key)).startswith(prefix)]
+            left -= len(rows)
+            if left == 0:
+                return page, bytes(rows[-1][0]).hex()
+        return page, ""
 
-    def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
+    def _now(self) -> int:
+        # 10 us on: the time an entry was said to expire (`Stored.expires_at`, a float the
+        # tenths were turned into) is past it, whichever way that float was rounded
+        return _tenths(self._clock() + 1e-5)
 
     async def watch(self, on_change: OnChange, ready: Callable[[], Awaitable[None]]) -> None:
         version = self._data_version()
@@ -265,19 +287,50 @@ class SqliteStore:
         self._db.close()
 
 
-def _stored(key: str) -> str:
+def _tenths(at: float) -> int:
+    """A time as the table keeps it: tenths of a second since `_EPOCH`, cut (an entry never
+    outlives its time, as in Redis)."""
+    return math.floor((at - _EPOCH) * 10)
+
+
+def _stored(key: str) -> bytes:
     """`key` as the table keeps it (`_PLC_STORED`)."""
-    return _PLC_STORED + key[len(_PLC_KEY) :] if key.startswith(_PLC_KEY) else key
+    packed = plc_bytes(key[2:]) if key.startswith(_PLC_KEY) else None
+    return key.encode() if packed is None else _PLC_STORED + packed
 
 
-def _named(stored: str) -> str:
-    return _PLC_KEY + stored[len(_PLC_STORED) :] if stored.startswith(_PLC_STORED) else stored
+def _named(stored: bytes) -> str:
+    if stored.startswith(_PLC_STORED):
+        return "d:" + plc_did(stored[len(_PLC_STORED) :])
+    return bytes(stored).decode()
 
 
-def _range(prefix: str) -> tuple[str, str]:
-    """Where the keys that start with `prefix` are in the table (the stored keys that start
-    with the first), and what their names must start with: a prefix that stops inside
-    `d:did:plc:` ranges over every DID's key."""
-    if _PLC_KEY.startswith(prefix) and len(prefix) > len(_PLC_STORED) - 1 and prefix != _PLC_KEY:
-        return "d:", prefix
-    return _stored(prefix), prefix
+def _ranges(prefix: str) -> list[tuple[bytes, bytes]]:
+    """Where the keys that start with `prefix` are in the table, in its order: a prefix that
+    a did:plc's key may start with (`d:`, `d:did:pl`, `d:did:plc:abc`) has them among the
+    packed keys too; the caller keeps those whose names start with it."""
+    written = prefix.encode()
+    if _PLC_STORED.startswith(written):  # "" or "d": one range holds the packed keys too
+        return [(written, _after(written))]
+    if _PLC_KEY.startswith(prefix) or prefix.startswith(_PLC_KEY):
+        return [(_PLC_STORED, _after(_PLC_STORED)), (written, _after(written))]
+    return [(written, _after(written))]
+
+
+def _after(prefix: bytes) -> bytes:
+    """The least bytes greater than every bytes that start with `prefix` (past them all when
+    it is empty or all 0xff: every key is shorter than this)."""
+    kept = prefix.rstrip(b"\xff")
+    return kept[:-1] + bytes([kept[-1] + 1]) if kept else b"\xff" * 1024
+
+
+def _from_v3(key: str) -> str:
+    return _PLC_KEY + key[3:] if key.startswith("d:\x01") else key
+
+
+# The schemas whose entries are copied in (`_copy_from`): how each named a key, and its
+# expiry in this schema's terms (SQL of its columns).
+_EARLIER: dict[int, tuple[Callable[[str], str], str]] = {
+    2: (lambda key: key, f"CAST((expires_at - {_EPOCH}) * 10 AS INTEGER)"),
+    3: (_from_v3, f"(expires_ms - {_EPOCH * 1000}) / 100"),
+}

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import threading
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 from atwhois.foundation.pace import COUNTS, SharedBuckets, charged_to, share_buckets, work
-from atwhois.foundation.pool import SPAWN, child_process
+from atwhois.foundation.pool import SPAWN, child_process, in_background
 from atwhois.resolver import Config
 from atwhois.resolver.errors import AtwhoisError
 from atwhois.resolver.report import DocumentResolution, HandleResolution
@@ -35,7 +34,6 @@ from atwhois.resolver.syntax import Query
 from .run import Found, Run
 
 AT_ONCE = 32  # resolutions a worker runs at once (each mostly waits on its upstreams)
-NICENESS = 10  # a worker's CPU priority below the daemon's (a tenth of its weight)
 # to a worker: (number, identifier, recheck, handle, kind of work); back: (number, Found
 # or None: it failed there, what its pace counted since its last answer)
 Job = tuple[int, str, bool, bool, str]
@@ -187,9 +185,7 @@ def _work(connection: Connection, config: Config, buckets: SharedBuckets | None)
     from atwhois.foundation.pace import use_buckets
 
     use_buckets(buckets)  # before any pace is made: the daemon's turns, not a pace of its own
-    # Background work: where cores are few, the process that answers (and the stream's
-    # reader) go first, and a re-verification waits a little longer.
-    os.nice(NICENESS)
+    in_background()  # a re-verification waits a little longer than an answer
     uvloop.run(_serve(connection, config))
 
 

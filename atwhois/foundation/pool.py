@@ -31,6 +31,17 @@ ORPHAN_CHECK = 1.0  # seconds between a child's looks at whether its parent is a
 SPAWN = multiprocessing.get_context("spawn")
 
 
+# The CPU priority of a daemon's background processes (re-verifying workers, the event
+# stream's reader) below the process that answers: a tenth of its weight. Where cores are
+# few, an answer goes first and following lags a little in a burst (issue 69).
+BACKGROUND_NICENESS = 10
+
+
+def in_background() -> None:
+    """This process's work waits for the one that answers (`BACKGROUND_NICENESS`)."""
+    os.nice(BACKGROUND_NICENESS)
+
+
 def child_process(target: Callable[..., None], *args: Any) -> BaseProcess:
     """A child (not started) that runs `target(*args)` once it watches this process: it
     dies with it (a daemon process) and exits when it was killed."""

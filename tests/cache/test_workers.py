@@ -74,3 +74,16 @@ async def test_a_worker_lost_is_replaced(cached: CachedResolver) -> None:
     answer = await cached.refresh("alice.test")  # by the worker started in its place
     assert answer.status is Status.VERIFIED and elsewhere.resolved == 1
     assert elsewhere.restarts == 1 and elsewhere.pids() != [pid]
+
+
+async def test_a_worker_runs_behind_the_process_that_answers(cached: CachedResolver) -> None:
+    """Where cores are few, an answer goes first: a worker's CPU priority is below the
+    daemon's (`BACKGROUND_NICENESS`), as the stream's reading process's is."""
+    from atwhois.foundation.pool import BACKGROUND_NICENESS
+
+    assert cached.elsewhere is not None
+    (worker,) = cached.elsewhere._workers
+    pid = worker.process.pid
+    assert pid is not None
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    await eventually(lambda: os.getpriority(os.PRIO_PROCESS, pid) == own + BACKGROUND_NICENESS)

@@ -5,6 +5,8 @@ in a real SQLite store), FutureCursor and OutdatedCursor, malformed frames, back
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -286,3 +288,30 @@ async def test_a_reading_process_gap_is_not_counted_again_by_the_next_child() ->
     await process._apply(("state", connected))
     await process._apply(("gap", None))
     assert process._followed and gaps == ["gap", "gap"]
+
+
+async def test_the_streams_reading_process_runs_behind_the_one_that_answers() -> None:
+    """Issue 69: the child that reads and decodes the stream (a relay's burst is ten times
+    its usual rate) has a lower CPU priority than the daemon that answers, as the
+    re-verifying workers do: where cores are few, an answer goes first."""
+    import multiprocessing
+
+    from atwhois.foundation.pool import BACKGROUND_NICENESS
+    from atwhois.stream.process import StreamProcess
+
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    before = set(multiprocessing.active_children())
+    process = StreamProcess("ws://127.0.0.1:9", _ignore, MemoryCursor())  # refused: retried
+    following = asyncio.create_task(process.run())
+    try:
+        await eventually(lambda: bool(set(multiprocessing.active_children()) - before), 20)
+        (child,) = set(multiprocessing.active_children()) - before
+        assert child.pid is not None and own + BACKGROUND_NICENESS <= 19
+        await eventually(
+            lambda: os.getpriority(os.PRIO_PROCESS, child.pid) == own + BACKGROUND_NICENESS,
+            timeout=20,
+        )
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following

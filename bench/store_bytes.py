@@ -9,7 +9,8 @@ its own write path (`put`), in a process of its own:
 
 - sqlite: the file's pages once filled (its WAL checkpointed in);
 - memory: the process's RSS growth while the memory tier fills (a library's store);
-- redis: `used_memory` growth of a Redis server of the run's own (nothing else writes it).
+- redis: `used_memory` growth of a Redis server of the run's own (nothing else writes it),
+  set as the deployments set theirs (`devnet.redis_server.LISTPACK`).
 
 Then `--lookups` lookups of identities chosen at random (by handle, `CachedResolver.lookup`,
 every one a hit; SQLite and Redis behind the daemon's memory tier of its default size),

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from devnet.redis_server import LISTPACK
+
 NODE_TIMEOUT_MS = 1000  # how long a master may be silent before its replica takes over
 _MASTERS = 3
 
@@ -88,6 +90,7 @@ class RedisCluster:
                 # a replica syncs at once (not 5 s later): one that never synced cannot
                 # take over, and a test may kill a master as soon as the cluster is up
                 *("--repl-diskless-sync-delay", "0"),
+                *LISTPACK,
                 *("--save", "", "--appendonly", "no", "--logfile", str(folder / "redis.log")),
             ],
             stdout=subprocess.DEVNULL,

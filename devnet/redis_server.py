@@ -12,6 +12,10 @@ from pathlib import Path
 # The machine's own Redis (`make test` starts it when it is not running), shared by the
 # tests and benchmarks that need no outage of their own: each uses a key prefix of its own.
 REDIS_URL = "redis://127.0.0.1:6379/0"
+# As a deployment sets it: the cache's buckets (hashes of entries of up to ~100 B) kept
+# compact, as listpacks; Redis's default (64 B) keeps a bucket holding a DID document's entry
+# as a hash table (`atwhois.cache.stores.redis`).
+LISTPACK = ("--hash-max-listpack-value", "1024")
 
 
 class RedisServer:
@@ -29,6 +33,7 @@ class RedisServer:
             [
                 *(binary, "--bind", "127.0.0.1", "--port", str(self.port)),
                 *("--save", "", "--appendonly", "no", "--dir", str(self.workdir)),
+                *LISTPACK,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -39,7 +39,7 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   echo "setup: starting Redis"
   mkdir -p /var/lib/redis /var/log/redis
   redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
-    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log --hash-max-listpack-value 1024
 fi
 
 # npm packages, exactly as locked, each in its folder; again only when the lock changed.

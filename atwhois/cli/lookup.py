@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from atwhois.resolver.errors import InvalidInput
 
 from .configuration import Resolved
-from .running import UsageError, configure, run, say
+from .running import UsageError, cache_store, configure, run, say
 
 if TYPE_CHECKING:
     from atwhois.resolver import Identity
@@ -67,13 +67,12 @@ def directory_for(args: argparse.Namespace, resolved: Resolved) -> Directory:
             return Client(args.server)
         except NotADaemonUrl as err:
             raise UsageError(args.prog, f"--server: {err}") from None
-    from atwhois.cache import CachedResolver, open_store
+    from atwhois.cache import CachedResolver
     from atwhois.resolver import Resolver
 
-    url = resolved.values.cache
-    if url is None:
+    if resolved.values.cache is None:
         return Resolver(resolved.config)
-    return CachedResolver(Resolver(resolved.config), open_store(url))
+    return CachedResolver(Resolver(resolved.config), cache_store(resolved.values))
 
 
 async def _look(

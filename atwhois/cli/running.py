@@ -14,7 +14,9 @@ from atwhois.resolver.errors import AtwhoisError
 from .configuration import Resolved, load, resolve
 
 if TYPE_CHECKING:
+    from atwhois.cache import Tier
     from atwhois.resolver import Resolver
+    from atwhois.settings.table import Values
 
 T = TypeVar("T")
 
@@ -65,11 +67,18 @@ def with_resolver(config: Config, work: Callable[[Resolver], Any]) -> Any:
     return run(work_now())
 
 
+def cache_store(values: Values, **tier: Any) -> Tier:
+    """The cache store the settings name (`open_store`'s `tier` settings as given)."""
+    from atwhois.cache import open_store
+
+    return open_store(values.cache, redis_buckets=values.redis_buckets, **tier)
+
+
 async def with_cache(resolved: Resolved, work: Callable[[Any], Any]) -> Any:
-    from atwhois.cache import CachedResolver, open_store
+    from atwhois.cache import CachedResolver
     from atwhois.resolver import Resolver
 
-    store = open_store(resolved.values.cache)
+    store = cache_store(resolved.values)
     async with CachedResolver(Resolver(resolved.config), store) as cached:
         return await work(cached)
 

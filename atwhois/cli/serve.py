@@ -29,7 +29,7 @@ from aiohttp import web
 
 from atwhois.audit import Auditor, AuditStore, default_audit_path
 from atwhois.auth import LabelVerifier, RecordVerifier, ServiceAuthVerifier
-from atwhois.cache import CachedResolver, Lifetime, Policy, open_store
+from atwhois.cache import CachedResolver, Lifetime, Policy
 from atwhois.cache.revalidate import Revalidator
 from atwhois.cache.stores import Tier, TieredStore
 from atwhois.cache.sweep import Sweep
@@ -68,7 +68,7 @@ from . import configuration
 from .audit import webhook_from
 from .config import effective_settings
 from .plc import mirror_api_from, mirror_follower_from, mirror_store_from
-from .running import configure
+from .running import cache_store, configure
 
 
 def _lifetime(name: str, text: str) -> Lifetime:
@@ -129,7 +129,7 @@ def build_daemon(
     )
     # Hits are served from rendered answers: the tier keeps few entries decoded (a new
     # answer decodes its entries once), and many more entries in its share.
-    store = open_store(values.cache, memory_bytes=budget - budget // 2, decoded_share=1 / 16)
+    store = cache_store(values, memory_bytes=budget - budget // 2, decoded_share=1 / 16)
     plc_mirror = _plc_mirror(values) if values.plc_mirror else None
     # Re-verifications in worker processes, which resolve as a plain `Resolver` does (not
     # through a mirror in this process, nor a test's resolvers); their requests take turns

@@ -42,6 +42,9 @@ WORKERS = 1  # processes serving the port
 # The cache (`cache`)
 MEMORY_CACHE_MB = 64.0  # the memory tier and the rendered answers of one process
 MAX_RESOLUTIONS = 32  # upstream resolutions at once
+# hashes a new Redis cache keeps its entries in: 1-4 million identities (2-8 million entries)
+# make 30-120 fields a bucket, within what Redis keeps compact (`cache.stores.redis`)
+REDIS_BUCKETS = 65_536
 MAX_CLAIMS = 10_000  # DIDs re-verified at once after change events (each with a claim open)
 # (fresh, at most) seconds of each kind of answer (`cache.policy` says why)
 TTL_VERIFIED = (3600.0, 86400.0)

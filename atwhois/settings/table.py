@@ -266,6 +266,15 @@ class Values:
         shown="lookup: none; serve: the embedded SQLite file",
         metavar="URL",
     )
+    redis_buckets: int = _setting(
+        STORAGE,
+        "hashes a new Redis cache keeps its entries in (one already made keeps its own): "
+        "about the entries to hold over 60 (2 per identity), at most 120 each",
+        defaults.REDIS_BUCKETS,
+        metavar="N",
+        low=1,
+        high=2**31,
+    )
     host: str = _setting(SERVICE, "address to bind", defaults.HOST, metavar="ADDRESS")
     port: int = _setting(
         SERVICE, "port to bind (0: any)", defaults.PORT, metavar="PORT", low=0, high=65535

@@ -25,7 +25,8 @@ from atwhois.cache.stores import (
     Store,
     TieredStore,
 )
-from atwhois.cache.stores.redis import RedisClusterStore, RedisStore
+from atwhois.cache.stores.redis import RedisStore
+from atwhois.cache.stores.redis_cluster import RedisClusterStore
 from devnet.pds import free_port
 from devnet.redis_server import REDIS_URL
 

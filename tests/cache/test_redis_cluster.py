@@ -1,4 +1,4 @@
-"""The cache on a Redis Cluster (`redis-cluster://`, `cache.stores.redis.RedisClusterStore`):
+"""The cache on a Redis Cluster (`redis-cluster://`, `cache.stores.redis_cluster`):
 its URL (no database number), a change one daemon's tier makes heard by another's whatever
 node each subscribed to, and a master's failover: the memory tiers answer through it, and
 once the masters changed one daemon of the fleet is told to re-verify what is held. The
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from atwhois.cache.stores import MemoryStore, TieredStore, open_store
-from atwhois.cache.stores.redis import BadClusterUrl, RedisClusterStore, cluster_nodes
+from atwhois.cache.stores import MemoryStore, TieredStore, open_store, redis_buckets
+from atwhois.cache.stores.redis_cluster import BadClusterUrl, RedisClusterStore, cluster_nodes
 from devnet.redis_cluster import RedisCluster
 from tests.support.waiting import eventually
 
@@ -147,3 +147,43 @@ async def test_through_a_failover_memory_answers_and_one_daemon_re_verifies(
         finally:
             for tier in tiers:
                 await tier.close()
+
+
+async def test_a_cluster_of_a_key_per_entry_is_moved_into_buckets(
+    redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous version's keys, on every master: read as they are while one daemon
+    moves them, master by master, into buckets (listpacks on nodes set as deployments set
+    them); then every entry is in a bucket, and the walk finds them there."""
+    monkeypatch.setattr(redis_buckets, "_MOVE_BATCH", 30)
+    monkeypatch.setattr(redis_buckets, "_MOVE_PAUSE", 0.05)
+    prefix, later = _prefix(), int((time.time() + 600) * 1000)
+    store = RedisClusterStore(redis_cluster.url, prefix=prefix, buckets=32)
+    held = {f"d:did:plc:{i:024d}": b"doc %d" % i for i in range(300)}
+    try:
+        for key, value in held.items():
+            await store._redis.set(prefix + key, value, pxat=later)
+        reads = 0
+        while reads == 0 or store.moving:
+            for key, value in held.items():
+                found = await store.get(key)
+                assert found is not None and found.value == value, key
+            reads += 1
+            assert reads < 100, "the move did not end"
+        assert store.moved == len(held)
+        old = [k async for k in store._redis.scan_iter(match=prefix + "d:*", _type="string")]
+        assert old == []
+        buckets = [k async for k in store._redis.scan_iter(match=prefix + "#*")]
+        assert len(buckets) == 32
+        assert {await store._redis.object("ENCODING", key) for key in buckets} == {b"listpack"}
+        walked, position = [], ""
+        while True:
+            page, position = await store.walk("d:", 40, position)
+            walked += page
+            if not position:
+                break
+        assert sorted(walked) == sorted(held)
+    finally:
+        async for key in store._redis.scan_iter(match=prefix + "*"):
+            await store._redis.delete(key)
+        await store.close()

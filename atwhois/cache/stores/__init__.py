@@ -51,13 +51,15 @@ def open_store(
     *,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     decoded_share: float = 0.75,
+    redis_buckets: int = defaults.REDIS_BUCKETS,
 ) -> Tier:
     """`memory:`, `sqlite:///PATH` (or a plain path; the default is the embedded SQLite file
     under the user's cache folder), `redis://HOST:PORT/DB?prefix=atwhois:`,
     `redis-cluster://HOST:PORT[,HOST:PORT…]?prefix=atwhois:` (`rediss://`,
     `rediss-cluster://`: over TLS; `USER:PASSWORD@` before the hosts). The shared
     stores get a memory tier of `memory_bytes` in front, which follows their changes; up to
-    `decoded_share` of it holds decoded entries."""
+    `decoded_share` of it holds decoded entries. A new Redis cache keeps its entries in
+    `redis_buckets` hashes (one already made, in its own number)."""
 
     def memory() -> MemoryStore:
         return MemoryStore(memory_bytes, decoded_share=decoded_share)
@@ -69,12 +71,13 @@ def open_store(
         return memory()
     if parts.scheme in ("redis", "rediss", "redis-cluster", "rediss-cluster"):
         # only when asked for: the client costs 6 MiB of RSS
-        from .redis import RedisClusterStore, RedisStore
+        from .redis import RedisStore
+        from .redis_cluster import RedisClusterStore
 
         prefix = parse_qs(parts.query).get("prefix", ["atwhois:"])[0]
         clean = parts._replace(query="").geturl()
         kind = RedisClusterStore if parts.scheme.endswith("-cluster") else RedisStore
-        return TieredStore(memory(), kind(clean, prefix=prefix))
+        return TieredStore(memory(), kind(clean, prefix=prefix, buckets=redis_buckets))
     if parts.scheme not in ("sqlite", ""):
         raise UnknownStore(
             f"cache {url!r}: not memory:, sqlite:///PATH, redis://, redis-cluster:// or a file path"

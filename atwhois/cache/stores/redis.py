@@ -1,55 +1,93 @@
 """Redis, for several daemons sharing one cache. Keys carry a prefix, so instances (and test
-runs) can share a server without colliding; Redis expires entries itself.
+runs) can share a server without colliding.
+
+The entries are fields of small hashes, not keys of their own (issue 69): a key costs the
+server ~130 B (its dict entry, key and value objects, its expiry's entry) before its value,
+a field of a hash kept as a listpack a few. An entry's bucket is `PREFIX#N`, N a stable hash
+of its key modulo the buckets (`redis_buckets`, fixed for a cache when it is first made: the
+server keeps it under `PREFIX{layout}`, and every daemon takes it from there); the field is
+the entry's key, its value the entry's expiry (6 bytes, milliseconds) then its bytes. A read
+of a field past its expiry finds nothing; a bucket expires with its latest field (`PEXPIREAT
+… GT`), so a bucket whose fields all expired goes, and a paced sweep deletes the expired
+fields of live buckets (a bucket every `_SWEEP_EVERY` writes, by a script: a field written
+meanwhile is not deleted). A bucket stays compact while it holds at most the server's
+`hash-max-listpack-entries` fields of at most `hash-max-listpack-value` bytes: a document's
+entry is ~90 B (a document kept whole, a few hundred), past Redis's default 64, so the server
+must allow more, 1024 (atwhois warns when it does not, where CONFIG GET answers); a bucket
+past either works the same, only larger.
+
+A cache written by the previous version (a key per entry) is read as it is, while the
+fleet's first daemon moves its entries into buckets in the background, at a pace (one
+daemon at a time: a claim with a lease; `redis_buckets`); while `PREFIX{moving}` says the
+move is not done, a read that finds no field reads the old key, a delete deletes both, the
+walk goes over both.
 
 Every write also publishes its keys on `<prefix>changes`, so each daemon's memory tier drops
 what another daemon changed as soon as it is told (`watch`). Commands fail fast (a short
 timeout, no retries): the memory tier in front answers while Redis is away.
 
-The nonces seen (`nonces`, SA-JTI-2) are apart from the entries: a sorted set per share,
-changed by one script, published to no one (no memory tier keeps them).
+The nonces seen (`nonces`, SA-JTI-2) are apart from the entries (`redis_nonces`).
 
-A Redis Cluster (`RedisClusterStore`, redis-py's own cluster client) is the same store over
-another client; what differs is only what a cluster must: the walk goes shard by shard, a
-notice follows its write (a cluster's pipeline takes no PUBLISH) from the node that took it,
-and the subscription watches the masters. Every operation touches one key, or one key per
-command (a pipeline's DELs), so no key needs a hash tag but a nonce share's
-(`{nonce:SHARE}`, one script over one key). Notices are plain PUBLISH, which a cluster
-carries to every node: each daemon hears them on whichever node it subscribed to, one
-subscription, moved to another node when that one fails. (Sharded SPUBLISH would keep a
-notice on its shard: a daemon would subscribe to every shard and follow their failovers,
-for less traffic on the cluster's bus than a cache's writes make.) When the masters change
-(a failover), writes a master acknowledged may not have reached the replica that took over,
-and notices sent meanwhile may be lost: the subscription is given up and counted
-(`failovers`), so the memory tier reads again what it holds and one daemon of the fleet
-re-verifies every identity held, at its paced share (`cache.sweep`).
+A Redis Cluster is the same store over redis-py's cluster client (`redis_cluster`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
+import logging
 import os
 import random
+import time
+import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from atwhois.foundation.defaults import MAX_CONCURRENCY
+from atwhois.foundation.defaults import REDIS_BUCKETS
 from atwhois.resolver.errors import AtwhoisError
 
 from .base import OnChange, Stored
-from .nonces import Claim, NoncesUnavailable
+from .redis_buckets import Move, bucket_expiry_set, packed, unpacked
+from .redis_nonces import RedisNonces
+
+log = logging.getLogger("atwhois.cache")
 
 _CONNECTIONS = 100  # to the server at once, from one process
 _SILENCE = 1.0  # seconds without a message before the subscription is pinged
 _DEAD = 3.0  # seconds without any message (not even a pong) before it is given up
+
+# hash-max-listpack-value the deployments set: a compact document's entry (~90 B) fits, and
+# most documents kept whole (a did:web's of another form, ~270 B and more) with it
+_LISTPACK_VALUE = 1024
+_SWEEP_EVERY = 32  # writes of a daemon per bucket it sweeps of expired fields
+_CHUNK = 4096  # buckets read in one round trip (count, scan)
+_WALK_CHUNK = 256  # buckets a walk's page reads in one round trip
+_WALK_ROUNDS = 4  # round trips a walk's page makes at most
+
+# KEYS[1]: a bucket; ARGV[1]: now (ms). Deletes the fields past their expiry (the first 6
+# bytes of a value: an entry of `RedisStore.put`); a field written meanwhile is not one.
+_SWEEP = """
+local now = tonumber(ARGV[1])
+local all = redis.call('HGETALL', KEYS[1])
+local gone = 0
+for i = 1, #all, 2 do
+  local v = all[i + 1]
+  if #v >= 6 then
+    local ms = 0
+    for b = 1, 6 do ms = ms * 256 + string.byte(v, b) end
+    if ms <= now then
+      redis.call('HDEL', KEYS[1], all[i])
+      gone = gone + 1
+    end
+  end
+end
+return gone
+"""
 
 
 class RedisStore:
@@ -60,12 +98,38 @@ class RedisStore:
     name = "redis"
     failovers = 0  # one server: its writes are not lost to a failover
 
-    def __init__(self, url: str, *, prefix: str = "atwhois:", timeout: float = 0.5) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "atwhois:",
+        timeout: float = 0.5,
+        buckets: int = REDIS_BUCKETS,
+    ) -> None:
         self.prefix = prefix
         self.channel = prefix + "changes"
         self._origin = os.urandom(8).hex().encode()  # our own notices are not news to us
         # a server's client or a cluster's: the commands used are the same
         self._redis: Any = self._client(url, timeout)
+        self.buckets = buckets  # the cache's own once started (`_start`)
+        self._layout = prefix + "{layout}"  # braced: no entry, nor an old key to move
+        self._started = False
+        self._starting: asyncio.Lock | None = None
+        self.moving = False  # old keys (a key per entry) may remain: they are read too
+        self._mover: asyncio.Task[None] | None = None
+        self._writes = 0
+        self._sweep_at = random.randrange(buckets)  # the fleet's daemons sweep apart
+        self._sweep = self._redis.register_script(_SWEEP)
+        self._move = Move(self._redis, prefix, self._origin, self._walk_old, self._bucket)
+
+    @property
+    def moved(self) -> int:
+        """Old keys (a key per entry) this daemon moved into buckets."""
+        return self._move.moved
+
+    async def _moved(self) -> None:
+        await self._move.run()
+        self.moving = False
 
     @staticmethod
     def _client(url: str, timeout: float) -> Any:
@@ -82,20 +146,95 @@ class RedisStore:
         )
         return aioredis.Redis.from_pool(pool)
 
+    # --- the cache's layout, read once -------------------------------------------------
+
+    async def _ready(self) -> None:
+        if self._started:
+            return
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if not self._started:
+                await self._start()
+                self._started = True
+
+    async def _start(self) -> None:
+        redis = self._redis
+        layout = await redis.get(self._layout)
+        if layout is None:
+            # A cache without a layout may hold a previous version's keys: the move is
+            # marked before the layout, so a daemon that sees the layout sees the move.
+            await redis.set(self._move.marker, b"1", nx=True)
+            await redis.set(self._layout, str(self.buckets), nx=True)
+            layout = await redis.get(self._layout)
+        buckets = int(layout)
+        if buckets != self.buckets:
+            log.warning(
+                "cache %s keeps its %d buckets (redis_buckets: a new cache's)", self.prefix, buckets
+            )
+            self.buckets, self._sweep_at = buckets, self._sweep_at % buckets
+        self.moving = bool(await redis.exists(self._move.marker))
+        if self.moving:
+            self._mover = asyncio.get_running_loop().create_task(self._moved())
+        await self._warn_if_uncompact()
+
+    async def _warn_if_uncompact(self) -> None:
+        """Say when the server keeps buckets as hash tables (each field ~5 times the bytes):
+        a managed Redis may refuse CONFIG GET, and then nothing is said."""
+        try:
+            config = await self._redis.config_get("hash-max-listpack-*")
+            value = int(config["hash-max-listpack-value"])
+        except (RedisError, OSError, KeyError, ValueError, TypeError):
+            return
+        if value < _LISTPACK_VALUE:
+            log.warning(
+                "Redis keeps hashes of values past %d B as hash tables: set "
+                "hash-max-listpack-value %d on the server, or the cache's buckets take "
+                "several times the memory (docs/guides/cache.md)",
+                value,
+                _LISTPACK_VALUE,
+            )
+
+    def _bucket(self, key: str) -> str:
+        return self._bucket_named(zlib.crc32(key.encode()) % self.buckets)
+
+    def _bucket_named(self, index: int) -> str:
+        return f"{self.prefix}#{index}"
+
+    # --- entries -----------------------------------------------------------------------
+
     async def get(self, key: str) -> Stored | None:
+        await self._ready()
+        if not self.moving:
+            return unpacked(await self._redis.hget(self._bucket(key), key), time.time())
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.get(self.prefix + key)
+            pipe.hget(self._bucket(key), key)
+            pipe.get(self.prefix + key)  # not moved yet: as the previous version wrote it
             pipe.pexpiretime(self.prefix + key)
-            value, expires_ms = await pipe.execute()
-        if not isinstance(value, bytes) or expires_ms < 0:
-            return None
-        return Stored(value, expires_ms / 1000)
+            raw, value, expires_ms = await pipe.execute()
+        if raw is None and isinstance(value, bytes) and expires_ms >= 0:
+            return Stored(value, expires_ms / 1000)
+        return unpacked(raw, time.time())
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
+        await self._ready()
+        bucket, now = self._bucket(key), time.time()
+
         def write(pipe: Any) -> None:
-            pipe.set(self.prefix + key, value, pxat=int(expires_at * 1000))
+            pipe.hset(bucket, key, packed(value, expires_at))
+            bucket_expiry_set(pipe, bucket, int(expires_at * 1000), now)
 
         await self._written(write, [key])
+        self._writes += 1
+        if self._writes % _SWEEP_EVERY == 0:
+            await self._sweep_next()
+
+    async def _sweep_next(self) -> None:
+        """The expired fields of the next bucket deleted (a write's share of the sweep: a
+        failure is the next one's to retry, not the write's)."""
+        bucket, self._sweep_at = self._sweep_at, (self._sweep_at + 1) % self.buckets
+        with contextlib.suppress(RedisError, OSError):
+            await self._sweep(keys=[self._bucket_named(bucket)], args=[int(time.time() * 1000)])
 
     async def _written(self, write: Callable[[Any], None], keys: list[str]) -> None:
         """`write`'s commands and, after them, the notice of `keys`: one round trip."""
@@ -110,10 +249,14 @@ class RedisStore:
 
     async def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)
+        await self._ready()
+        moving = self.moving
 
         def write(pipe: Any) -> None:
-            for key in keys:  # a DEL each: a cluster holds them on several nodes
-                pipe.delete(self.prefix + key)
+            for key in keys:  # one key a command: a cluster holds them on several nodes
+                pipe.hdel(self._bucket(key), key)
+                if moving:
+                    pipe.delete(self.prefix + key)
 
         if keys:
             await self._written(write, keys)
@@ -122,40 +265,121 @@ class RedisStore:
         return b"\n".join([self._origin, *(k.encode() for k in keys)])
 
     async def count(self) -> int:
-        nonces = (self.prefix + "{").encode()  # the nonces' keys (`nonces`) are no entries
-        keys = self._redis.scan_iter(match=self.prefix + "*", count=1000)
-        return sum([1 async for key in keys if not key.startswith(nonces)])
+        await self._ready()
+        total = 0
+        for start in range(0, self.buckets, _CHUNK):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for index in range(start, min(start + _CHUNK, self.buckets)):
+                    pipe.hlen(self._bucket_named(index))
+                total += sum(await pipe.execute())
+        if self.moving:
+            total += len([key async for key in self._old_keys("")])
+        return total
+
+    async def _old_keys(self, prefix: str) -> Any:
+        """The previous version's keys of entries starting with `prefix` (strings; braced
+        ones are the nonces', marks, the layout: no entries)."""
+        braced = (self.prefix + "{").encode()
+        pattern = glob_escaped(self.prefix + prefix) + "*"
+        async for key in self._redis.scan_iter(match=pattern, count=1000, _type="string"):
+            if not key.startswith(braced):
+                yield key
+
+    async def _fields(self, indexes: range, match: str) -> list[list[tuple[bytes, bytes]]]:
+        """The fields matching `match` (a glob) of the buckets `indexes`, in one round trip
+        (more for a bucket grown past a listpack, which HSCAN gives a part at a time)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for index in indexes:
+                pipe.hscan(self._bucket_named(index), 0, match=match, count=1000)
+            answers = await pipe.execute()
+        found: list[list[tuple[bytes, bytes]]] = []
+        for index, (cursor, fields) in zip(indexes, answers, strict=True):
+            held = list(fields.items())
+            while int(cursor):
+                cursor, more = await self._redis.hscan(
+                    self._bucket_named(index), cursor, match=match, count=1000
+                )
+                held += more.items()
+            found.append(held)
+        return found
 
     async def scan(self, prefix: str, limit: int) -> list[tuple[str, bytes]]:
-        pattern = _glob_escaped(self.prefix + prefix) + "*"
+        await self._ready()
+        match, now = glob_escaped(prefix) + "*", time.time()
+        found: dict[str, bytes] = {}
+        for start in range(0, self.buckets, _CHUNK):
+            indexes = range(start, min(start + _CHUNK, self.buckets))
+            for fields in await self._fields(indexes, match):
+                for field, raw in fields:
+                    entry = unpacked(raw, now)
+                    if entry is not None:
+                        found[field.decode()] = entry.value
+            if len(found) >= limit:
+                return list(found.items())[:limit]
+        if self.moving:
+            await self._scan_old(prefix, limit, found)
+        return list(found.items())[:limit]
+
+    async def _scan_old(self, prefix: str, limit: int, found: dict[str, bytes]) -> None:
+        """Adds to `found` the entries of old keys not moved yet (a bucket's field wins)."""
         keys: list[bytes] = []
-        async for key in self._redis.scan_iter(match=pattern, count=1000):
-            keys.append(key)
-            if len(keys) >= limit:
+        async for key in self._old_keys(prefix):
+            if key.decode()[len(self.prefix) :] not in found:
+                keys.append(key)
+            if len(found) + len(keys) >= limit:
                 break
-        found: list[tuple[str, bytes]] = []
         for start in range(0, len(keys), 1000):
             chunk = keys[start : start + 1000]
             async with self._redis.pipeline(transaction=False) as pipe:
                 for key in chunk:  # a GET each (not MGET): a cluster holds them on several nodes
                     pipe.get(key)
                 values = await pipe.execute()
-            found += [
-                (key.decode()[len(self.prefix) :], value)
-                for key, value in zip(chunk, values, strict=True)
-                if isinstance(value, bytes)  # expired between the scan and the read
-            ]
-        return found
+            for key, value in zip(chunk, values, strict=True):
+                if isinstance(value, bytes):  # expired between the scan and the read
+                    found[key.decode()[len(self.prefix) :]] = value
 
     async def walk(self, prefix: str, limit: int, position: str = "") -> tuple[list[str], str]:
-        # Redis's own walk (SCAN): its cursor is the position, `limit` the count it is given
-        # (a hint: a page may hold a few more, or none while the walk goes on)
-        pattern = _glob_escaped(self.prefix + prefix) + "*"
+        # While old keys remain, their walk first ("o" and Redis's own position of it), then
+        # the buckets' in their order ("b" and the next bucket's number): a key moved into a
+        # bucket meanwhile is in one the walk has not read yet, or was seen as an old key.
+        await self._ready()
+        kind, at = position[:1], position[1:]
+        if kind == "o" and self.moving:
+            page, following = await self._walk_old(prefix, limit, at)
+            return page, "o" + following if following else "b0"
+        if kind != "b" or not at.isdigit() or int(at) >= self.buckets:  # a new walk, or
+            if self.moving:  # a position another store gave
+                return await self.walk(prefix, limit, "o")
+            at = "0"
+        match, page = glob_escaped(prefix) + "*", []
+        start = int(at)
+        for _ in range(_WALK_ROUNDS):
+            indexes = range(start, min(start + _WALK_CHUNK, self.buckets))
+            for index, fields in zip(indexes, await self._fields(indexes, match), strict=True):
+                page += [field.decode() for field, _ in fields]
+                if len(page) >= limit:
+                    after = index + 1
+                    return page, f"b{after}" if after < self.buckets else ""
+            start = indexes.stop
+            if start >= self.buckets:
+                return page, ""
+        return page, f"b{start}"
+
+    async def _walk_old(self, prefix: str, limit: int, position: str) -> tuple[list[str], str]:
+        """A page of the old keys of entries starting with `prefix`: Redis's own walk
+        (SCAN), its cursor the position, `limit` the count it is given (a hint: a page may
+        hold a few more, or none while the walk goes on)."""
+        pattern = glob_escaped(self.prefix + prefix) + "*"
         start = int(position) if position.isdigit() else 0
-        cursor, keys = await self._redis.scan(start, match=pattern, count=limit)
-        names = [key.decode() if isinstance(key, bytes) else key for key in keys]
-        page = [name[len(self.prefix) :] for name in names]
-        return page, "" if int(cursor) == 0 else str(cursor)
+        cursor, keys = await self._redis.scan(start, match=pattern, count=limit, _type="string")
+        return self._entry_keys(keys), "" if int(cursor) == 0 else str(cursor)
+
+    def _entry_keys(self, keys: Iterable[bytes | str]) -> list[str]:
+        names = (key.decode() if isinstance(key, bytes) else key for key in keys)
+        braced = self.prefix + "{"
+        return [name[len(self.prefix) :] for name in names if not name.startswith(braced)]
+
+    # --- changes ------------------------------------------------------------------------
 
     async def watch(self, on_change: OnChange, ready: Callable[[], Awaitable[None]]) -> None:
         pubsub = await self._subscription()
@@ -197,209 +421,19 @@ class RedisStore:
         return False
 
     async def close(self) -> None:
+        if self._mover is not None:
+            self._mover.cancel()
+            await asyncio.wait({self._mover}, timeout=_CLOSE_WITHIN)
         await self._redis.aclose()
 
 
 _CLOSE_WITHIN = 2.0  # seconds a subscription's close may take
 
 
-def _glob_escaped(text: str) -> str:
+def glob_escaped(text: str) -> str:
     """`text` matched literally by a Redis glob pattern."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
-# KEYS[1]: the share's sorted set (member: a nonce; score: when it expires, in ms).
-# ARGV: the nonce, its expiry (ms), now (ms), the share's limit.
-_CLAIM = """
-local share = KEYS[1]
-redis.call('ZREMRANGEBYSCORE', share, '-inf', ARGV[3])
-if redis.call('ZSCORE', share, ARGV[1]) then return 'seen' end
-if redis.call('ZCARD', share) >= tonumber(ARGV[4]) then return 'share' end
-redis.call('ZADD', share, ARGV[2], ARGV[1])
-local last = redis.call('ZRANGE', share, -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', share, last[2])
-return 'first'
-"""
-_CLAIMS: dict[object, Claim] = {b"first": "first", b"seen": "seen", b"share": "share"}
-
-
-class RedisNonces:
-    """In Redis (`RedisStore.nonces`), which every daemon on it shares: one sorted set per
-    share, changed by one script (atomic); the set expires with its last nonce."""
-
-    name = "redis"
-    shared = True
-
-    def __init__(self, client: aioredis.Redis | RedisCluster, prefix: str) -> None:
-        self._prefix = prefix
-        self._claim = client.register_script(_CLAIM)
-
-    def key(self, share: str) -> str:
-        return f"{self._prefix}{{nonce:{share}}}"
-
-    async def claim(
-        self, share: str, nonce: str, expires_at: float, limit: int, now: float
-    ) -> Claim:
-        args: list[str | int] = [nonce, int(expires_at * 1000), int(now * 1000), limit]
-        try:
-            answer = await self._claim(keys=[self.key(share)], args=args)
-        except (RedisError, OSError) as err:  # unreachable, too slow, the script refused
-            raise NoncesUnavailable(f"Redis: {err}") from err
-        claim = _CLAIMS.get(answer)
-        if claim is None:
-            raise NoncesUnavailable(f"Redis: the nonce script answered {str(answer)[:40]}")
-        return claim
-
-
-class BadClusterUrl(AtwhoisError, ValueError):
-    """A Redis Cluster's URL that cannot be used as it is: it names a database (a cluster
-    has database 0 only), or a node that is not HOST:PORT."""
-
-
 class FailedOver(AtwhoisError):
     """A cluster's masters changed while its notices were followed: some may be lost."""
-
-
-_SLOTS = 16384  # a cluster's hash slots
-_FAILOVER_KEPT_MS = 3600_000  # how long the fleet remembers who re-verifies after a failover
-_MARK_TRIES, _MARK_RETRY = 5, 0.5  # tries at marking a failover, and seconds between them
-
-
-def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
-    """The nodes of `redis-cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…]` (or
-    `rediss-cluster://`, over TLS) and the client's settings the URL gives."""
-    parts = urlsplit(url)
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    if parts.path.strip("/"):
-        raise BadClusterUrl(
-            f"cache {url!r}: a Redis Cluster has no database number "
-            f"({parts.path.strip('/')!r}): give HOST:PORT[,HOST:PORT…] only"
-        )
-    nodes = []
-    for node in hosts.split(","):
-        host, _, port = node.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise BadClusterUrl(f"cache {url!r}: {node!r} is not HOST:PORT")
-        nodes.append((host.strip("[]"), int(port)))
-    user, _, password = userinfo.partition(":")
-    settings: dict[str, Any] = {"ssl": parts.scheme == "rediss-cluster"}
-    if user:
-        settings["username"] = unquote(user)
-    if password:
-        settings["password"] = unquote(password)
-    return nodes, settings
-
-
-class RedisClusterStore(RedisStore):
-    """The cache's entries on a Redis Cluster (`redis-cluster://HOST:PORT[,…]`), through
-    redis-py's cluster client: what `RedisStore` does, shard by shard where it must."""
-
-    name = "redis-cluster"
-    # Tried again a fifth of a second after a failure, not a second (`TieredStore`): no one
-    # tells the tier when a replica took over, and what it writes until it tries again is
-    # written nowhere, then deleted from the cluster once it answers (the fleet's pass
-    # would walk a cluster emptied of what it held). A failing node refuses at once or
-    # within the command timeout; the other masters answer at once.
-    retry_after = 0.2
-
-    def __init__(self, url: str, *, prefix: str = "atwhois:", timeout: float = 0.5) -> None:
-        super().__init__(url, prefix=prefix, timeout=timeout)
-        self.failovers = 0  # failovers after which this daemon re-verifies for the fleet
-        self._masters: frozenset[str] | None = None  # the masters' IDs last seen
-        self._listening: ClusterNode | None = None  # the node subscribed to
-
-    @staticmethod
-    def _client(url: str, timeout: float) -> Any:
-        nodes, settings = cluster_nodes(url)
-        return RedisCluster(
-            startup_nodes=[ClusterNode(host, port) for host, port in nodes],
-            # per node, and a command past them fails: room for every request at once
-            max_connections=2 * MAX_CONCURRENCY,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),  # the memory tier answers meanwhile
-            # A command's failure has the slot map read again at the next command, not a
-            # second after the last reading (redis-py's pace): the tier already leaves a
-            # failing store alone a second, and the two paces added up kept a daemon
-            # writing to the master gone for seconds after a replica took over. Each such
-            # write is deleted from the cluster once it answers again: the fleet's pass
-            # then walked a cluster emptied of what it held (issue 69).
-            topology_refresh_min_interval=0,
-            **settings,
-        )
-
-    async def _written(self, write: Callable[[Any], None], keys: list[str]) -> None:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            write(pipe)
-            await pipe.execute()
-        # after the write is taken, not before (a daemon told early would read the old
-        # value again, and keep it); from the node that took it, alive a moment ago
-        node = self._redis.get_node_from_key(self.prefix + keys[0])
-        await self._redis.publish(self.channel, self._notice(keys), target_nodes=node)
-
-    async def walk(self, prefix: str, limit: int, position: str = "") -> tuple[list[str], str]:
-        # Each master's SCAN in turn, the masters in the order of their slots. A position
-        # is a master's first slot and its cursor: after a failover the replica that took
-        # over holds the same slots (its cursor may show a key twice, which a walk may).
-        await self._redis.initialize()
-        firsts: dict[str, int] = {}
-        for slot in range(_SLOTS):
-            owners = self._redis.nodes_manager.slots_cache.get(slot)
-            if owners:
-                firsts.setdefault(owners[0].name, slot)
-        shards = sorted(firsts.items(), key=lambda shard: shard[1])
-        first, _, cursor = position.partition(":")
-        at = 0  # the master holding the position's slot now
-        if first.isdigit() and cursor.isdigit():
-            at = max((i for i, (_, held) in enumerate(shards) if held <= int(first)), default=0)
-        else:  # a new walk, or a position another store gave
-            cursor = "0"
-        name, slot = shards[at]
-        pattern = _glob_escaped(self.prefix + prefix) + "*"
-        node = self._redis.get_node(node_name=name)
-        cursors, keys = await self._redis.scan(
-            int(cursor), match=pattern, count=limit, target_nodes=node
-        )
-        page = [bytes(key).decode()[len(self.prefix) :] for key in keys]
-        following = int(next(iter(cursors.values())))
-        if following:
-            return page, f"{slot}:{following}"
-        return page, f"{shards[at + 1][1]}:0" if at + 1 < len(shards) else ""
-
-    async def _subscription(self) -> Any:
-        # any node hears every PUBLISH; the fleet's subscriptions spread over them
-        await self._redis.initialize()
-        self._listening = random.choice(self._redis.get_nodes())
-        return self._redis.pubsub(node=self._listening)
-
-    async def _masters_changed(self) -> bool:
-        # asked of the node listened to: alive while the subscription is (another may be
-        # the one that failed, and its silence would be no news of the masters)
-        described = await self._redis.execute_command("CLUSTER NODES", target_nodes=self._listening)
-        masters = frozenset(
-            node["node_id"]
-            for node in described.values()
-            if "master" in node["flags"].split(",") and node["slots"]
-        )
-        before, self._masters = self._masters, masters
-        if before is None or before == masters:
-            return False
-        # the client learns them now, not after its commands to the master gone failed:
-        # the pass re-verifying what is held walks them at once
-        with contextlib.suppress(RedisError, OSError):
-            await self._redis.nodes_manager.initialize()
-        if await self._first_to_hear(masters):
-            self.failovers += 1
-        return True
-
-    async def _first_to_hear(self, masters: frozenset[str]) -> bool:
-        """Whether this daemon is the fleet's first to see these masters: it re-verifies
-        what the fleet holds, once, not every daemon (unsure: it does)."""
-        named = hashlib.sha256(" ".join(sorted(masters)).encode()).hexdigest()[:16]
-        key = f"{self.prefix}{{failover:{named}}}"  # braced: not counted as an entry
-        for _ in range(_MARK_TRIES):
-            try:
-                return bool(await self._redis.set(key, self._origin, nx=True, px=_FAILOVER_KEPT_MS))
-            except (RedisError, OSError):  # its slot's master not known yet: the client
-                await asyncio.sleep(_MARK_RETRY)  # learns the new masters as it fails
-        return True

@@ -380,17 +380,27 @@ def _read_document(did: str, raw: bytes, at: int, kind: int) -> tuple[dict[str, 
 # --- DIDs, texts, numbers -----------------------------------------------------------------
 
 
+# did:plc's base32 (RFC 4648's alphabet, lower case) as the digits `int` reads in base 32,
+# any other byte as one it refuses: a name read ten times faster than by `base64.b32decode`
+# (the memory tier and SQLite pack a did:plc key on each lookup)
+_PLC_DIGITS = bytes(
+    b"0123456789abcdefghijklmnopqrstuv"[b"abcdefghijklmnopqrstuvwxyz234567".index(byte)]
+    if byte in b"abcdefghijklmnopqrstuvwxyz234567"
+    else ord("!")
+    for byte in range(256)
+)
+
+
 def plc_bytes(did: str) -> bytes | None:
-    """A did:plc's 15 bytes, where its name is the canonical lower-case base32 of them (and
-    `plc_did` gives it back); None for any other DID."""
+    """A did:plc's 15 bytes, where its name is the lower-case base32 of them (and `plc_did`
+    gives it back); None for any other DID."""
     name = did[len(_PLC_PREFIX) :]
-    if not did.startswith(_PLC_PREFIX) or len(name) != 24 or name != name.lower():
+    if not did.startswith(_PLC_PREFIX) or len(name) != 24:
         return None
-    try:
-        packed = base64.b32decode(name.upper())
-    except ValueError:
+    try:  # 24 digits are 120 bits: each such name is one 15-byte string, and back
+        return int(name.encode().translate(_PLC_DIGITS), 32).to_bytes(15, "big")
+    except ValueError:  # a byte not of the alphabet (upper case, padding, not ASCII)
         return None
-    return packed if base64.b32encode(packed).decode().lower() == name else None
 
 
 def plc_did(packed: bytes) -> str:

@@ -164,7 +164,7 @@ async def test_a_walk_sees_every_key_of_its_prefix_a_page_at_a_time(store: Store
     """How the re-verification after a stream's gap goes over every held DID (F-CUR-6):
     pages of at most about `limit` keys, only the prefix's, each key at least once, however
     the keys of other kinds lie among them (SQLite in key order, from the last key given;
-    memory as its keys were when the walk began; Redis by its cursor); a key written during
+    memory by place in its arena; Redis by its cursor); a key written during
     the walk does not end it early; a position another store gave starts it again."""
     later = time.time() + 60
     # did:plc keys of both forms SQLite keeps (15 bytes; text, for a name not canonical)
@@ -191,8 +191,8 @@ async def test_a_walk_sees_every_key_of_its_prefix_a_page_at_a_time(store: Store
         # in the order of the keys as kept, from the last key given: the packed did:plc keys
         # first, so the one written after two pages is behind the walk and not seen
         assert seen == sorted(held, key=sqlite_key) and pages == 3
-    elif not redis:  # memory: the keys as they were when the walk began, 10 a page
-        assert sorted(seen) == sorted(held) and pages == 3
+    elif not redis:  # memory: by place in its arena, as written, the key written last
+        assert seen == [*sorted(held), written] and pages == 3
     foreign = "d:did:plc:x" if redis else "12345"  # another store's kind of position
     first, position = await store.walk("d:", 100, foreign)
     while position:
@@ -222,9 +222,10 @@ async def test_decoded_entries_are_kept_within_their_share_of_the_bound() -> Non
         return raw.decode().upper(), 3000
 
     await store.put("a", b"alpha", time.time() + 60)
+    arena = store.used_bytes  # the entries' chunks and their index
     assert await store.decoded("a", decode) == "ALPHA"
     assert await store.decoded("a", decode) == "ALPHA" and calls == [b"alpha"]
-    assert store.used_bytes == (200 + 1 + 5) + (200 + 1 + 3000)
+    assert store.used_bytes == arena + (200 + 1 + 5 + 3000)  # key, bytes and decoded form
     await store.put("b", b"bravo", time.time() + 60)
     assert await store.decoded("b", decode) == "BRAVO"  # a's decoded form makes room
     assert await store.decoded("a", decode) == "ALPHA" and calls == [b"alpha", b"bravo", b"alpha"]
@@ -234,17 +235,19 @@ async def test_decoded_entries_are_kept_within_their_share_of_the_bound() -> Non
     await store.delete(["a"])
     assert await store.decoded("a", decode) is None
     assert await store.decoded("nothing", decode) is None
-    assert store.used_bytes == 200 + 1 + 5  # b's slot; no decoded form of a deleted entry
+    assert store.used_bytes == arena  # no decoded form of a deleted entry (b's went for a's)
 
 
 async def test_expired_entries_are_swept_even_if_never_read_again() -> None:
     now = [1000.0]
-    store = MemoryStore(clock=lambda: now[0])
+    store = MemoryStore(64_000, clock=lambda: now[0])  # chunks of 500 B: 4 entries each
     for i in range(100):
         await store.put(f"old{i}", b"v" * 100, now[0] + 10)
+    filled = store.used_bytes
     now[0] += 31  # past their expiry and the sweep interval
     await store.put("new", b"v", now[0] + 10)
-    assert await store.count() == 1 and store.used_bytes < 400
+    assert await store.count() == 1
+    assert filled > 12_000 and store.used_bytes < 3_000  # their chunks given back
 
 
 # --- SQLite and Redis specifics ---------------------------------------------------------

@@ -117,14 +117,15 @@ class TieredStore:
             # the change, so it answers this read only and is not kept.
             return Slot(found.value, found.expires_at)
         if slot is None or slot.value != found.value:
-            slot = self.memory.keep(key, found.value, found.expires_at)
+            return self.memory.keep(key, found.value, found.expires_at, now)
+        self.memory.refresh(key, now, found.expires_at)  # the slot is a copy: said to memory
         slot.loaded_at, slot.expires_at = now, found.expires_at
         return slot
 
     # --- writes -----------------------------------------------------------------------
 
     async def put(self, key: str, value: bytes, expires_at: float) -> None:
-        self.memory.keep(key, value, expires_at).loaded_at = self._timer()
+        self.memory.keep(key, value, expires_at, self._timer())
         self.announce([key])
         self._writing[key] = self._writing.get(key, 0) + 1
         try:

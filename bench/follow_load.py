@@ -56,6 +56,7 @@ from bench.serve_load import (
     fill_cache,
     free_port,
     open_loop,
+    require_wrk,
     wait_for,
     warm,
 )
@@ -246,6 +247,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     args = parser.parse_args(argv)
     if args.window <= SETTLE:
         parser.error(f"--window must be longer than the {SETTLE:g} s each window settles")
+    if args.answer_all:
+        require_wrk()  # before the minute of filling, not after it
     with (
         tempfile.TemporaryDirectory(prefix="atwhois-follow-bench-") as name,
         running_devnet(Path(name), bulk=1) as devnet,

@@ -91,7 +91,7 @@ def test_redis_is_bounded_and_the_cluster_clients_slot_map_is_there() -> None:
     bound = Requirement(extras["optional-dependencies"]["redis"][0])
     assert "<" in str(bound.specifier) and bound.specifier.contains(version("redis"))
     assert callable(NodesManager.initialize)
-    used = (ROOT / "atwhois" / "cache" / "stores" / "redis.py").read_text()
+    used = (ROOT / "atwhois" / "cache" / "stores" / "redis_cluster.py").read_text()
     assert "nodes_manager.slots_cache" in used and "nodes_manager.initialize()" in used
     assert "slots_cache" in NodesManager.__init__.__code__.co_names
 

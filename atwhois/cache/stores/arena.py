@@ -132,16 +132,20 @@ class Arena:
                     return at
             at = (at + 1) & mask
 
+    def _located(self, held: int) -> tuple[int, bytearray, int]:
+        """The chunk's number, the chunk and the offset of the record an index slot holds."""
+        number = (held & _PLACE_MASK) >> _OFFSET_BITS
+        chunk = self._chunks[number]
+        assert chunk is not None  # an index slot names only a chunk that is held
+        return number, chunk, (held & _OFFSET_MASK) * _ALIGN
+
     def find(self, key: bytes) -> Place | None:
         """Where the live value of `key` is (an expired one is dropped); the record is
         marked as read."""
         at = self._find(key, _hash(key))
         if at < 0:
             return None
-        held = self._index[at]
-        chunk = self._chunks[(held & _PLACE_MASK) >> _OFFSET_BITS]
-        assert chunk is not None
-        offset = (held & _OFFSET_MASK) * _ALIGN
+        _, chunk, offset = self._located(self._index[at])
         expires_at, loaded_at, size, flags, key_size = HEAD.unpack_from(chunk, offset)
         if expires_at <= self._clock():
             self._drop(at)
@@ -156,10 +160,7 @@ class Arena:
         at = self._find(key, _hash(key))
         if at < 0:
             return False
-        held = self._index[at]
-        chunk = self._chunks[(held & _PLACE_MASK) >> _OFFSET_BITS]
-        assert chunk is not None
-        offset = (held & _OFFSET_MASK) * _ALIGN
+        _, chunk, offset = self._located(self._index[at])
         _, _, size, _, key_size = HEAD.unpack_from(chunk, offset)
         start = offset + HEAD.size + key_size
         return bytes(chunk[start : start + size]) == value
@@ -211,11 +212,8 @@ class Arena:
         at = self._find(key, _hash(key))
         if at < 0:
             return
-        held = self._index[at]
-        number = (held & _PLACE_MASK) >> _OFFSET_BITS
-        chunk = self._chunks[number]
-        assert chunk is not None
-        _TIMES.pack_into(chunk, (held & _OFFSET_MASK) * _ALIGN, expires_at, loaded_at)
+        number, chunk, offset = self._located(self._index[at])
+        _TIMES.pack_into(chunk, offset, expires_at, loaded_at)
         self._soonest[number] = min(self._soonest[number], expires_at)
 
     def _append(self, record: bytes, expires_at: float) -> int:
@@ -292,10 +290,7 @@ class Arena:
 
     def _kill(self, held: int) -> None:
         """Mark the record at index slot value `held` dead (its index slot is the caller's)."""
-        number = (held & _PLACE_MASK) >> _OFFSET_BITS
-        chunk = self._chunks[number]
-        assert chunk is not None
-        offset = (held & _OFFSET_MASK) * _ALIGN
+        number, chunk, offset = self._located(held)
         _, _, size, _, key_size = HEAD.unpack_from(chunk, offset)
         chunk[offset + _FLAGS] = 0
         length = -(-(HEAD.size + key_size + size) // _ALIGN) * _ALIGN

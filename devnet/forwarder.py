@@ -56,6 +56,7 @@ class PlcStandIn:
         # path -> the directory's answers to it, each with when it was first seen, oldest first
         self._seen: dict[str, list[tuple[float, tuple[int, bytes]]]] = {}
         self.requests = 0
+        self.asked: list[tuple[float, str]] = []  # (time.monotonic(), path) of each request
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -129,6 +130,7 @@ class PlcStandIn:
                 )
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.requests += 1
+                self.asked.append((time.monotonic(), path))
                 if not await self._answer(writer, method, path, body):
                     return
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):

@@ -12,6 +12,10 @@ its own write path (`put`), in a process of its own:
 - redis: `used_memory` growth of a Redis server of the run's own (nothing else writes it),
   set as the deployments set theirs (`devnet.redis_server.LISTPACK`).
 
+The entries are made once, by every core at once (`--entries` keeps them for a later run); a
+Redis is filled by `_WRITERS["redis"]` processes at once, each a daemon of a fleet writing its
+share (one Python client, 64 writes in flight, keeps a Redis server a third busy).
+
 Then `--lookups` lookups of identities chosen at random (by handle, `CachedResolver.lookup`,
 every one a hit; SQLite and Redis behind the daemon's memory tier of its default size),
 timed one by one: p50 and p99. The baseline of the bytes is the identity's information
@@ -28,7 +32,10 @@ import argparse
 import asyncio
 import gc
 import json
+import multiprocessing
+import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -38,6 +45,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from atwhois.cache import CachedResolver, MemoryStore, SqliteStore, Store, TieredStore
+from atwhois.cache.stores.redis import RedisStore
+from atwhois.resolver import Config, Resolver
 from bench import Row
 from bench.memory_load import rss_mib
 from devnet.redis_server import RedisServer
@@ -48,6 +58,8 @@ STORES = ("sqlite", "memory", "redis")
 _RECORD = struct.Struct(">HId")  # key length, value length, expiry
 # writes under way at once, as a daemon's requests make them (Redis: each a round trip)
 _AT_ONCE = {"sqlite": 1, "memory": 1, "redis": 64}  # within its pool of 100
+# processes writing at once: the memory tier's RSS is one process's; SQLite has one writer
+_WRITERS = {"sqlite": 1, "memory": 1, "redis": 2}
 
 
 def information(index: int) -> int:
@@ -71,17 +83,35 @@ def sqlite_bytes(path: Path) -> int:
 
 
 def write_entries(path: Path, identities: int, form: str) -> float:
-    """The identities' entries as `form` keeps them, in a file the fills read; their mean
-    size in bytes per identity."""
+    """The identities' entries as `form` keeps them, in a file the fills read, made by every
+    core at once (a part each, joined in order); their mean size in bytes per identity."""
+    cores = os.cpu_count() or 1
+    bounds = [identities * part // cores for part in range(cores + 1)]
+    parts = [
+        (path.with_suffix(f".part{part}"), bounds[part], bounds[part + 1], form)
+        for part in range(cores)
+    ]
+    with multiprocessing.get_context("spawn").Pool(cores) as pool:
+        total = sum(pool.map(_write_part, parts))
+    with path.open("wb") as out:
+        for part_path, *_ in parts:
+            with part_path.open("rb") as part_file:
+                shutil.copyfileobj(part_file, out, 1 << 20)
+            part_path.unlink()
+    return total / identities
+
+
+def _write_part(part: tuple[Path, int, int, str]) -> int:
+    path, start, end, form = part
     total = 0
     with path.open("wb") as out:
-        for index in range(identities):
+        for index in range(start, end):
             for key, entry in shaped(index).entries:
                 value = entry.encode(key) if form == "compact" else entry.encode_whole()
                 name = key.encode()
                 out.write(_RECORD.pack(len(name), len(value), entry.stale_until) + name + value)
                 total += len(value)
-    return total / identities
+    return total
 
 
 def read_entries(path: Path) -> Iterator[tuple[str, bytes, float]]:
@@ -97,11 +127,8 @@ def read_entries(path: Path) -> Iterator[tuple[str, bytes, float]]:
 async def fill_and_look_up(
     store_name: str, entries: Path, identities: int, lookups: int, work: Path, redis_url: str
 ) -> dict[str, float]:
-    from atwhois.cache import CachedResolver, MemoryStore, SqliteStore, Store, TieredStore
-    from atwhois.resolver import Config, Resolver
-
     gc.collect()
-    rss, used = rss_mib(_self()), 0
+    rss, used = rss_mib(os.getpid()), 0
     store: Store
     if store_name == "memory":
         # the whole world held, and room for the decoded entries the lookups read
@@ -111,24 +138,23 @@ async def fill_and_look_up(
     else:
         from redis import Redis
 
-        from atwhois.cache.stores.redis import RedisStore
-
         used = int(Redis.from_url(redis_url).info("memory")["used_memory"])
-        # a fill of millions of keys meets the server's rehashing pauses: a command may wait
-        # longer than a daemon's (0.5 s) without being an outage
-        store = RedisStore(redis_url, prefix="s:", timeout=5.0)
+        store = _redis_store(redis_url)
     started = time.perf_counter()
-    batch: list[Any] = []
-    for key, value, expires in read_entries(entries):
-        batch.append(store.put(key, value, expires))
-        if len(batch) == _AT_ONCE[store_name]:
-            await asyncio.gather(*batch)
-            batch.clear()
-    await asyncio.gather(*batch)
+    writers = _WRITERS[store_name]
+    if writers == 1:
+        await fill(store, entries, _AT_ONCE[store_name])
+    else:  # the others as a fleet's daemons, each with its own client
+        await store.close()
+        with multiprocessing.get_context("spawn").Pool(writers) as pool:
+            pool.map(
+                _fill_share, [(entries, redis_url, share, writers) for share in range(writers)]
+            )
+        store = _redis_store(redis_url)
     filled = time.perf_counter() - started
     gc.collect()
     if store_name == "memory":
-        size = (rss_mib(_self()) - rss) * 1024 * 1024
+        size = (rss_mib(os.getpid()) - rss) * 1024 * 1024
     elif store_name == "sqlite":
         await store.close()
         size = sqlite_bytes(work / "store.db")
@@ -159,10 +185,36 @@ async def fill_and_look_up(
     }
 
 
-def _self() -> int:
-    import os
+async def fill(store: Store, entries: Path, at_once: int, share: int = 0, shares: int = 1) -> None:
+    """Write every `shares`-th entry of the file from the `share`-th through the store's
+    `put`, `at_once` writes under way at a time."""
+    batch: list[Any] = []
+    for number, (key, value, expires) in enumerate(read_entries(entries)):
+        if number % shares != share:
+            continue
+        batch.append(store.put(key, value, expires))
+        if len(batch) == at_once:
+            await asyncio.gather(*batch)
+            batch.clear()
+    await asyncio.gather(*batch)
 
-    return os.getpid()
+
+def _redis_store(url: str) -> RedisStore:
+    # a fill of millions of keys meets the server's rehashing pauses: a command may wait
+    # longer than a daemon's (0.5 s) without being an outage
+    return RedisStore(url, prefix="s:", timeout=5.0)
+
+
+def _fill_share(job: tuple[Path, str, int, int]) -> None:
+    """One writer of a fleet filling a Redis: its share of the entries, its own client."""
+    entries, url, share, shares = job
+
+    async def run() -> None:
+        store = _redis_store(url)
+        await fill(store, entries, _AT_ONCE["redis"], share, shares)
+        await store.close()
+
+    asyncio.run(run())
 
 
 def child(argv: list[str]) -> None:

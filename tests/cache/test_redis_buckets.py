@@ -20,6 +20,7 @@ from atwhois.cache.stores import redis as redis_store
 from atwhois.cache.stores import redis_buckets
 from atwhois.cache.stores.redis import RedisStore
 from devnet.redis_server import RedisServer
+from tests.support.stores import walk_all
 from tests.support.waiting import eventually
 
 
@@ -166,13 +167,7 @@ async def test_a_bucket_past_what_redis_keeps_compact_is_still_correct(
             assert found is not None and found.value == held[key]
         assert await store.count() == len(held) + 1
         assert dict(await store.scan("d:", 10_000)) == held
-        seen, position = [], ""
-        while True:
-            page, position = await store.walk("d:", 500, position)
-            seen += page
-            if not position:
-                break
-        assert sorted(seen) == sorted(held)
+        assert sorted(await walk_all(store, "d:", 500)) == sorted(held)
     finally:
         await store.close()
 
@@ -256,13 +251,7 @@ async def test_a_cache_of_a_key_per_entry_is_moved_into_buckets_in_place(
         del held[deleted]
         held[rewritten] = b"new"
         assert one.moving and two.moving
-        walked, position = [], ""  # a walk during the move sees every entry
-        while True:
-            page, position = await two.walk("d:", 50, position)
-            walked += page
-            if not position:
-                break
-        assert set(walked) == set(held)
+        assert set(await walk_all(two, "d:", 50)) == set(held)  # a walk during the move
         reads, deadline = 0, time.monotonic() + 30
         while one.moving or two.moving:  # read throughout the move, by both
             for store in (one, two):

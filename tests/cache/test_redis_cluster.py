@@ -17,6 +17,7 @@ import pytest
 from atwhois.cache.stores import MemoryStore, TieredStore, open_store, redis_buckets
 from atwhois.cache.stores.redis_cluster import BadClusterUrl, RedisClusterStore, cluster_nodes
 from devnet.redis_cluster import RedisCluster
+from tests.support.stores import walk_all
 from tests.support.waiting import eventually
 
 
@@ -176,13 +177,7 @@ async def test_a_cluster_of_a_key_per_entry_is_moved_into_buckets(
         buckets = [k async for k in store._redis.scan_iter(match=prefix + "#*")]
         assert len(buckets) == 32
         assert {await store._redis.object("ENCODING", key) for key in buckets} == {b"listpack"}
-        walked, position = [], ""
-        while True:
-            page, position = await store.walk("d:", 40, position)
-            walked += page
-            if not position:
-                break
-        assert sorted(walked) == sorted(held)
+        assert sorted(await walk_all(store, "d:", 40)) == sorted(held)
     finally:
         async for key in store._redis.scan_iter(match=prefix + "*"):
             await store._redis.delete(key)

@@ -54,14 +54,18 @@ async def test_dead_space_is_compacted_and_pushes_no_entry_out() -> None:
 
 
 async def test_the_index_grows_and_shrinks_its_probes_back_on_delete() -> None:
-    """Doubling as it fills (and counted in `used_bytes`); a deleted key's slot is refilled
-    by the keys that probed past it, so every other key is still found."""
+    """Doubling as it fills, a segment at a time (and counted in `used_bytes`); a deleted
+    key's slot is refilled by the keys that probed past it, so every other key is still
+    found."""
     store = MemoryStore()
     keys = [f"d:did:plc:{i:024d}" for i in range(20_000)]
     for key in keys:
         await store.put(key, key[-6:].encode(), LATER)
-    index = len(store._arena._index)
+    index = store._arena._index.slots
     assert index >= 20_000 / 0.7 and store.used_bytes > 8 * index
+    # grown a segment at a time, none past 16,384 slots: no growth moved the whole index
+    segments = store._arena._index._segments
+    assert len(segments) > 1 and max(map(len, segments)) <= 16_384
     await store.delete(keys[::2])
     assert await store.count() == 10_000
     for number, key in enumerate(keys):
@@ -69,7 +73,7 @@ async def test_the_index_grows_and_shrinks_its_probes_back_on_delete() -> None:
         assert (found is None) if number % 2 == 0 else (found and found.value == key[-6:].encode())
     for key in keys[::2]:
         await store.put(key, b"again", LATER)
-    assert await store.count() == 20_000 and len(store._arena._index) == index
+    assert await store.count() == 20_000 and store._arena._index.slots == index
 
 
 async def test_a_walk_sees_every_key_held_while_entries_are_evicted_and_moved() -> None:

@@ -8,11 +8,8 @@ index of their places, within a bound in bytes on what the chunks and the index 
   is a new record (the old one is marked dead). A record larger than a chunk is kept in a
   chunk of its own (a stranger's DID document may be large); one larger than the whole
   bound is not kept, nor a key of more than 64 KiB.
-- The index: open addressing with linear probing over one `array('Q')`, each slot a
-  record's place (chunk and offset) and 28 bits of its key's hash: a probe compares the
-  key in the arena only when those bits match, and a growth (doubling at a load of 0.7)
-  places every slot anew from those bits, without reading the arena. Deletions shift the
-  probe sequence back (no tombstones).
+- The index (`arena_index`): each record's place (chunk and offset) by its key's hash, in
+  segments that grow one at a time.
 - Eviction, within the bound: CLOCK (second chance) over the oldest chunk. A record read
   since it was written (its reference bit) is moved to the newest chunk, the others are
   dropped, and the chunk is freed. Dead space (replaced, deleted, expired records) is
@@ -28,8 +25,17 @@ from __future__ import annotations
 import bisect
 import itertools
 import struct
-from array import array
 from collections.abc import Callable, Iterator
+
+from .arena_index import (
+    ALIGN,
+    HASH_MASK,
+    OFFSET_BITS,
+    OFFSET_MASK,
+    PLACE_BITS,
+    PLACE_MASK,
+    Index,
+)
 
 # A record: expires_at, loaded_at, value length, flags, key length; then key and value.
 HEAD = struct.Struct("<ddIBH")
@@ -40,24 +46,14 @@ _KEY_SIZE = struct.Struct("<H")
 _MAX_KEY_BYTES = 0xFFFF  # a longer key is not kept (no identifier is as long: a DID's 2 KB)
 _LIVE = 1
 _REFERENCED = 2  # read since written (or moved): spared once by the eviction
-_ALIGN = 4  # records start on multiples of 4 bytes: an offset takes 18 bits, not 20
 
-# An index slot: 28 bits of the key's hash, then the chunk (18 bits: chunk numbers are
-# reused, so this bounds the chunks held at once) and the offset / 4 (18 bits); 0 is empty.
-_HASH_BITS = 28
-_HASH_MASK = (1 << _HASH_BITS) - 1
-_PLACE_BITS = 36
-_PLACE_MASK = (1 << _PLACE_BITS) - 1
-_OFFSET_BITS = 18
-_OFFSET_MASK = (1 << _OFFSET_BITS) - 1
+# A record's place in an index slot: its chunk's number in 18 bits (numbers are reused, so
+# this bounds the chunks held at once), then its offset / ALIGN; chunk 0 is none.
 _MAX_CHUNKS = 1 << 18
 _MAX_CHUNK_BYTES = 1 << 20  # within an offset's 18 bits, times 4
 _MIN_CHUNK_BYTES = 256
 _CHUNKS_IN_BOUND = 32  # a chunk is at most this fraction of the bound: eviction's step
 _CHUNK_OVERHEAD = 64  # the bytearray object and its place in the lists
-_MIN_INDEX = 8
-_MAX_LOAD = 0.7
-_MAX_INDEX = 1 << _HASH_BITS  # the hash bits place a slot: no index grows past them
 _COMPACT_AT = 0.5  # of the arena dead: the emptiest chunks are compacted
 _COMPACT_TO = 0.25
 
@@ -66,7 +62,7 @@ Place = tuple[bytearray, int, int, float, float]
 
 
 def _hash(key: bytes) -> int:
-    return hash(key) & _HASH_MASK
+    return hash(key) & HASH_MASK
 
 
 class Arena:
@@ -81,7 +77,7 @@ class Arena:
         self._clock = clock
         self._dropped = dropped
         chunk = min(_MAX_CHUNK_BYTES, max(_MIN_CHUNK_BYTES, max_bytes // _CHUNKS_IN_BOUND))
-        self._chunk_bytes = chunk - chunk % _ALIGN
+        self._chunk_bytes = chunk - chunk % ALIGN
         self._made = itertools.count(1)  # not reset by `clear`: a position stays unique
         self.clear()
 
@@ -97,18 +93,15 @@ class Arena:
         self._open = 0  # the chunk written to (0: none yet)
         self._arena_bytes = 0  # the chunks' memory
         self._live_bytes = 0
-        self._count = 0
-        self._index = array("Q", bytes(8 * _MIN_INDEX))
-        self._shift = _HASH_BITS - (_MIN_INDEX.bit_length() - 1)
-        self._mask = _MIN_INDEX - 1
+        self._index = Index(_KEY_LENGTH)
         self._moving = False  # an eviction or compaction under way: no other starts
 
     @property
     def used_bytes(self) -> int:
-        return self._arena_bytes + len(self._index) * self._index.itemsize
+        return self._arena_bytes + self._index.slots * 8
 
     def __len__(self) -> int:
-        return self._count
+        return self._index.count
 
     # --- reads ----------------------------------------------------------------------
 
@@ -117,27 +110,14 @@ class Arena:
         key too long to be held)."""
         if len(key) > _MAX_KEY_BYTES:
             return -1
-        index, mask, chunks = self._index, self._mask, self._chunks
-        needle = _KEY_SIZE.pack(len(key)) + key
-        end = _KEY_LENGTH + len(needle)
-        at = hashed >> self._shift
-        while True:
-            held = index[at]
-            if not held:
-                return ~at
-            if held >> _PLACE_BITS == hashed:
-                chunk = chunks[(held & _PLACE_MASK) >> _OFFSET_BITS]
-                offset = (held & _OFFSET_MASK) * _ALIGN
-                if chunk is not None and chunk[offset + _KEY_LENGTH : offset + end] == needle:
-                    return at
-            at = (at + 1) & mask
+        return self._index.find(_KEY_SIZE.pack(len(key)) + key, hashed, self._chunks)
 
     def _located(self, held: int) -> tuple[int, bytearray, int]:
         """The chunk's number, the chunk and the offset of the record an index slot holds."""
-        number = (held & _PLACE_MASK) >> _OFFSET_BITS
+        number = (held & PLACE_MASK) >> OFFSET_BITS
         chunk = self._chunks[number]
         assert chunk is not None  # an index slot names only a chunk that is held
-        return number, chunk, (held & _OFFSET_MASK) * _ALIGN
+        return number, chunk, (held & OFFSET_MASK) * ALIGN
 
     def find(self, key: bytes) -> Place | None:
         """Where the live value of `key` is (an expired one is dropped); the record is
@@ -187,8 +167,10 @@ class Arena:
         """Hold `value` for `key`. A record larger than the whole bound is not kept (the
         key's earlier value is dropped all the same)."""
         size = HEAD.size + len(key) + len(value)
-        index_bytes = len(self._index) * self._index.itemsize
-        if size + _CHUNK_OVERHEAD + index_bytes > self.max_bytes or len(key) > _MAX_KEY_BYTES:
+        if (
+            size + _CHUNK_OVERHEAD + self._index.slots * 8 > self.max_bytes
+            or len(key) > _MAX_KEY_BYTES
+        ):
             self.forget(key)
             return
         record = HEAD.pack(expires_at, loaded_at, len(value), _LIVE, len(key))
@@ -196,16 +178,14 @@ class Arena:
         # records, and finds each by its place in the index.
         place = self._append(record + key + value, expires_at)
         hashed = _hash(key)
+        self._index.make_room(hashed)
         at = self._find(key, hashed)
         if at >= 0:
             self._kill(self._index[at])
-            self._index[at] = hashed << _PLACE_BITS | place
+            self._index[at] = hashed << PLACE_BITS | place
         else:
-            self._index[~at] = hashed << _PLACE_BITS | place
-            self._count += 1
-            if self._count > len(self._index) * _MAX_LOAD and len(self._index) < _MAX_INDEX:
-                self._grow()
-        self._within_bound()
+            self._index.add(~at, hashed << PLACE_BITS | place)
+        self._within_bound(hashed)
 
     def refresh(self, key: bytes, loaded_at: float, expires_at: float) -> None:
         """Set the times of the record of `key`, if one is held."""
@@ -219,7 +199,7 @@ class Arena:
     def _append(self, record: bytes, expires_at: float) -> int:
         """Write `record` in the open chunk (in one of its own when larger than a chunk):
         its place."""
-        size = -(-len(record) // _ALIGN) * _ALIGN
+        size = -(-len(record) // ALIGN) * ALIGN
         if size > self._chunk_bytes:
             while self._open:  # closed: what is written later stays after this chunk (walks)
                 self._close_open()  # (a compaction it starts writes to a chunk it opens)
@@ -240,7 +220,7 @@ class Arena:
         self._live_bytes += size
         if expires_at < self._soonest[number]:
             self._soonest[number] = expires_at
-        return number << _OFFSET_BITS | offset // _ALIGN
+        return number << OFFSET_BITS | offset // ALIGN
 
     def _new_chunk(self, size: int) -> int:
         if self._free:
@@ -293,62 +273,21 @@ class Arena:
         number, chunk, offset = self._located(held)
         _, _, size, _, key_size = HEAD.unpack_from(chunk, offset)
         chunk[offset + _FLAGS] = 0
-        length = -(-(HEAD.size + key_size + size) // _ALIGN) * _ALIGN
+        length = -(-(HEAD.size + key_size + size) // ALIGN) * ALIGN
         self._live[number] -= length
         self._live_bytes -= length
         if not self._live[number] and number != self._open and not self._moving:
             self._free_chunk(number)
 
-    def _unindex(self, at: int) -> None:
-        """Empty index slot `at`, shifting back the slots after it that probed past it."""
-        index, mask, shift = self._index, self._mask, self._shift
-        following = at
-        while True:
-            following = (following + 1) & mask
-            held = index[following]
-            if not held:
-                break
-            home = (held >> _PLACE_BITS) >> shift
-            if (at <= following and (home <= at or home > following)) or (
-                at > following and following < home <= at
-            ):
-                index[at] = held
-                at = following
-        index[at] = 0
-        self._count -= 1
-
     def _drop(self, at: int) -> None:
         """Drop the entry at index slot `at` (`dropped` is the caller's to tell)."""
         self._kill(self._index[at])
-        self._unindex(at)
-
-    def _slot_of(self, place: int, key: bytes) -> int:
-        """The index slot pointing at record `place`, whose key is `key`."""
-        index, mask = self._index, self._mask
-        at = _hash(key) >> self._shift
-        while index[at] & _PLACE_MASK != place:
-            at = (at + 1) & mask
-        return at
+        self._index.remove(at)
 
     def forget(self, key: bytes) -> None:
         at = self._find(key, _hash(key))
         if at >= 0:
             self._drop(at)
-
-    # --- the index grows ------------------------------------------------------------
-
-    def _grow(self) -> None:
-        """Twice the slots, each placed by the hash bits it holds (the arena is not read)."""
-        old, size = self._index, len(self._index) * 2
-        self._index = index = array("Q", bytes(8 * size))
-        self._mask = mask = size - 1
-        self._shift = shift = _HASH_BITS - (size.bit_length() - 1)
-        for held in old:
-            if held:
-                at = (held >> _PLACE_BITS) >> shift
-                while index[at]:
-                    at = (at + 1) & mask
-                index[at] = held
 
     # --- eviction and compaction ----------------------------------------------------
 
@@ -359,14 +298,14 @@ class Arena:
         offset, end = start, self._ends[number]
         while offset < end:
             _, _, size, flags, key_size = HEAD.unpack_from(chunk, offset)
-            length = -(-(HEAD.size + key_size + size) // _ALIGN) * _ALIGN
+            length = -(-(HEAD.size + key_size + size) // ALIGN) * ALIGN
             yield offset, length, flags, key_size
             offset += length
 
-    def _within_bound(self) -> None:
+    def _within_bound(self, hashed: int) -> None:
         while (
             self.used_bytes > self.max_bytes
-            or self._count > _MAX_INDEX * _MAX_LOAD
+            or self._index.overfull(hashed)  # the segment just written to, grown all it can
             or len(self._order) > _MAX_CHUNKS - 64  # each chunk named by 18 bits
         ) and self._order:
             self._evict(self._order[0])
@@ -403,7 +342,7 @@ class Arena:
                     continue
                 start = offset + HEAD.size
                 key = bytes(chunk[start : start + key_size])
-                at = self._slot_of(number << _OFFSET_BITS | offset // _ALIGN, key)
+                at = self._index.slot_of(number << OFFSET_BITS | offset // ALIGN, _hash(key))
                 expires_at = HEAD.unpack_from(chunk, offset)[0]
                 keeps = now is None or (flags & _REFERENCED and expires_at > now)
                 self._live[number] -= length
@@ -412,9 +351,9 @@ class Arena:
                     record = bytearray(chunk[offset : offset + length])
                     record[_FLAGS] = _LIVE if now is not None else flags
                     place = self._append(bytes(record), expires_at)
-                    self._index[at] = self._index[at] & ~_PLACE_MASK | place
+                    self._index[at] = self._index[at] & ~PLACE_MASK | place
                 else:
-                    self._unindex(at)
+                    self._index.remove(at)
                     self._dropped(key)
         finally:
             self._moving = False
@@ -439,7 +378,7 @@ class Arena:
                     continue
                 start = offset + HEAD.size
                 key = bytes(chunk[start : start + key_size])
-                self._drop(self._slot_of(number << _OFFSET_BITS | offset // _ALIGN, key))
+                self._drop(self._index.slot_of(number << OFFSET_BITS | offset // ALIGN, _hash(key)))
                 self._dropped(key)
             if self._chunks[number] is not None:
                 self._soonest[number] = soonest

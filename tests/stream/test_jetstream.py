@@ -153,6 +153,9 @@ def test_the_daemon_follows_a_jetstream_and_resumes_from_its_cursor(
         _pds(devnet, "com.atproto.identity.updateHandle", {"handle": fourth}, token)
         until(lambda: _sent(jetstream, fourth, v2) is not None, 5)
         with daemon_here(devnet.env(), tmp_path / "b.log", *args) as daemon:
+            # as before the restart, the bound is the stream's work once it is connected
+            # (its process starts behind the one that answers: seconds on a loaded machine)
+            until(lambda: _stream(daemon)["connected"], 10)
             until(lambda: _did_of(daemon, fourth) == (200, did), 5)
             # the stream's state comes from its own process: read once it is past the event
             until(lambda: (_stream(daemon)["cursor"] or 0) > before["cursor"], 5)

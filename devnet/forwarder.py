@@ -55,7 +55,6 @@ class PlcStandIn:
         self.lag = 0.0
         # path -> the directory's answers to it, each with when it was first seen, oldest first
         self._seen: dict[str, list[tuple[float, tuple[int, bytes]]]] = {}
-        self.requests = 0
         self.asked: list[tuple[float, str]] = []  # (time.monotonic(), path) of each request
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -66,6 +65,10 @@ class PlcStandIn:
         self.port = 0
         self._call(self._listen())
         self.url = f"http://127.0.0.1:{self.port}"
+
+    @property
+    def requests(self) -> int:
+        return len(self.asked)
 
     def set_fault(self, fault: str | None) -> None:
         """Switch how the next requests are answered (`None`: forward faithfully)."""
@@ -129,7 +132,6 @@ class PlcStandIn:
                     )
                 )
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                self.requests += 1
                 self.asked.append((time.monotonic(), path))
                 if not await self._answer(writer, method, path, body):
                     return
